@@ -1,0 +1,188 @@
+#include "actors/actor_runtime.h"
+
+#include <unistd.h>
+
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "actors/heartbeat_sender.h"
+#include "actors/role.h"
+#include "common/clock.h"
+#include "common/logging.h"
+#include "common/status.h"
+#include "config/job_config.h"
+#include "proto/zmq_transport.h"
+
+namespace rlforge {
+
+namespace {
+
+std::string RandomInstanceId() {
+  std::random_device rd;
+  return absl::StrFormat("%08x%08x", rd(), rd());
+}
+
+std::string HostName() {
+  char buf[256] = {0};
+  if (gethostname(buf, sizeof buf - 1) != 0) return "unknown";
+  return buf;
+}
+
+bool Stopped(const ActorOptions& o) { return o.stop != nullptr && o.stop->load() != 0; }
+
+struct Registration {
+  proto::Assignment assignment;
+  std::string job_id;
+};
+
+// Sends Register until an Assignment or a Reject arrives. Resending is safe:
+// the controller matches retries by instance id.
+absl::StatusOr<Registration> Register(ZmqClientTransport& t, const ActorOptions& o,
+                                      const std::string& instance_id) {
+  const Clock* clock = RealClock::Get();
+  int64_t deadline = clock->NowMicros() + static_cast<int64_t>(o.register_timeout_s * 1e6);
+  int64_t next_send = 0;
+  while (clock->NowMicros() < deadline) {
+    if (Stopped(o)) return absl::CancelledError("stopped before registration");
+    if (clock->NowMicros() >= next_send) {
+      Message m;
+      m.envelope.set_sender(instance_id);
+      proto::Register* r = m.envelope.mutable_register_();
+      r->set_role(o.role);
+      r->set_requested_rank(o.rank);
+      r->set_host(HostName());
+      r->set_pid(getpid());
+      r->set_instance_id(instance_id);
+      r->set_launch_token(o.launch_token);
+      RETURN_IF_ERROR(t.Send(std::move(m)));
+      next_send = clock->NowMicros() + 1'000'000;
+    }
+    auto got = t.Receive(100);
+    if (!got) continue;
+    if (!got->ok()) {
+      spdlog::warn("dropped a malformed message from the controller: {}", got->status().ToString());
+      continue;
+    }
+    const proto::Envelope& env = (*got)->envelope;
+    if (env.has_assignment()) return Registration{env.assignment(), env.job_id()};
+    if (env.has_reject()) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("the controller refused this actor: ", env.reject().reason()));
+    }
+  }
+  return absl::DeadlineExceededError(absl::StrCat("no answer from a controller at ", o.connect,
+                                                  " within ", o.register_timeout_s, " s"));
+}
+
+// Serves work requests until Shutdown. Returns the exit code.
+int Serve(ZmqClientTransport& t, Role& role, const Registration& reg, ActorStatus& status,
+          const HeartbeatSender& heartbeat, const ActorOptions& o) {
+  const std::string& actor_id = reg.assignment.actor_id();
+  while (true) {
+    if (Stopped(o)) {
+      spdlog::info("{}: stopping on signal", actor_id);
+      return 0;
+    }
+    if (heartbeat.controller_lost()) {
+      spdlog::error("{}: lost the controller; exiting", actor_id);
+      return 1;
+    }
+    auto got = t.Receive(100);
+    if (!got) continue;
+    if (!got->ok()) {
+      spdlog::warn("{}: dropped a malformed message: {}", actor_id, got->status().ToString());
+      continue;
+    }
+    Message msg = std::move(got->value());
+    const proto::Envelope& env = msg.envelope;
+    if (env.has_shutdown()) {
+      spdlog::info("{}: shutdown requested: {}", actor_id, env.shutdown().reason());
+      return 0;
+    }
+    if (env.has_assignment()) continue;  // answer to a Register retry
+    if (!env.has_work_request()) {
+      spdlog::warn("{}: ignored unexpected {} message", actor_id, BodyName(env));
+      continue;
+    }
+    const proto::WorkRequest& req = env.work_request();
+    status.current_work_id = req.work_id();
+    status.state = proto::Heartbeat::BUSY;
+    auto reply = role.Handle(req, std::move(msg.tensors));
+    Message out;
+    out.envelope.set_sender(actor_id);
+    out.envelope.set_job_id(reg.job_id);
+    if (reply.ok()) {
+      *out.envelope.mutable_work_result() = std::move(reply->result);
+      out.tensors = std::move(reply->tensors);
+      out.envelope.mutable_work_result()->set_ok(true);
+    } else {
+      spdlog::error("{}: work {} failed: {}", actor_id, req.work_id(), reply.status().ToString());
+      out.envelope.mutable_work_result()->set_ok(false);
+      out.envelope.mutable_work_result()->set_error(std::string(reply.status().message()));
+    }
+    proto::WorkResult* r = out.envelope.mutable_work_result();
+    r->set_work_id(req.work_id());
+    r->set_policy_version(role.policy_version());
+    status.policy_version = role.policy_version();
+    absl::Status sent = t.Send(std::move(out));
+    status.works_done.fetch_add(1);
+    status.current_work_id = 0;
+    status.state = proto::Heartbeat::IDLE;
+    if (!sent.ok()) {
+      spdlog::error("{}: cannot send result of work {}: {}", actor_id, req.work_id(),
+                    sent.ToString());
+      return 1;
+    }
+  }
+}
+
+}  // namespace
+
+int RunActor(const ActorOptions& options) {
+  zmq::context_t ctx;
+  auto transport = ZmqClientTransport::Connect(ctx, options.connect, ZmqOptions{});
+  if (!transport.ok()) {
+    spdlog::error("{}", transport.status().ToString());
+    return 2;
+  }
+  auto reg = Register(**transport, options, RandomInstanceId());
+  if (!reg.ok()) {
+    spdlog::error("{}", reg.status().ToString());
+    return reg.status().code() == absl::StatusCode::kPermissionDenied ? 2 : 1;
+  }
+  const proto::Assignment& a = reg->assignment;
+  spdlog::info("registered as {} (rank {} of {}) in job {}", a.actor_id(), a.rank(), a.world_size(),
+               reg->job_id);
+
+  LoadedJob job = LoadJobText(a.config_yaml(), "<config from controller>");
+  if (!job.ok()) {
+    spdlog::error("the controller's config does not load here (version skew?):\n{}",
+                  config::FormatErrors(job.errors));
+    return 1;
+  }
+  auto role = CreateRole(a.role(), job.config, a);
+  if (!role.ok()) {
+    spdlog::error("{}: cannot start role {}: {}", a.actor_id(), a.role(), role.status().ToString());
+    return 1;
+  }
+
+  ActorStatus status;
+  status.policy_version = (*role)->policy_version();
+  HeartbeatSender::Options hbo;
+  hbo.endpoint = options.connect;
+  hbo.actor_id = a.actor_id();
+  hbo.job_id = reg->job_id;
+  hbo.interval_ms = static_cast<int>(a.heartbeat_interval_ms());
+  // Generous: a busy controller answers late; local actors also die with it (PDEATHSIG).
+  hbo.controller_timeout_ms = std::max<int>(
+      30'000, 10 * static_cast<int>(a.heartbeat_interval_ms() * a.heartbeat_misses()));
+  HeartbeatSender heartbeat(ctx, hbo, &status);
+  heartbeat.Start();
+  int code = Serve(**transport, **role, *reg, status, heartbeat, options);
+  status.state = proto::Heartbeat::STOPPING;
+  heartbeat.Stop();
+  return code;
+}
+
+}  // namespace rlforge

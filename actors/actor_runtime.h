@@ -1,0 +1,33 @@
+// The actor process's main loop.
+//
+// connect -> Register -> Assignment (config) -> CreateRole ->
+//   loop { WorkRequest -> Role::Handle -> WorkResult } until Shutdown
+//
+// Two DEALER sockets reach the controller: the work channel (main thread) and
+// the heartbeat channel (HeartbeatSender's own thread), so heartbeats keep
+// flowing while the role computes. Actors find the controller by address
+// only; a process on another host joins with the same code.
+#pragma once
+
+#include <atomic>
+#include <string>
+
+namespace rlforge {
+
+struct ActorOptions {
+  std::string connect;  // "tcp://10.0.0.5:40123"
+  std::string role;
+  int rank = -1;  // -1: any free rank
+  // Set by the launcher (RLFORGE_LAUNCH_TOKEN) for the slot it started us in.
+  std::string launch_token;
+  // How long to keep trying to register (the controller may start later).
+  double register_timeout_s = 60;
+  // Non-zero (a signal number, or any value from a test) stops the actor; may be null.
+  const std::atomic<int>* stop = nullptr;
+};
+
+// Runs one actor until the controller shuts it down. Returns the exit code:
+// 0 after Shutdown, 1 on a failure (logged), 2 if the controller refused it.
+int RunActor(const ActorOptions& options);
+
+}  // namespace rlforge

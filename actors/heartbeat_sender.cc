@@ -1,0 +1,66 @@
+#include "actors/heartbeat_sender.h"
+
+#include <chrono>
+
+#include "common/clock.h"
+#include "common/logging.h"
+#include "proto/zmq_transport.h"
+
+namespace rlforge {
+
+HeartbeatSender::HeartbeatSender(zmq::context_t& ctx, Options options, const ActorStatus* status)
+    : ctx_(ctx), options_(std::move(options)), status_(status) {}
+
+HeartbeatSender::~HeartbeatSender() { Stop(); }
+
+void HeartbeatSender::Start() {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void HeartbeatSender::Stop() {
+  stop_ = true;
+  if (thread_.joinable()) thread_.join();
+}
+
+void HeartbeatSender::Loop() {
+  ZmqOptions zo;
+  zo.linger_ms = 0;
+  zo.send_timeout_ms = options_.interval_ms;
+  auto transport = ZmqClientTransport::Connect(ctx_, options_.endpoint, zo);
+  if (!transport.ok()) {
+    spdlog::error("heartbeat channel: {}", transport.status().ToString());
+    controller_lost_ = true;
+    return;
+  }
+  const Clock* clock = RealClock::Get();
+  int64_t last_ack = clock->NowMicros();
+  int64_t next_beat = 0;
+  while (!stop_) {
+    int64_t now = clock->NowMicros();
+    if (now >= next_beat) {
+      Message m;
+      m.envelope.set_sender(options_.actor_id);
+      m.envelope.set_job_id(options_.job_id);
+      proto::Heartbeat* hb = m.envelope.mutable_heartbeat();
+      hb->set_state(static_cast<proto::Heartbeat::State>(status_->state.load()));
+      hb->set_current_work_id(status_->current_work_id.load());
+      hb->set_policy_version(status_->policy_version.load());
+      hb->set_works_done(status_->works_done.load());
+      absl::Status s = (*transport)->Send(std::move(m));
+      if (!s.ok()) spdlog::warn("heartbeat not sent: {}", s.ToString());
+      next_beat = now + int64_t{options_.interval_ms} * 1000;
+    }
+    // Wake often enough to stop promptly.
+    auto got = (*transport)->Receive(std::min(50, options_.interval_ms));
+    if (got && got->ok() && (*got)->envelope.has_heartbeat_ack()) last_ack = clock->NowMicros();
+    if (clock->NowMicros() - last_ack > int64_t{options_.controller_timeout_ms} * 1000) {
+      if (!controller_lost_) {
+        spdlog::error("no answer from the controller at {} for {} ms", options_.endpoint,
+                      options_.controller_timeout_ms);
+      }
+      controller_lost_ = true;
+    }
+  }
+}
+
+}  // namespace rlforge

@@ -1,0 +1,52 @@
+// HeartbeatSender: a thread that tells the controller this actor is alive.
+//
+// every interval: snapshot of ActorStatus -> Heartbeat -> controller;
+// HeartbeatAck back resets the controller-lost timer.
+//
+// Owns its own socket; the only shared state is ActorStatus, all atomics.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <thread>
+
+#include "zmq.hpp"
+
+namespace rlforge {
+
+// Written by the actor's main thread, read by the heartbeat thread.
+struct ActorStatus {
+  std::atomic<int> state{1};  // proto::Heartbeat::State
+  std::atomic<uint64_t> current_work_id{0};
+  std::atomic<int64_t> policy_version{-1};
+  std::atomic<uint64_t> works_done{0};
+};
+
+class HeartbeatSender {
+ public:
+  struct Options {
+    std::string endpoint;
+    std::string actor_id;
+    std::string job_id;
+    int interval_ms = 1000;
+    // No ack for this long: the controller is considered gone.
+    int controller_timeout_ms = 30'000;
+  };
+  HeartbeatSender(zmq::context_t& ctx, Options options, const ActorStatus* status);
+  ~HeartbeatSender();  // stops the thread
+  void Start();
+  void Stop();
+  bool controller_lost() const { return controller_lost_.load(); }
+
+ private:
+  void Loop();
+  zmq::context_t& ctx_;
+  Options options_;
+  const ActorStatus* status_;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> controller_lost_{false};
+  std::thread thread_;
+};
+
+}  // namespace rlforge

@@ -1,0 +1,41 @@
+#include "absl/strings/str_cat.h"
+#include "actors/echo_role.h"
+#include "actors/role.h"
+#include "common/strings.h"
+
+namespace rlforge {
+
+namespace {
+
+struct RoleEntry {
+  const char* name;
+  absl::StatusOr<std::unique_ptr<Role>> (*create)(const JobConfig&, const proto::Assignment&);
+};
+
+absl::StatusOr<std::unique_ptr<Role>> MakeEcho(const JobConfig&, const proto::Assignment&) {
+  return std::make_unique<EchoRole>();
+}
+
+// Every role an actor process can take. New roles add one line here.
+constexpr RoleEntry kRoles[] = {
+    {"echo", &MakeEcho},
+};
+
+}  // namespace
+
+std::vector<std::string> KnownRoles() {
+  std::vector<std::string> names;
+  for (const auto& r : kRoles) names.push_back(r.name);
+  return names;
+}
+
+absl::StatusOr<std::unique_ptr<Role>> CreateRole(const std::string& role, const JobConfig& config,
+                                                 const proto::Assignment& assignment) {
+  for (const auto& r : kRoles) {
+    if (role == r.name) return r.create(config, assignment);
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown role '", role, "'; known roles: ", JoinOr(KnownRoles())));
+}
+
+}  // namespace rlforge

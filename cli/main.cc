@@ -1,0 +1,165 @@
+// The rlforge binary: one executable for every role.
+//
+//   rlforge run JOB.yaml [key=value ...]      run a job (controller + local actors)
+//   rlforge controller JOB.yaml [key=value]   run the controller; every actor joins by hand
+//   rlforge validate JOB.yaml [key=value ...] check a job file without running it
+//   rlforge actor --role R --connect ADDR     join a running job as one actor
+//   rlforge config-docs [--write FILE]        print (or update) the config key reference
+//
+// Exit codes: 0 success, 1 the job failed, 2 bad usage or bad config,
+// 128+N stopped by signal N.
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "CLI/CLI.hpp"
+#include "actors/actor_runtime.h"
+#include "common/logging.h"
+#include "config/job_config.h"
+#include "controller/job_runner.h"
+#include "launch/process_launcher.h"
+
+namespace {
+
+std::atomic<int> g_stop{0};
+
+void OnSignal(int sig) { g_stop.store(sig); }
+
+void InstallSignalHandlers() {
+  struct sigaction sa = {};
+  sa.sa_handler = OnSignal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+}
+
+// Loads and validates; prints every problem. Returns false on errors.
+bool LoadOrReport(const std::string& path, const std::vector<std::string>& overrides,
+                  rlforge::LoadedJob* out) {
+  *out = rlforge::LoadJobFile(path, overrides);
+  if (out->ok()) return true;
+  std::fprintf(stderr, "%s", rlforge::config::FormatErrors(out->errors).c_str());
+  std::fprintf(stderr, "%zu problem(s) in %s; see docs/config.md for every key.\n",
+               out->errors.size(), path.c_str());
+  return false;
+}
+
+int CmdRun(const std::string& path, const std::vector<std::string>& overrides, bool all_external) {
+  rlforge::LoadedJob job;
+  if (!LoadOrReport(path, overrides, &job)) return 2;
+  if (all_external) {
+    job.config.echo.external = true;
+  }
+  rlforge::RunOptions ro;
+  ro.self_exe = rlforge::SelfExecutable();
+  ro.stop = &g_stop;
+  ro.interactive = isatty(STDOUT_FILENO);
+  InstallSignalHandlers();
+  return rlforge::RunJob(job.config, ro);
+}
+
+int CmdValidate(const std::string& path, const std::vector<std::string>& overrides) {
+  rlforge::LoadedJob job;
+  if (!LoadOrReport(path, overrides, &job)) return 2;
+  std::printf("%s: ok (algorithm %s, run directory %s/%s)\n", path.c_str(),
+              job.config.job.algorithm.c_str(), job.config.job.run_root.c_str(),
+              job.config.job.name.c_str());
+  return 0;
+}
+
+int CmdConfigDocs(const std::string& write_path) {
+  std::string ref = rlforge::ConfigReferenceMarkdown();
+  if (write_path.empty()) {
+    std::printf("%s", ref.c_str());
+    return 0;
+  }
+  std::ifstream in(write_path);
+  if (!in) {
+    std::fprintf(stderr, "error: cannot read %s\n", write_path.c_str());
+    return 2;
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string doc = ss.str();
+  const std::string begin = "<!-- BEGIN GENERATED REFERENCE -->\n";
+  const std::string end = "<!-- END GENERATED REFERENCE -->";
+  size_t a = doc.find(begin), b = doc.find(end);
+  if (a == std::string::npos || b == std::string::npos || b < a) {
+    std::fprintf(stderr, "error: %s has no generated-reference markers\n", write_path.c_str());
+    return 2;
+  }
+  doc = doc.substr(0, a + begin.size()) + ref + doc.substr(b);
+  std::ofstream out(write_path, std::ios::trunc);
+  out << doc;
+  std::printf("updated %s\n", write_path.c_str());
+  return out ? 0 : 1;
+}
+
+int CmdActor(const rlforge::ActorOptions& base, const std::string& log_level) {
+  rlforge::ActorOptions o = base;
+  const char* token = std::getenv("RLFORGE_LAUNCH_TOKEN");
+  if (token != nullptr) o.launch_token = token;
+  rlforge::InitLogging(o.rank >= 0 ? o.role + "-" + std::to_string(o.rank) : o.role, log_level);
+  InstallSignalHandlers();
+  o.stop = &g_stop;
+  int code = rlforge::RunActor(o);
+  return code;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"rlforge: reinforcement-learning post-training from one YAML file"};
+  app.require_subcommand(1);
+
+  std::string job_path;
+  std::vector<std::string> overrides;
+  auto* run = app.add_subcommand("run", "Run a job: the controller and its local actors");
+  run->add_option("job", job_path, "Job file (YAML)")->required();
+  run->add_option("overrides", overrides, "Dotted overrides, e.g. trainer.lr=3e-4");
+
+  auto* ctl = app.add_subcommand("controller", "Run only the controller; actors join by hand");
+  ctl->add_option("job", job_path, "Job file (YAML)")->required();
+  ctl->add_option("overrides", overrides, "Dotted overrides");
+
+  auto* validate = app.add_subcommand("validate", "Check a job file without running it");
+  validate->add_option("job", job_path, "Job file (YAML)")->required();
+  validate->add_option("overrides", overrides, "Dotted overrides");
+
+  rlforge::ActorOptions actor;
+  std::string log_level = "info";
+  auto* act = app.add_subcommand("actor", "Join a running job as one actor");
+  act->add_option("--role", actor.role, "Role to take (e.g. rollout)")->required();
+  act->add_option("--connect", actor.connect, "Controller address, tcp://HOST:PORT")->required();
+  act->add_option("--rank", actor.rank, "Rank to take (default: any free one)");
+  act->add_option("--register-timeout", actor.register_timeout_s,
+                  "Seconds to keep trying to register");
+  act->add_option("--log-level", log_level, "trace, debug, info, warn or error");
+
+  std::string write_path;
+  auto* docs = app.add_subcommand("config-docs", "Print the reference of every job-file key");
+  docs->add_option("--write", write_path, "Update the generated part of this markdown file");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return 2;
+  }
+  if (*run) return CmdRun(job_path, overrides, false);
+  if (*ctl) return CmdRun(job_path, overrides, true);
+  if (*validate) return CmdValidate(job_path, overrides);
+  if (*act) return CmdActor(actor, log_level);
+  if (*docs) return CmdConfigDocs(write_path);
+  return 2;
+}

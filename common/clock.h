@@ -1,0 +1,50 @@
+// Time source, injectable so controller logic is tested without sleeps.
+//
+// RealClock reads CLOCK_MONOTONIC. FakeClock only moves when a test advances it.
+// Both are safe to call from any thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+
+namespace rlforge {
+
+class Clock {
+ public:
+  virtual ~Clock() = default;
+  // Monotonic time in microseconds; only differences are meaningful.
+  virtual int64_t NowMicros() const = 0;
+  double NowSeconds() const { return static_cast<double>(NowMicros()) * 1e-6; }
+};
+
+class RealClock final : public Clock {
+ public:
+  int64_t NowMicros() const override {
+    return std::chrono::duration_cast<std::chrono::microseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+  // A process-wide instance; RealClock has no state, so sharing it is harmless.
+  static RealClock* Get() {
+    static RealClock clock;
+    return &clock;
+  }
+};
+
+class FakeClock final : public Clock {
+ public:
+  explicit FakeClock(int64_t start_micros = 1'000'000) : now_(start_micros) {}
+  // Each read also moves time forward by the auto-advance step (default 0),
+  // so loops that wait on the clock terminate in tests.
+  int64_t NowMicros() const override { return now_.fetch_add(step_.load()); }
+  void set_auto_advance_micros(int64_t step) { step_ = step; }
+  void AdvanceMicros(int64_t d) { now_.fetch_add(d); }
+  void AdvanceMillis(int64_t d) { now_.fetch_add(d * 1000); }
+
+ private:
+  mutable std::atomic<int64_t> now_;
+  std::atomic<int64_t> step_{0};
+};
+
+}  // namespace rlforge

@@ -1,0 +1,136 @@
+#include "config/job_config.h"
+
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+
+namespace rlforge {
+
+namespace {
+
+using config::Schema;
+using config::SchemaBuilder;
+
+std::shared_ptr<const Schema> JobSection() {
+  SchemaBuilder<JobOptions> b("What to run and where its results go.");
+  b.String("name", &JobOptions::name,
+           "Run name; the run directory is job.run_root/job.name. Default: the job file's "
+           "name. An existing directory gets a numeric suffix.");
+  b.Choice("algorithm", &JobOptions::algorithm, {"echo"},
+           "The training loop. `echo` is the transport self-test.")
+      .Required();
+  b.Int("seed", &JobOptions::seed, "Seed for every random choice in the job.").Min(0);
+  b.Int("iterations", &JobOptions::iterations, "Iterations of the training loop.").Min(1);
+  b.String("run_root", &JobOptions::run_root, "Folder that holds run directories.");
+  b.Choice("log_level", &JobOptions::log_level, {"trace", "debug", "info", "warn", "error"},
+           "Log level of the controller and every actor.");
+  b.Check([](const JobOptions& j, config::CheckContext& ctx) {
+    if (!j.name.empty() && j.name.find('/') != std::string::npos) {
+      ctx.Error("name", "must not contain '/' (it names a folder under job.run_root)");
+    }
+  });
+  return b.Build();
+}
+
+std::shared_ptr<const Schema> ControllerSection() {
+  SchemaBuilder<ControllerOptions> b("The controller's socket, heartbeats and time limits.");
+  b.String("host", &ControllerOptions::host,
+           "Address the controller binds; actors on other hosts connect here.");
+  b.Int("port", &ControllerOptions::port, "TCP port; 0 picks a free one.").Min(0).Max(65535);
+  b.Int("heartbeat_interval_ms", &ControllerOptions::heartbeat_interval_ms,
+        "How often every actor sends a heartbeat.")
+      .Min(10)
+      .Max(60000);
+  b.Int("heartbeat_misses", &ControllerOptions::heartbeat_misses,
+        "Missed heartbeats after which an actor is declared dead.")
+      .Min(1)
+      .Max(100);
+  b.Int("max_message_mb", &ControllerOptions::max_message_mb,
+        "Largest message (envelope plus tensors) accepted, in MiB; larger ones are dropped.")
+      .Min(1)
+      .Max(65536);
+  b.Double("register_timeout_s", &ControllerOptions::register_timeout_s,
+           "How long to wait for every actor to register at start.")
+      .Min(0, false);
+  b.Double("request_timeout_s", &ControllerOptions::request_timeout_s,
+           "How long one unit of work may take before the job stops.")
+      .Min(0, false);
+  b.Double("shutdown_grace_s", &ControllerOptions::shutdown_grace_s,
+           "How long actors get to exit after a shutdown before they are killed.")
+      .Min(0);
+  return b.Build();
+}
+
+std::shared_ptr<const Schema> LaunchSection() {
+  SchemaBuilder<LaunchOptions> b("How actor processes are started.");
+  b.Choice("backend", &LaunchOptions::backend, {"local"},
+           "`local`: the controller starts actors as child processes on this host.");
+  return b.Build();
+}
+
+std::shared_ptr<const Schema> EchoSection() {
+  SchemaBuilder<EchoOptions> b(
+      "Transport self-test (`job.algorithm: echo`): every request carries random tensors "
+      "that each actor returns with its own checksum; the controller compares bytes.");
+  b.Int("workers", &EchoOptions::workers, "Echo actors.").Min(0).Max(1024);
+  b.Bool("external", &EchoOptions::external,
+         "Do not start the actors; wait for them to join with `rlforge actor`.");
+  b.Int("requests_per_iteration", &EchoOptions::requests_per_iteration,
+        "Round trips per actor per iteration.")
+      .Min(1);
+  b.Int("payload_bytes", &EchoOptions::payload_bytes, "Bytes per tensor.").Min(0);
+  b.Int("tensors", &EchoOptions::tensors, "Tensors per request.").Min(0).Max(1024);
+  b.Int("work_micros", &EchoOptions::work_micros, "Simulated work per request, microseconds.")
+      .Min(0);
+  return b.Build();
+}
+
+std::shared_ptr<const Schema> BuildJobSchema() {
+  SchemaBuilder<JobConfig> b("An rlforge job.");
+  b.Section("job", &JobConfig::job, JobSection());
+  b.Section("controller", &JobConfig::controller, ControllerSection());
+  b.Section("launch", &JobConfig::launch, LaunchSection());
+  b.Section("echo", &JobConfig::echo, EchoSection());
+  b.Check([](const JobConfig& c, config::CheckContext& ctx) {
+    if (c.job.algorithm == "echo" && c.echo.workers < 1) {
+      ctx.Error("echo.workers", "job.algorithm is echo, which needs at least 1 echo worker");
+    }
+    int64_t payload = c.echo.payload_bytes * c.echo.tensors;
+    if (payload > c.controller.max_message_mb * (int64_t{1} << 20)) {
+      ctx.Error("echo.payload_bytes", absl::StrCat("echo.payload_bytes x echo.tensors = ", payload,
+                                                   " bytes exceeds controller.max_message_mb"));
+    }
+  });
+  return b.Build();
+}
+
+}  // namespace
+
+const config::Schema& JobSchema() {
+  static const std::shared_ptr<const Schema> schema = BuildJobSchema();
+  return *schema;
+}
+
+LoadedJob LoadJobFile(const std::string& path, const std::vector<std::string>& overrides) {
+  LoadedJob out;
+  out.errors = config::LoadFileInto(JobSchema(), &out.config, path, overrides);
+  if (out.config.job.name.empty()) {
+    out.config.job.name = std::filesystem::path(path).stem().string();
+  }
+  return out;
+}
+
+LoadedJob LoadJobText(const std::string& yaml_text, const std::string& origin) {
+  LoadedJob out;
+  out.errors = config::LoadInto(JobSchema(), &out.config, config::LoadInput{yaml_text, origin, {}});
+  return out;
+}
+
+std::string ResolvedYaml(const JobConfig& config) { return config::DumpYaml(JobSchema(), &config); }
+
+std::string ConfigReferenceMarkdown() {
+  static const JobConfig defaults;
+  return config::MarkdownReference(JobSchema(), &defaults);
+}
+
+}  // namespace rlforge

@@ -1,0 +1,78 @@
+// The job file's keys: every section rlforge understands, as typed structs.
+//
+// Defaults live here, as initial values; JobSchema() documents and validates
+// them, and docs/config.md is generated from it (`rlforge config-docs`).
+// Adding a key: add the member, then one line in job_config.cc.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "config/loader.h"
+#include "config/schema.h"
+
+namespace rlforge {
+
+struct JobOptions {
+  std::string name;  // default: the job file's name without .yaml
+  std::string algorithm;
+  int64_t seed = 1;
+  int64_t iterations = 10;
+  std::string run_root = "runs";
+  std::string log_level = "info";
+};
+
+struct ControllerOptions {
+  std::string host = "127.0.0.1";
+  int64_t port = 0;
+  int64_t heartbeat_interval_ms = 1000;
+  int64_t heartbeat_misses = 3;
+  int64_t max_message_mb = 1024;
+  double register_timeout_s = 60;
+  double request_timeout_s = 600;
+  double shutdown_grace_s = 5;
+};
+
+struct LaunchOptions {
+  std::string backend = "local";
+};
+
+// The transport self-test job: tensors go out to every echo actor and back.
+struct EchoOptions {
+  int64_t workers = 2;
+  bool external = false;
+  int64_t requests_per_iteration = 4;
+  int64_t payload_bytes = 65536;
+  int64_t tensors = 2;
+  int64_t work_micros = 0;
+};
+
+struct JobConfig {
+  JobOptions job;
+  ControllerOptions controller;
+  LaunchOptions launch;
+  EchoOptions echo;
+};
+
+// The schema of JobConfig (built once).
+const config::Schema& JobSchema();
+
+struct LoadedJob {
+  JobConfig config;
+  std::vector<config::ConfigError> errors;
+  bool ok() const { return errors.empty(); }
+};
+
+// Loads and validates a job file with command-line overrides; fills job.name
+// from the file name when the file leaves it empty.
+LoadedJob LoadJobFile(const std::string& path, const std::vector<std::string>& overrides);
+// Loads a resolved config sent by the controller (no file on disk).
+LoadedJob LoadJobText(const std::string& yaml_text, const std::string& origin);
+
+// Every key, defaults filled in, as YAML.
+std::string ResolvedYaml(const JobConfig& config);
+// The generated key reference (the body of docs/config.md's reference part).
+std::string ConfigReferenceMarkdown();
+
+}  // namespace rlforge

@@ -1,0 +1,62 @@
+#include "config/job_config.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+namespace rlforge {
+namespace {
+
+TEST(JobConfigTest, MinimalEchoJobLoadsWithDefaults) {
+  LoadedJob j = LoadJobText("job: {algorithm: echo}\n", "t.yaml");
+  ASSERT_TRUE(j.ok()) << config::FormatErrors(j.errors);
+  EXPECT_EQ(j.config.echo.workers, 2);
+  EXPECT_EQ(j.config.controller.heartbeat_misses, 3);
+}
+
+TEST(JobConfigTest, ResolvedYamlRoundTrips) {
+  LoadedJob j = LoadJobText(
+      "job: {algorithm: echo, name: x}\ncontroller: {shutdown_grace_s: 2.5}\n", "t.yaml");
+  ASSERT_TRUE(j.ok());
+  std::string text = ResolvedYaml(j.config);
+  LoadedJob k = LoadJobText(text, "resolved");
+  ASSERT_TRUE(k.ok()) << config::FormatErrors(k.errors) << text;
+  EXPECT_EQ(ResolvedYaml(k.config), text);
+  EXPECT_DOUBLE_EQ(k.config.controller.shutdown_grace_s, 2.5);
+}
+
+TEST(JobConfigTest, AlgorithmIsRequired) {
+  LoadedJob j = LoadJobText("controller: {port: 0}\n", "t.yaml");
+  ASSERT_EQ(j.errors.size(), 1u);
+  EXPECT_EQ(j.errors[0].key, "job.algorithm");
+}
+
+TEST(JobConfigTest, EchoNeedsWorkers) {
+  LoadedJob j = LoadJobText("job: {algorithm: echo}\necho:\n  workers: 0\n", "t.yaml");
+  ASSERT_EQ(j.errors.size(), 1u) << config::FormatErrors(j.errors);
+  EXPECT_EQ(j.errors[0].ToString(),
+            "t.yaml:3:3: echo.workers: job.algorithm is echo, which needs at least 1 echo worker");
+}
+
+// docs/config.md embeds the generated reference; a key added without
+// regenerating it (rlforge config-docs) fails here.
+TEST(JobConfigTest, DocsConfigMdIsCurrent) {
+  const char* src = std::getenv("RLFORGE_SOURCE_DIR");
+  if (src == nullptr) src = RLFORGE_SOURCE_DIR_DEFAULT;
+  std::ifstream in(std::string(src) + "/docs/config.md");
+  ASSERT_TRUE(in) << "docs/config.md is missing";
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string doc = ss.str();
+  const std::string begin = "<!-- BEGIN GENERATED REFERENCE -->\n";
+  const std::string end = "<!-- END GENERATED REFERENCE -->";
+  size_t a = doc.find(begin), b = doc.find(end);
+  ASSERT_NE(a, std::string::npos);
+  ASSERT_NE(b, std::string::npos);
+  EXPECT_EQ(doc.substr(a + begin.size(), b - a - begin.size()), ConfigReferenceMarkdown())
+      << "run: build/rlforge config-docs --write docs/config.md";
+}
+
+}  // namespace
+}  // namespace rlforge

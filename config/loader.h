@@ -1,0 +1,40 @@
+// Loading a job file: YAML text + dotted overrides -> a validated struct.
+//
+// file -> YAML::Load -> ApplyOverrides -> Walk(schema) -> struct + errors
+//
+// Every problem is collected (never only the first), each naming the file,
+// line, column and dotted key. Nothing here throws or exits.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "config/schema.h"
+
+namespace rlforge::config {
+
+struct LoadInput {
+  std::string yaml_text;
+  std::string file;                    // shown in messages; "" means the text came from elsewhere
+  std::vector<std::string> overrides;  // "trainer.lr=3e-4"
+};
+
+// Fills `obj` (a default-constructed struct of the schema's type) and returns
+// the problems found, in file order, then overrides.
+std::vector<ConfigError> LoadInto(const Schema& schema, void* obj, const LoadInput& input);
+
+// Reads `path` and calls LoadInto; a missing or unreadable file is one error.
+std::vector<ConfigError> LoadFileInto(const Schema& schema, void* obj, const std::string& path,
+                                      const std::vector<std::string>& overrides);
+
+// The full resolved tree (every key, defaults included), and as YAML text.
+YAML::Node Dump(const Schema& schema, const void* obj);
+std::string DumpYaml(const Schema& schema, const void* obj);
+
+// Markdown reference of every key: type, default (from `defaults`) and doc.
+std::string MarkdownReference(const Schema& schema, const void* defaults);
+
+// Joins errors one per line, for printing.
+std::string FormatErrors(const std::vector<ConfigError>& errors);
+
+}  // namespace rlforge::config

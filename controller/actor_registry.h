@@ -1,0 +1,65 @@
+// ActorRegistry: every actor the job expects, and what is known about each.
+//
+// Slots are created up front (ExpectRole); registration fills a slot; the
+// controller updates liveness as heartbeats and results arrive. Single-threaded
+// (the controller's loop thread).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace rlforge {
+
+enum class ActorState { kPending, kReady, kBusy, kDead, kStopped };
+const char* ActorStateName(ActorState s);
+
+struct ActorInfo {
+  std::string id;  // "<role>-<rank>"
+  std::string role;
+  int rank = 0;
+  bool external = false;  // joins by hand (`rlforge actor`) rather than being launched
+  ActorState state = ActorState::kPending;
+  std::string host;
+  int pid = 0;           // as the actor reported it
+  int launched_pid = 0;  // as the launcher started it (local backend); 0 if external
+  std::string log_path;
+  std::string launch_token;  // set when launched; a Register must present it
+  std::string instance_id;
+  std::string work_peer;       // ROUTER id of the work channel
+  std::string heartbeat_peer;  // ROUTER id of the heartbeat channel
+  int64_t registered_us = 0;
+  int64_t last_heard_us = 0;
+  uint64_t current_work_id = 0;
+  int64_t policy_version = -1;
+  uint64_t works_done = 0;
+  int restarts = 0;
+};
+
+class ActorRegistry {
+ public:
+  // Creates `count` pending slots role-0 .. role-(count-1).
+  void ExpectRole(const std::string& role, int count, bool external);
+  ActorInfo* Find(const std::string& id);
+  const ActorInfo* Find(const std::string& id) const;
+  ActorInfo* FindByInstance(const std::string& instance_id);
+  ActorInfo* FindByLaunchedPid(int pid);
+  // The slot a Register for `role` should fill: a launched slot only for the
+  // process launched into it (matched by launch token), an external slot for anyone
+  // (the requested rank, or the lowest free one); nullopt with a reason if none.
+  std::optional<std::string> ChooseSlot(const std::string& role, int requested_rank,
+                                        const std::string& launch_token, std::string* why) const;
+  std::vector<std::string> Roles() const;
+  std::vector<std::string> IdsOfRole(const std::string& role) const;
+  int CountOfRole(const std::string& role) const;
+  std::vector<const ActorInfo*> All() const;
+  std::vector<const ActorInfo*> Pending() const;
+
+ private:
+  std::map<std::string, ActorInfo> actors_;  // ordered: role then rank
+  std::vector<std::string> order_;           // insertion order, for display
+};
+
+}  // namespace rlforge

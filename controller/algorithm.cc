@@ -1,0 +1,14 @@
+#include "controller/algorithm.h"
+
+#include "absl/strings/str_cat.h"
+#include "controller/echo_algorithm.h"
+
+namespace rlforge {
+
+absl::StatusOr<std::unique_ptr<Algorithm>> CreateAlgorithm(const JobConfig& config) {
+  if (config.job.algorithm == "echo") return std::make_unique<EchoAlgorithm>(config);
+  return absl::InvalidArgumentError(
+      absl::StrCat("job.algorithm '", config.job.algorithm, "' has no implementation"));
+}
+
+}  // namespace rlforge

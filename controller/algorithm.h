@@ -1,0 +1,53 @@
+// Algorithm: the training loop a job runs on top of the controller.
+//
+// Roles() -> controller launches and registers actors -> Run(ctx) drives them,
+// one iteration at a time, reporting each through ctx.EndIteration.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "config/job_config.h"
+#include "controller/controller.h"
+#include "controller/run_directory.h"
+
+namespace rlforge {
+
+struct RoleRequirement {
+  std::string role;
+  int count = 0;
+  bool external = false;
+};
+
+// What one iteration measured. Everything that depends on wall-clock time goes
+// in `timings` (seconds per stage, throughputs), so the rest of a record is
+// reproducible for a fixed seed.
+struct IterationRecord {
+  int64_t step = 0;
+  std::map<std::string, double> timings;
+  std::map<std::string, double> metrics;
+};
+
+class JobContext {
+ public:
+  virtual ~JobContext() = default;
+  virtual Controller& controller() = 0;
+  virtual const JobConfig& config() const = 0;
+  virtual const RunDirectory& run_dir() const = 0;
+  // Appends to metrics.jsonl and prints the progress line.
+  virtual absl::Status EndIteration(const IterationRecord& record) = 0;
+};
+
+class Algorithm {
+ public:
+  virtual ~Algorithm() = default;
+  virtual std::vector<RoleRequirement> Roles() const = 0;
+  virtual absl::Status Run(JobContext& ctx) = 0;
+};
+
+absl::StatusOr<std::unique_ptr<Algorithm>> CreateAlgorithm(const JobConfig& config);
+
+}  // namespace rlforge

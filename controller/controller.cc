@@ -1,0 +1,402 @@
+#include "controller/controller.h"
+
+#include <signal.h>
+
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/logging.h"
+#include "common/status.h"
+
+namespace rlforge {
+
+namespace {
+
+std::string PeerName(const std::string& peer) {
+  std::string hex;
+  for (unsigned char c : peer) absl::StrAppend(&hex, absl::Hex(c, absl::kZeroPad2));
+  return hex;
+}
+
+std::string RandomToken() {
+  std::random_device rd;
+  return absl::StrFormat("%08x%08x%08x", rd(), rd(), rd());
+}
+
+}  // namespace
+
+Controller::Controller(Options options, ServerTransport* transport, const Clock* clock,
+                       ProcessLauncher* launcher, const std::atomic<int>* stop)
+    : options_(std::move(options)),
+      transport_(transport),
+      clock_(clock),
+      launcher_(launcher),
+      stop_(stop) {}
+
+void Controller::ExpectRole(const std::string& role, int count, bool external) {
+  registry_.ExpectRole(role, count, external);
+}
+
+absl::Status Controller::LaunchAll(const std::function<ProcessSpec(const ActorInfo&)>& make_spec) {
+  for (const ActorInfo* a : registry_.All()) {
+    if (a->external) continue;
+    if (launcher_ == nullptr) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(a->id, " must be launched, but this controller has no launcher"));
+    }
+    ActorInfo* slot = registry_.Find(a->id);
+    slot->launch_token = RandomToken();
+    ProcessSpec spec = make_spec(*slot);
+    spec.env["RLFORGE_LAUNCH_TOKEN"] = slot->launch_token;
+    ASSIGN_OR_RETURN(int pid, launcher_->Start(spec));
+    slot->launched_pid = pid;
+    slot->log_path = spec.log_path;
+    spdlog::info("started {} (pid {}), log {}", slot->id, pid, spec.log_path);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Controller::WaitForActors() {
+  int64_t start = clock_->NowMicros();
+  int64_t deadline = start + static_cast<int64_t>(options_.register_timeout_s * 1e6);
+  bool announced = false;
+  while (true) {
+    RETURN_IF_ERROR(Pump(options_.poll_ms));
+    auto pending = registry_.Pending();
+    if (pending.empty()) return absl::OkStatus();
+    if (!announced) {
+      for (const ActorInfo* a : pending) {
+        if (a->external) {
+          spdlog::info("waiting for {} to join: rlforge actor --role {} --rank {} --connect {}",
+                       a->id, a->role, a->rank, transport_->endpoint());
+        }
+      }
+      announced = true;
+    }
+    if (clock_->NowMicros() > deadline) {
+      std::string who;
+      for (const ActorInfo* a : pending) {
+        absl::StrAppend(&who, "\n  ", a->id,
+                        a->external
+                            ? " (external: start it with `rlforge actor --role " + a->role +
+                                  " --connect " + transport_->endpoint() + "`)"
+                            : absl::StrCat(" (pid ", a->launched_pid, ", log ", a->log_path, ")"));
+      }
+      return absl::DeadlineExceededError(
+          absl::StrCat("timed out after ", options_.register_timeout_s,
+                       " s (controller.register_timeout_s) waiting for actors to register:", who));
+    }
+  }
+}
+
+absl::StatusOr<uint64_t> Controller::Submit(const std::string& actor_id, proto::WorkRequest request,
+                                            std::vector<TensorFrame> tensors) {
+  ActorInfo* a = registry_.Find(actor_id);
+  if (a == nullptr) return absl::NotFoundError(absl::StrCat("no actor ", actor_id));
+  if (a->state != ActorState::kReady && a->state != ActorState::kBusy) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("actor ", actor_id, " is ", ActorStateName(a->state)));
+  }
+  uint64_t id = next_work_id_++;
+  request.set_work_id(id);
+  Message m = NewMessage();
+  *m.envelope.mutable_work_request() = std::move(request);
+  m.tensors = std::move(tensors);
+  absl::Status s = transport_->Send(a->work_peer, std::move(m));
+  if (!s.ok()) return ActorLost(*a, absl::StrCat("cannot be reached (", s.message(), ")"));
+  Pending p;
+  p.actor_id = actor_id;
+  p.submitted_us = clock_->NowMicros();
+  pending_[id] = std::move(p);
+  a->state = ActorState::kBusy;
+  return id;
+}
+
+absl::StatusOr<std::vector<WorkOutcome>> Controller::AwaitAll(
+    const std::vector<uint64_t>& work_ids) {
+  for (uint64_t id : work_ids) {
+    if (!pending_.count(id)) return absl::NotFoundError(absl::StrCat("unknown work id ", id));
+  }
+  while (true) {
+    bool all = true;
+    for (uint64_t id : work_ids) all = all && pending_.at(id).done;
+    if (all) break;
+    RETURN_IF_ERROR(Pump(options_.poll_ms));
+  }
+  std::vector<WorkOutcome> out;
+  out.reserve(work_ids.size());
+  for (uint64_t id : work_ids) {
+    auto node = pending_.extract(id);
+    WorkOutcome& o = node.mapped().outcome;
+    if (!o.result.ok()) {
+      return absl::AbortedError(
+          absl::StrCat("work ", id, " failed on ", o.actor_id, ": ", o.result.error()));
+    }
+    out.push_back(std::move(o));
+  }
+  return out;
+}
+
+absl::StatusOr<WorkOutcome> Controller::Await(uint64_t work_id) {
+  ASSIGN_OR_RETURN(auto all, AwaitAll({work_id}));
+  return std::move(all[0]);
+}
+
+absl::Status Controller::Pump(int timeout_ms) {
+  if (stop_ != nullptr && stop_->load() != 0) {
+    int sig = stop_->load();
+    return absl::CancelledError(
+        absl::StrCat("interrupted by signal ", sig, " (", strsignal(sig), ")"));
+  }
+  // Wait for the first message, then drain what is queued without waiting, so
+  // heartbeats that queued up while the caller was busy count before the
+  // liveness check.
+  auto r = transport_->Receive(timeout_ms);
+  bool drained = true;
+  for (int n = 0; r.has_value(); ++n) {
+    Handle(std::move(*r));
+    if (n >= 10'000) {
+      drained = false;
+      break;
+    }
+    r = transport_->Receive(0);
+  }
+  if (!drained) return absl::OkStatus();
+  return CheckHealth();
+}
+
+Message Controller::NewMessage() const {
+  Message m;
+  m.envelope.set_job_id(options_.job_id);
+  m.envelope.set_sender("controller");
+  return m;
+}
+
+void Controller::Reject(const std::string& peer, const std::string& reason) {
+  Message m = NewMessage();
+  m.envelope.mutable_reject()->set_reason(reason);
+  transport_->Send(peer, std::move(m)).IgnoreError();  // best effort: the peer may be gone
+}
+
+void Controller::Handle(Received r) {
+  if (!r.message.ok()) {
+    const absl::Status& s = r.message.status();
+    switch (s.code()) {
+      case absl::StatusCode::kFailedPrecondition:
+        ++drops_.wrong_version;
+        Reject(r.peer, std::string(s.message()));
+        break;
+      case absl::StatusCode::kResourceExhausted:
+        ++drops_.oversized;
+        break;
+      default:
+        ++drops_.malformed;
+    }
+    spdlog::warn("dropped a message of {} bytes from peer {}: {}", r.wire_bytes, PeerName(r.peer),
+                 Msg(s));
+    return;
+  }
+  Message msg = std::move(r.message).value();
+  const proto::Envelope& env = msg.envelope;
+  if (env.has_register_()) {
+    HandleRegister(r.peer, env);
+    return;
+  }
+  ActorInfo* a = registry_.Find(env.sender());
+  if (a == nullptr || a->state == ActorState::kPending) {
+    ++drops_.unknown_sender;
+    spdlog::warn("dropped {} from unregistered sender '{}'", BodyName(env), env.sender());
+    Reject(r.peer, "not registered: send Register first");
+    return;
+  }
+  if (env.job_id() != options_.job_id) {
+    ++drops_.wrong_job;
+    spdlog::warn("dropped {} from {}: job id '{}' is not this job's", BodyName(env), a->id,
+                 env.job_id());
+    return;
+  }
+  if (r.peer != a->work_peer && r.peer != a->heartbeat_peer && !env.has_heartbeat()) {
+    ++drops_.unknown_sender;
+    spdlog::warn("dropped {} claiming to be {} from another connection", BodyName(env), a->id);
+    return;
+  }
+  a->last_heard_us = clock_->NowMicros();
+  switch (env.body_case()) {
+    case proto::Envelope::kHeartbeat: {
+      a->heartbeat_peer = r.peer;
+      a->policy_version = env.heartbeat().policy_version();
+      a->works_done = env.heartbeat().works_done();
+      a->current_work_id = env.heartbeat().current_work_id();
+      Message ack = NewMessage();
+      ack.envelope.mutable_heartbeat_ack();
+      transport_->Send(r.peer, std::move(ack)).IgnoreError();
+      return;
+    }
+    case proto::Envelope::kWorkResult:
+      HandleResult(*a, std::move(msg));
+      return;
+    case proto::Envelope::kMetrics:
+      if (metrics_sink_) metrics_sink_(a->id, env.metrics());
+      return;
+    default:
+      spdlog::warn("ignored unexpected {} from {}", BodyName(env), a->id);
+  }
+}
+
+void Controller::HandleRegister(const std::string& peer, const proto::Envelope& env) {
+  const proto::Register& reg = env.register_();
+  if (!env.job_id().empty() && env.job_id() != options_.job_id) {
+    ++drops_.wrong_job;
+    Reject(peer,
+           absl::StrCat("this controller runs job ", options_.job_id, ", not ", env.job_id()));
+    return;
+  }
+  ActorInfo* a = registry_.FindByInstance(reg.instance_id());
+  if (a == nullptr) {
+    std::string why;
+    auto slot = registry_.ChooseSlot(reg.role(), reg.requested_rank(), reg.launch_token(), &why);
+    if (!slot) {
+      std::vector<std::string> roles = registry_.Roles();
+      spdlog::warn("refused {} actor from {} pid {}: {}", reg.role(), reg.host(), reg.pid(), why);
+      Reject(peer, why);
+      return;
+    }
+    a = registry_.Find(*slot);
+    a->instance_id = reg.instance_id();
+    a->host = reg.host();
+    a->pid = reg.pid();
+    a->work_peer = peer;
+    a->registered_us = clock_->NowMicros();
+    a->last_heard_us = a->registered_us;
+    a->state = ActorState::kReady;
+    spdlog::info("{} registered from {} (pid {})", a->id, a->host, a->pid);
+  }
+  // A retried Register gets the same Assignment again.
+  Message m = NewMessage();
+  proto::Assignment* as = m.envelope.mutable_assignment();
+  as->set_actor_id(a->id);
+  as->set_role(a->role);
+  as->set_rank(a->rank);
+  as->set_world_size(registry_.CountOfRole(a->role));
+  as->set_config_yaml(options_.config_yaml);
+  as->set_heartbeat_interval_ms(static_cast<uint32_t>(options_.heartbeat_interval_ms));
+  as->set_heartbeat_misses(static_cast<uint32_t>(options_.heartbeat_misses));
+  as->set_run_dir(options_.run_dir);
+  transport_->Send(peer, std::move(m)).IgnoreError();
+}
+
+void Controller::HandleResult(ActorInfo& actor, Message msg) {
+  const proto::WorkResult& res = msg.envelope.work_result();
+  auto it = pending_.find(res.work_id());
+  if (it == pending_.end() || it->second.done || it->second.actor_id != actor.id) {
+    // Results are idempotent: a repeat (or a stray) changes nothing.
+    ++drops_.duplicate_results;
+    spdlog::debug("ignored result for work {} from {}", res.work_id(), actor.id);
+    return;
+  }
+  Pending& p = it->second;
+  p.done = true;
+  p.outcome.actor_id = actor.id;
+  p.outcome.result = res;
+  p.outcome.tensors = std::move(msg.tensors);
+  p.outcome.seconds = static_cast<double>(clock_->NowMicros() - p.submitted_us) * 1e-6;
+  actor.policy_version = res.policy_version();
+  bool still_busy = false;
+  for (const auto& [id, q] : pending_)
+    still_busy = still_busy || (!q.done && q.actor_id == actor.id);
+  actor.state = still_busy ? ActorState::kBusy : ActorState::kReady;
+}
+
+absl::Status Controller::ActorLost(const ActorInfo& actor, const std::string& what) {
+  ActorInfo* a = registry_.Find(actor.id);
+  a->state = ActorState::kDead;
+  std::string msg =
+      absl::StrCat("actor ", a->id,
+                   a->pid ? absl::StrCat(" (pid ", a->pid, " on ", a->host, ")") : "", " ", what);
+  if (!a->log_path.empty()) {
+    absl::StrAppend(&msg, "; its log: ", a->log_path);
+    std::string tail = TailOfFile(a->log_path, 8);
+    if (!tail.empty()) absl::StrAppend(&msg, "\n  last lines:\n", tail);
+  }
+  return absl::UnavailableError(msg);
+}
+
+absl::Status Controller::CheckHealth() {
+  if (launcher_ != nullptr && !shutting_down_) {
+    for (const ProcessExit& e : launcher_->Reap()) {
+      ActorInfo* a = registry_.FindByLaunchedPid(e.pid);
+      if (a == nullptr) continue;
+      if (a->pid == 0) a->pid = e.pid;
+      if (a->host.empty()) a->host = "localhost";
+      return ActorLost(*a, e.Describe());
+    }
+  }
+  int64_t now = clock_->NowMicros();
+  int64_t silence_limit = options_.heartbeat_interval_ms * options_.heartbeat_misses * 1000;
+  for (const ActorInfo* a : registry_.All()) {
+    if (a->state != ActorState::kReady && a->state != ActorState::kBusy) continue;
+    int64_t silent = now - a->last_heard_us;
+    if (silent > silence_limit) {
+      return ActorLost(*a, absl::StrFormat("missed %d heartbeats (silent for %.1f s)",
+                                           options_.heartbeat_misses, silent * 1e-6));
+    }
+  }
+  int64_t work_limit = static_cast<int64_t>(options_.request_timeout_s * 1e6);
+  for (const auto& [id, p] : pending_) {
+    if (!p.done && now - p.submitted_us > work_limit) {
+      return ActorLost(
+          *registry_.Find(p.actor_id),
+          absl::StrFormat("did not finish work %d within %.0f s (controller.request_timeout_s)", id,
+                          options_.request_timeout_s));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void Controller::Shutdown(const std::string& reason) {
+  shutting_down_ = true;
+  for (const ActorInfo* a : registry_.All()) {
+    if (a->state == ActorState::kReady || a->state == ActorState::kBusy) {
+      Message m = NewMessage();
+      m.envelope.mutable_shutdown()->set_reason(reason);
+      transport_->Send(a->work_peer, std::move(m)).IgnoreError();
+    }
+  }
+  if (launcher_ == nullptr) return;
+  auto wait_for_exit = [&](double seconds) {
+    int64_t until = clock_->NowMicros() + static_cast<int64_t>(seconds * 1e6);
+    // The poll count bounds the wait too, should the clock not move (tests).
+    int64_t polls = static_cast<int64_t>(seconds * 1000 / std::max(1, options_.poll_ms)) + 1;
+    for (int64_t i = 0; i < polls && !launcher_->Running().empty(); ++i) {
+      for (const ProcessExit& e : launcher_->Reap()) {
+        ActorInfo* a = registry_.FindByLaunchedPid(e.pid);
+        if (a != nullptr && a->state != ActorState::kDead) a->state = ActorState::kStopped;
+      }
+      if (launcher_->Running().empty() || clock_->NowMicros() >= until) break;
+      // Keep answering heartbeats so nobody mistakes shutdown for a lost controller.
+      auto r = transport_->Receive(options_.poll_ms);
+      while (r.has_value()) {
+        Handle(std::move(*r));
+        r = transport_->Receive(0);
+      }
+    }
+  };
+  wait_for_exit(options_.shutdown_grace_s);
+  if (!launcher_->Running().empty()) {
+    for (int pid : launcher_->Running()) {
+      ActorInfo* a = registry_.FindByLaunchedPid(pid);
+      spdlog::warn("{} (pid {}) did not exit in {} s; sending SIGTERM", a ? a->id : "child", pid,
+                   options_.shutdown_grace_s);
+      launcher_->Signal(pid, SIGTERM);
+    }
+    wait_for_exit(2.0);
+  }
+  for (int pid : launcher_->Running()) {
+    spdlog::warn("pid {} ignored SIGTERM; sending SIGKILL", pid);
+    launcher_->Signal(pid, SIGKILL);
+  }
+  wait_for_exit(2.0);
+}
+
+}  // namespace rlforge

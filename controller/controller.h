@@ -1,0 +1,129 @@
+// Controller: the job's hub. Owns the actor registry, their health, and the
+// dispatch of work to them.
+//
+// transport -> Pump (decode, drop bad input, registration, heartbeats,
+//   results) -> health checks (exits, missed heartbeats, overdue work) -> Status
+//
+// The algorithm drives it synchronously: Submit work, then Await results; while
+// it waits, the controller keeps serving every actor. Everything runs on the
+// caller's thread; the only cross-thread input is the stop flag (signals).
+// Transport, clock and launcher are injected so tests need no sockets or sleeps.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/clock.h"
+#include "controller/actor_registry.h"
+#include "launch/process_launcher.h"
+#include "proto/transport.h"
+
+namespace rlforge {
+
+struct WorkOutcome {
+  std::string actor_id;
+  proto::WorkResult result;
+  std::vector<TensorFrame> tensors;
+  double seconds = 0;  // submit to result
+};
+
+// Counts of input the controller refused, by reason.
+struct DropStats {
+  uint64_t malformed = 0;
+  uint64_t wrong_version = 0;
+  uint64_t oversized = 0;
+  uint64_t unknown_sender = 0;
+  uint64_t wrong_job = 0;
+  uint64_t duplicate_results = 0;
+  uint64_t total() const {
+    return malformed + wrong_version + oversized + unknown_sender + wrong_job + duplicate_results;
+  }
+};
+
+class Controller {
+ public:
+  struct Options {
+    std::string job_id;
+    std::string config_yaml;  // sent to every actor in its Assignment
+    std::string run_dir;
+    int64_t heartbeat_interval_ms = 1000;
+    int64_t heartbeat_misses = 3;
+    double register_timeout_s = 60;
+    double request_timeout_s = 600;
+    double shutdown_grace_s = 5;
+    // Poll granularity while waiting; bounds how late a child's exit is noticed.
+    int poll_ms = 50;
+  };
+
+  // `launcher` may be null when every actor is external. Not owned; all must
+  // outlive the controller. `stop` (may be null) is set by signal handlers.
+  Controller(Options options, ServerTransport* transport, const Clock* clock,
+             ProcessLauncher* launcher, const std::atomic<int>* stop);
+
+  // Declares the actors of a role. Call before Launch/WaitForActors.
+  void ExpectRole(const std::string& role, int count, bool external);
+  // Starts every non-external actor with `make_spec(actor)` (local backend).
+  absl::Status LaunchAll(const std::function<ProcessSpec(const ActorInfo&)>& make_spec);
+  // Serves until every expected actor has registered.
+  absl::Status WaitForActors();
+
+  // Sends one unit of work; returns its work id.
+  absl::StatusOr<uint64_t> Submit(const std::string& actor_id, proto::WorkRequest request,
+                                  std::vector<TensorFrame> tensors = {});
+  // Serves until these works have results (in the given order), or fails with
+  // the reason the job must stop (an actor died, work failed or timed out, a stop signal).
+  absl::StatusOr<std::vector<WorkOutcome>> AwaitAll(const std::vector<uint64_t>& work_ids);
+  absl::StatusOr<WorkOutcome> Await(uint64_t work_id);
+
+  // One round of serving: waits up to timeout_ms for input, handles all of it,
+  // then checks health. Non-OK means the job must stop.
+  absl::Status Pump(int timeout_ms);
+
+  // Asks every live actor to exit, waits up to shutdown_grace_s, then
+  // terminates and finally kills what remains. Leaves no child running.
+  void Shutdown(const std::string& reason);
+
+  const ActorRegistry& actors() const { return registry_; }
+  const DropStats& drops() const { return drops_; }
+  std::string endpoint() const { return transport_->endpoint(); }
+  // Called for every Metrics message an actor sends.
+  void set_metrics_sink(std::function<void(const std::string&, const proto::Metrics&)> sink) {
+    metrics_sink_ = std::move(sink);
+  }
+
+ private:
+  struct Pending {
+    std::string actor_id;
+    int64_t submitted_us = 0;
+    bool done = false;
+    WorkOutcome outcome;
+  };
+
+  void Handle(Received r);
+  void HandleRegister(const std::string& peer, const proto::Envelope& env);
+  void HandleResult(ActorInfo& actor, Message msg);
+  void Reject(const std::string& peer, const std::string& reason);
+  absl::Status CheckHealth();
+  absl::Status ActorLost(const ActorInfo& actor, const std::string& what);
+  Message NewMessage() const;
+
+  Options options_;
+  ServerTransport* transport_;
+  const Clock* clock_;
+  ProcessLauncher* launcher_;
+  const std::atomic<int>* stop_;
+  ActorRegistry registry_;
+  std::map<uint64_t, Pending> pending_;
+  uint64_t next_work_id_ = 1;
+  DropStats drops_;
+  bool shutting_down_ = false;
+  std::function<void(const std::string&, const proto::Metrics&)> metrics_sink_;
+};
+
+}  // namespace rlforge

@@ -1,0 +1,347 @@
+// Controller logic over an in-memory transport, a fake clock and a fake
+// launcher: registration, liveness, dispatch and bad input, with no sockets
+// and no sleeps.
+#include "controller/controller.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include "proto/memory_transport.h"
+
+namespace rlforge {
+namespace {
+
+class FakeLauncher final : public ProcessLauncher {
+ public:
+  absl::StatusOr<int> Start(const ProcessSpec& spec) override {
+    int pid = 1000 + static_cast<int>(specs.size());
+    specs.push_back(spec);
+    running.push_back(pid);
+    return pid;
+  }
+  std::vector<ProcessExit> Reap() override { return std::exchange(exits, {}); }
+  void Signal(int pid, int signal) override {
+    signals.emplace_back(pid, signal);
+    Exit(pid, true, signal);
+  }
+  std::vector<int> Running() const override { return running; }
+  void Exit(int pid, bool signaled, int code) {
+    auto it = std::find(running.begin(), running.end(), pid);
+    if (it == running.end()) return;
+    running.erase(it);
+    exits.push_back(ProcessExit{pid, "", signaled, code});
+  }
+  std::vector<ProcessSpec> specs;
+  std::vector<int> running;
+  std::vector<ProcessExit> exits;
+  std::vector<std::pair<int, int>> signals;
+};
+
+class ControllerTest : public ::testing::Test {
+ protected:
+  // Built on first use, so a test may change options_ first.
+  Controller& controller() {
+    if (!controller_) {
+      controller_ =
+          std::make_unique<Controller>(options_, &transport_, &clock_, &launcher_, &stop_);
+    }
+    return *controller_;
+  }
+
+  static Controller::Options MakeOptions() {
+    Controller::Options o;
+    o.job_id = "job-1";
+    o.config_yaml = "job: {algorithm: echo}\n";
+    o.heartbeat_interval_ms = 1000;
+    o.heartbeat_misses = 3;
+    o.register_timeout_s = 10;
+    o.request_timeout_s = 30;
+    o.shutdown_grace_s = 1;
+    return o;
+  }
+
+  Message Envelope(const std::string& sender, const std::string& job = "job-1") {
+    Message m;
+    m.envelope.set_sender(sender);
+    m.envelope.set_job_id(job);
+    return m;
+  }
+
+  void SendRegister(const std::string& peer, const std::string& role, int rank,
+                    const std::string& instance, const std::string& token = "") {
+    Message m = Envelope(instance, "");
+    auto* r = m.envelope.mutable_register_();
+    r->set_role(role);
+    r->set_requested_rank(rank);
+    r->set_instance_id(instance);
+    r->set_host("h");
+    r->set_pid(42);
+    r->set_launch_token(token);
+    transport_.Inject(peer, std::move(m));
+  }
+
+  void SendHeartbeat(const std::string& peer, const std::string& actor) {
+    Message m = Envelope(actor);
+    m.envelope.mutable_heartbeat()->set_state(proto::Heartbeat::IDLE);
+    transport_.Inject(peer, std::move(m));
+  }
+
+  void SendResult(const std::string& peer, const std::string& actor, uint64_t work_id, bool ok,
+                  const std::string& error = "") {
+    Message m = Envelope(actor);
+    auto* r = m.envelope.mutable_work_result();
+    r->set_work_id(work_id);
+    r->set_ok(ok);
+    r->set_error(error);
+    m.tensors.push_back(TensorFrame::FromVector<int32_t>("y", {7, 8}));
+    transport_.Inject(peer, std::move(m));
+  }
+
+  // Two external echo actors, registered.
+  void RegisterTwo() {
+    controller().ExpectRole("echo", 2, /*external=*/true);
+    SendRegister("p0", "echo", -1, "i0");
+    SendRegister("p1", "echo", -1, "i1");
+    ASSERT_TRUE(controller().WaitForActors().ok());
+    transport_.TakeSent();
+  }
+
+  MemoryServerTransport transport_;
+  FakeClock clock_;
+  FakeLauncher launcher_;
+  std::atomic<int> stop_{0};
+  Controller::Options options_ = MakeOptions();
+  std::unique_ptr<Controller> controller_;
+};
+
+TEST_F(ControllerTest, RegistrationAssignsRanksAndSendsConfig) {
+  controller().ExpectRole("echo", 2, true);
+  SendRegister("p0", "echo", -1, "i0");
+  SendRegister("p1", "echo", -1, "i1");
+  ASSERT_TRUE(controller().WaitForActors().ok());
+  auto sent = transport_.TakeSent();
+  ASSERT_EQ(sent.size(), 2u);
+  EXPECT_EQ(sent[0].first, "p0");
+  const proto::Assignment& a = sent[0].second.envelope.assignment();
+  EXPECT_EQ(a.actor_id(), "echo-0");
+  EXPECT_EQ(a.world_size(), 2);
+  EXPECT_EQ(a.config_yaml(), "job: {algorithm: echo}\n");
+  EXPECT_EQ(sent[0].second.envelope.job_id(), "job-1");
+  EXPECT_EQ(sent[1].second.envelope.assignment().actor_id(), "echo-1");
+}
+
+TEST_F(ControllerTest, RetriedRegisterGetsTheSameAssignment) {
+  controller().ExpectRole("echo", 2, true);
+  SendRegister("p0", "echo", -1, "i0");
+  SendRegister("p0", "echo", -1, "i0");
+  ASSERT_TRUE(controller().Pump(0).ok());
+  auto sent = transport_.TakeSent();
+  ASSERT_EQ(sent.size(), 2u);
+  EXPECT_EQ(sent[1].second.envelope.assignment().actor_id(), "echo-0");
+  EXPECT_EQ(controller().actors().Pending().size(), 1u);
+}
+
+TEST_F(ControllerTest, UnknownRoleAndTakenRankAreRejected) {
+  controller().ExpectRole("echo", 1, true);
+  SendRegister("p0", "trainer", -1, "i0");
+  SendRegister("p1", "echo", 0, "i1");
+  SendRegister("p2", "echo", 0, "i2");
+  ASSERT_TRUE(controller().Pump(0).ok());
+  auto sent = transport_.TakeSent();
+  ASSERT_EQ(sent.size(), 3u);
+  EXPECT_NE(sent[0].second.envelope.reject().reason().find("role 'trainer' is not part"),
+            std::string::npos);
+  EXPECT_TRUE(sent[1].second.envelope.has_assignment());
+  EXPECT_NE(sent[2].second.envelope.reject().reason().find("echo-0 is already registered"),
+            std::string::npos);
+}
+
+TEST_F(ControllerTest, LaunchedSlotNeedsItsLaunchToken) {
+  controller().ExpectRole("echo", 1, false);
+  ASSERT_TRUE(controller()
+                  .LaunchAll([](const ActorInfo& a) {
+                    return ProcessSpec{a.id, {"/bin/true"}, "/tmp/x.log", {}};
+                  })
+                  .ok());
+  ASSERT_EQ(launcher_.specs.size(), 1u);
+  std::string token = launcher_.specs[0].env.at("RLFORGE_LAUNCH_TOKEN");
+  SendRegister("intruder", "echo", 0, "i9", "wrong");
+  SendRegister("p0", "echo", 0, "i0", token);
+  ASSERT_TRUE(controller().WaitForActors().ok());
+  auto sent = transport_.TakeSent();
+  EXPECT_TRUE(sent[0].second.envelope.has_reject());
+  EXPECT_EQ(sent[1].first, "p0");
+  EXPECT_TRUE(sent[1].second.envelope.has_assignment());
+}
+
+TEST_F(ControllerTest, WaitForActorsTimesOutNamingTheMissingOne) {
+  options_.heartbeat_misses = 1000;
+  controller().ExpectRole("echo", 2, true);
+  SendRegister("p0", "echo", -1, "i0");
+  clock_.set_auto_advance_micros(1000);
+  absl::Status s = controller().WaitForActors();
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(s.message().find("echo-1"), std::string::npos) << s;
+  EXPECT_EQ(s.message().find("echo-0 "), std::string::npos) << s;
+}
+
+TEST_F(ControllerTest, HeartbeatsKeepActorsAliveAndSilenceKillsTheJob) {
+  RegisterTwo();
+  for (int i = 0; i < 5; ++i) {
+    clock_.AdvanceMillis(1000);
+    SendHeartbeat("h0", "echo-0");
+    SendHeartbeat("h1", "echo-1");
+    ASSERT_TRUE(controller().Pump(0).ok());
+  }
+  auto sent = transport_.TakeSent();
+  EXPECT_EQ(sent.size(), 10u) << "every heartbeat is acknowledged";
+  EXPECT_TRUE(sent[0].second.envelope.has_heartbeat_ack());
+  clock_.AdvanceMillis(2500);
+  SendHeartbeat("h0", "echo-0");
+  ASSERT_TRUE(controller().Pump(0).ok());
+  clock_.AdvanceMillis(1000);
+  SendHeartbeat("h0", "echo-0");
+  absl::Status s = controller().Pump(0);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(s.message().find("actor echo-1 (pid 42 on h) missed 3 heartbeats"), std::string::npos)
+      << s;
+}
+
+TEST_F(ControllerTest, QueuedHeartbeatsCountBeforeTheLivenessCheck) {
+  RegisterTwo();
+  // The caller was busy for 10 s, but both actors kept sending: no false alarm.
+  clock_.AdvanceMillis(10'000);
+  SendHeartbeat("h0", "echo-0");
+  SendHeartbeat("h1", "echo-1");
+  EXPECT_TRUE(controller().Pump(0).ok());
+}
+
+TEST_F(ControllerTest, SubmitAndAwaitReturnResultsInOrder) {
+  RegisterTwo();
+  proto::WorkRequest req;
+  req.mutable_echo();
+  auto a = controller().Submit("echo-0", req, {});
+  auto b = controller().Submit("echo-1", req, {});
+  ASSERT_TRUE(a.ok() && b.ok());
+  auto sent = transport_.TakeSent();
+  ASSERT_EQ(sent.size(), 2u);
+  EXPECT_EQ(sent[0].first, "p0");
+  EXPECT_EQ(sent[0].second.envelope.work_request().work_id(), *a);
+  SendResult("p1", "echo-1", *b, true);
+  SendResult("p0", "echo-0", *a, true);
+  SendResult("p0", "echo-0", *a, true);  // duplicate: ignored
+  clock_.AdvanceMillis(5);
+  auto out = controller().AwaitAll({*a, *b});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ((*out)[0].actor_id, "echo-0");
+  EXPECT_EQ((*out)[1].actor_id, "echo-1");
+  EXPECT_EQ((*out)[0].tensors[0].ToVector<int32_t>(), (std::vector<int32_t>{7, 8}));
+  EXPECT_NEAR((*out)[0].seconds, 0.005, 1e-9);
+  ASSERT_TRUE(controller().Pump(0).ok());
+  EXPECT_EQ(controller().drops().duplicate_results, 1u);
+}
+
+TEST_F(ControllerTest, FailedWorkStopsWithTheActorsMessage) {
+  RegisterTwo();
+  auto id = controller().Submit("echo-0", proto::WorkRequest{}, {});
+  ASSERT_TRUE(id.ok());
+  SendResult("p0", "echo-0", *id, false, "env 3 returned NaN");
+  auto out = controller().Await(*id);
+  ASSERT_FALSE(out.ok());
+  EXPECT_NE(out.status().message().find("failed on echo-0: env 3 returned NaN"), std::string::npos);
+}
+
+TEST_F(ControllerTest, OverdueWorkNamesTheActor) {
+  RegisterTwo();
+  auto id = controller().Submit("echo-1", proto::WorkRequest{}, {});
+  ASSERT_TRUE(id.ok());
+  clock_.AdvanceMillis(31'000);
+  SendHeartbeat("h0", "echo-0");
+  SendHeartbeat("h1", "echo-1");
+  auto out = controller().Await(*id);
+  ASSERT_FALSE(out.ok());
+  EXPECT_NE(out.status().message().find("echo-1"), std::string::npos);
+  EXPECT_NE(out.status().message().find("request_timeout_s"), std::string::npos);
+}
+
+TEST_F(ControllerTest, BadInputIsDroppedAndCountedAndServingContinues) {
+  RegisterTwo();
+  std::vector<zmq::message_t> garbage;
+  garbage.emplace_back(std::string("\x08\x96\x01 not a protobuf \xff\xfe"));
+  transport_.InjectFrames("evil", std::move(garbage));
+  transport_.InjectFrames("evil", {});
+  Message wrong = Envelope("echo-0");
+  wrong.envelope.mutable_heartbeat();
+  auto frames = Encode(std::move(wrong));
+  proto::Envelope env;
+  env.ParseFromArray(frames[0].data(), static_cast<int>(frames[0].size()));
+  env.set_protocol_version(99);
+  frames[0] = zmq::message_t(env.SerializeAsString());
+  transport_.InjectFrames("old", std::move(frames));
+  SendHeartbeat("h9", "echo-7");  // unregistered sender
+  SendHeartbeat("h0", "echo-0");  // still served
+  Message other_job = Envelope("echo-1", "job-2");
+  other_job.envelope.mutable_heartbeat();
+  transport_.Inject("h1", std::move(other_job));
+  ASSERT_TRUE(controller().Pump(0).ok());
+  EXPECT_EQ(controller().drops().malformed, 2u);
+  EXPECT_EQ(controller().drops().wrong_version, 1u);
+  EXPECT_EQ(controller().drops().unknown_sender, 1u);
+  EXPECT_EQ(controller().drops().wrong_job, 1u);
+  auto sent = transport_.TakeSent();
+  bool rejected_old = false, acked = false;
+  for (auto& [peer, m] : sent) {
+    if (peer == "old" && m.envelope.has_reject()) rejected_old = true;
+    if (peer == "h0" && m.envelope.has_heartbeat_ack()) acked = true;
+  }
+  EXPECT_TRUE(rejected_old) << "a wrong-version peer is told why";
+  EXPECT_TRUE(acked);
+}
+
+TEST_F(ControllerTest, ChildExitStopsTheJobNamingActorAndSignal) {
+  controller().ExpectRole("echo", 1, false);
+  ASSERT_TRUE(controller()
+                  .LaunchAll([](const ActorInfo& a) {
+                    return ProcessSpec{a.id, {"/bin/true"}, "/nonexistent/echo-0.log", {}};
+                  })
+                  .ok());
+  SendRegister("p0", "echo", 0, "i0", launcher_.specs[0].env.at("RLFORGE_LAUNCH_TOKEN"));
+  ASSERT_TRUE(controller().WaitForActors().ok());
+  launcher_.Exit(1000, true, SIGKILL);
+  absl::Status s = controller().Pump(0);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(s.message().find("actor echo-0 (pid 42 on h) killed by signal 9"), std::string::npos)
+      << s;
+  EXPECT_NE(s.message().find("its log: /nonexistent/echo-0.log"), std::string::npos) << s;
+}
+
+TEST_F(ControllerTest, StopFlagCancels) {
+  RegisterTwo();
+  stop_ = SIGINT;
+  absl::Status s = controller().Pump(0);
+  EXPECT_EQ(s.code(), absl::StatusCode::kCancelled);
+  EXPECT_NE(s.message().find("signal 2"), std::string::npos);
+}
+
+TEST_F(ControllerTest, ShutdownTellsActorsThenForcesStragglers) {
+  controller().ExpectRole("echo", 1, false);
+  ASSERT_TRUE(controller()
+                  .LaunchAll([](const ActorInfo& a) {
+                    return ProcessSpec{a.id, {"/bin/true"}, "/tmp/x.log", {}};
+                  })
+                  .ok());
+  SendRegister("p0", "echo", 0, "i0", launcher_.specs[0].env.at("RLFORGE_LAUNCH_TOKEN"));
+  ASSERT_TRUE(controller().WaitForActors().ok());
+  transport_.TakeSent();
+  controller().Shutdown("done");
+  auto sent = transport_.TakeSent();
+  ASSERT_FALSE(sent.empty());
+  EXPECT_EQ(sent[0].second.envelope.shutdown().reason(), "done");
+  // The fake child ignored the message, so it got SIGTERM and is gone.
+  ASSERT_EQ(launcher_.signals.size(), 1u);
+  EXPECT_EQ(launcher_.signals[0].second, SIGTERM);
+  EXPECT_TRUE(launcher_.Running().empty());
+}
+
+}  // namespace
+}  // namespace rlforge

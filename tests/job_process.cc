@@ -1,0 +1,93 @@
+#include "tests/job_process.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+namespace rlforge::testing {
+
+std::string RlforgeBin() {
+  const char* b = std::getenv("RLFORGE_BIN");
+  return b ? b : RLFORGE_BIN_DEFAULT;
+}
+
+std::string SourceDir() {
+  const char* s = std::getenv("RLFORGE_SOURCE_DIR");
+  return s ? s : RLFORGE_SOURCE_DIR_DEFAULT;
+}
+
+std::string FreshDir(const std::string& name) {
+  auto p =
+      std::filesystem::temp_directory_path() / ("rlforge_e2e_" + std::to_string(getpid())) / name;
+  std::filesystem::remove_all(p);
+  std::filesystem::create_directories(p);
+  return p.string();
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+JobProcess::JobProcess(const std::vector<std::string>& args, const std::string& output_path)
+    : output_path_(output_path) {
+  std::vector<std::string> argv = {RlforgeBin()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  std::filesystem::remove(output_path);
+  auto pid = launcher_.Start(ProcessSpec{"rlforge", argv, output_path, {}});
+  if (pid.ok()) pid_ = *pid;
+}
+
+JobProcess::~JobProcess() = default;
+
+bool JobProcess::WaitForOutput(const std::string& text, double timeout_s) {
+  auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (std::chrono::steady_clock::now() < until) {
+    if (Output().find(text) != std::string::npos) return true;
+    if (code_.has_value()) return false;
+    for (const auto& e : launcher_.Reap()) code_ = e.signaled ? 128 + e.code : e.code;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+std::optional<int> JobProcess::Wait(double timeout_s) {
+  auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (!code_.has_value() && std::chrono::steady_clock::now() < until) {
+    for (const auto& e : launcher_.Reap()) code_ = e.signaled ? 128 + e.code : e.code;
+    if (!code_) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return code_;
+}
+
+void JobProcess::Signal(int sig) { kill(pid_, sig); }
+
+std::pair<int, std::string> RunRlforge(const std::vector<std::string>& args, double timeout_s) {
+  static int counter = 0;
+  std::string out = FreshDir("run_" + std::to_string(counter++)) + "/output.txt";
+  JobProcess p(args, out);
+  auto code = p.Wait(timeout_s);
+  return {code.value_or(-1), p.Output()};
+}
+
+std::vector<int> ActorPids(const std::string& output) {
+  std::vector<int> pids;
+  static const std::regex re(R"(started \S+ \(pid (\d+)\))");
+  for (auto it = std::sregex_iterator(output.begin(), output.end(), re);
+       it != std::sregex_iterator(); ++it) {
+    pids.push_back(std::stoi((*it)[1]));
+  }
+  return pids;
+}
+
+bool ProcessExists(int pid) { return kill(pid, 0) == 0; }
+
+}  // namespace rlforge::testing
