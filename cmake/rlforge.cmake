@@ -18,11 +18,10 @@ function(rlforge_test name)
   endif()
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gtest_main rlforge_warnings)
-  # Where tests find the binary and the source tree (the environment may override).
-  target_compile_definitions(${name} PRIVATE
-    RLFORGE_BIN_DEFAULT="${CMAKE_BINARY_DIR}/rlforge"
-    RLFORGE_SOURCE_DIR_DEFAULT="${CMAKE_SOURCE_DIR}")
   gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60 DISCOVERY_MODE PRE_TEST
                        PROPERTIES LABELS ${ARG_LABELS})
 endfunction()
 include(cmake/proto.cmake)
+include(cmake/torch.cmake)
+configure_file(${CMAKE_SOURCE_DIR}/cmake/paths.h.in ${CMAKE_BINARY_DIR}/rlforge_paths.h @ONLY)
+configure_file(${CMAKE_SOURCE_DIR}/cmake/paths.h.in ${CMAKE_BINARY_DIR}/rlforge_paths.h @ONLY)

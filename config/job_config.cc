@@ -68,6 +68,31 @@ std::shared_ptr<const Schema> LaunchSection() {
   return b.Build();
 }
 
+std::shared_ptr<const Schema> TrainerSection() {
+  SchemaBuilder<TrainerOptions> b("The learner: ranks, threads and the AdamW optimiser.");
+  b.Int("ranks", &TrainerOptions::ranks, "Trainer processes (rank 0 leads).").Min(1).Max(1024);
+  b.Int("threads", &TrainerOptions::threads,
+        "Intra-op threads per trainer rank; 0 divides this host's cores among the ranks.")
+      .Min(0);
+  b.Double("lr", &TrainerOptions::lr, "Peak learning rate.").Min(0, false);
+  b.Choice("lr_schedule", &TrainerOptions::lr_schedule, {"constant", "linear", "cosine"},
+           "Decay after warm-up: constant, linear to min_lr_ratio*lr, or cosine to it.");
+  b.Int("warmup_steps", &TrainerOptions::warmup_steps, "Optimiser steps of linear warm-up.")
+      .Min(0);
+  b.Double("min_lr_ratio", &TrainerOptions::min_lr_ratio,
+           "Final learning rate as a fraction of lr (linear and cosine schedules).")
+      .Min(0)
+      .Max(1);
+  b.Double("adam_beta1", &TrainerOptions::adam_beta1, "AdamW beta1.").Min(0).Max(1, false);
+  b.Double("adam_beta2", &TrainerOptions::adam_beta2, "AdamW beta2.").Min(0).Max(1, false);
+  b.Double("adam_eps", &TrainerOptions::adam_eps, "AdamW epsilon.").Min(0, false);
+  b.Double("weight_decay", &TrainerOptions::weight_decay, "AdamW decoupled weight decay.").Min(0);
+  b.Double("max_grad_norm", &TrainerOptions::max_grad_norm,
+           "Clip the global gradient norm to this; 0 disables clipping.")
+      .Min(0);
+  return b.Build();
+}
+
 std::shared_ptr<const Schema> EchoSection() {
   SchemaBuilder<EchoOptions> b(
       "Transport self-test (`job.algorithm: echo`): every request carries random tensors "
@@ -90,6 +115,7 @@ std::shared_ptr<const Schema> BuildJobSchema() {
   b.Section("job", &JobConfig::job, JobSection());
   b.Section("controller", &JobConfig::controller, ControllerSection());
   b.Section("launch", &JobConfig::launch, LaunchSection());
+  b.Section("trainer", &JobConfig::trainer, TrainerSection());
   b.Section("echo", &JobConfig::echo, EchoSection());
   b.Check([](const JobConfig& c, config::CheckContext& ctx) {
     if (c.job.algorithm == "echo" && c.echo.workers < 1) {

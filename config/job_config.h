@@ -34,6 +34,21 @@ struct ControllerOptions {
   double shutdown_grace_s = 5;
 };
 
+// The learner's optimisation settings, shared by every algorithm that trains.
+struct TrainerOptions {
+  int64_t ranks = 1;
+  int64_t threads = 0;  // intra-op threads per rank; 0: cores / ranks
+  double lr = 3e-4;
+  std::string lr_schedule = "constant";
+  int64_t warmup_steps = 0;
+  double min_lr_ratio = 0.0;
+  double adam_beta1 = 0.9;
+  double adam_beta2 = 0.999;
+  double adam_eps = 1e-8;
+  double weight_decay = 0.0;
+  double max_grad_norm = 1.0;
+};
+
 struct LaunchOptions {
   std::string backend = "local";
 };
@@ -52,6 +67,7 @@ struct JobConfig {
   JobOptions job;
   ControllerOptions controller;
   LaunchOptions launch;
+  TrainerOptions trainer;
   EchoOptions echo;
 };
 

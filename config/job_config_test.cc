@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "rlforge_paths.h"
+
 #include <fstream>
 #include <sstream>
 

@@ -1,5 +1,7 @@
 #include "tests/job_process.h"
 
+#include "rlforge_paths.h"
+
 #include <signal.h>
 #include <unistd.h>
 
