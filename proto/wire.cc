@@ -1,6 +1,7 @@
 #include "proto/wire.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 
 namespace rlforge {
 
@@ -53,38 +54,51 @@ absl::StatusOr<Message> Decode(std::vector<zmq::message_t> frames, const WireLim
                                                    " tensors but ", frames.size() - 1,
                                                    " tensor frames arrived"));
   }
-  msg.tensors.reserve(env.tensors_size());
-  for (int i = 0; i < env.tensors_size(); ++i) {
-    const proto::TensorMeta& meta = env.tensors(i);
-    size_t elem = DTypeSize(meta.dtype());
+  ASSIGN_OR_RETURN(msg.tensors, DecodeTensorFrames(MetaViews(env.tensors()), frames, 1, limits));
+  return msg;
+}
+
+absl::StatusOr<std::vector<TensorFrame>> DecodeTensorFrames(
+    const std::vector<TensorMetaView>& metas, std::vector<zmq::message_t>& frames, size_t first,
+    const WireLimits& limits) {
+  if (metas.size() + first != frames.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("header announces ", metas.size(),
+                                                   " tensors but ", frames.size() - first,
+                                                   " tensor frames arrived"));
+  }
+  std::vector<TensorFrame> out;
+  out.reserve(metas.size());
+  for (size_t i = 0; i < metas.size(); ++i) {
+    const TensorMetaView& meta = metas[i];
+    auto dtype = static_cast<DType>(meta.dtype);
+    size_t elem = DTypeSize(dtype);
     if (elem == 0) {
       return absl::InvalidArgumentError(
-          absl::StrCat("tensor ", i, " '", meta.name(), "': unknown dtype ", meta.dtype()));
+          absl::StrCat("tensor ", i, " '", meta.name, "': unknown dtype ", meta.dtype));
     }
     // Multiply with an overflow guard: a hostile shape must not wrap around.
     size_t bytes = elem;
-    for (int64_t d : meta.shape()) {
+    for (int64_t d : meta.shape) {
       if (d < 0) {
         return absl::InvalidArgumentError(
-            absl::StrCat("tensor ", i, " '", meta.name(), "': negative dimension ", d));
+            absl::StrCat("tensor ", i, " '", meta.name, "': negative dimension ", d));
       }
       if (d > 0 && bytes > limits.max_message_bytes / static_cast<size_t>(d)) {
         return absl::ResourceExhaustedError(
-            absl::StrCat("tensor ", i, " '", meta.name(), "': shape exceeds the size limit"));
+            absl::StrCat("tensor ", i, " '", meta.name, "': shape exceeds the size limit"));
       }
       bytes *= static_cast<size_t>(d);
     }
-    size_t got = frames[i + 1].size();
-    if (bytes != meta.nbytes() || got != bytes) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "tensor ", i, " '", meta.name(), "': shape and dtype need ", bytes,
-          " bytes, header says ", meta.nbytes(), ", frame has ", got, " (truncated?)"));
+    size_t got = frames[first + i].size();
+    if (bytes != meta.nbytes || got != bytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor ", i, " '", meta.name, "': shape and dtype need ", bytes,
+                       " bytes, header says ", meta.nbytes, ", frame has ", got, " (truncated?)"));
     }
-    std::vector<int64_t> shape(meta.shape().begin(), meta.shape().end());
-    msg.tensors.push_back(TensorFrame::FromMessage(meta.name(), meta.dtype(), std::move(shape),
-                                                   std::move(frames[i + 1])));
+    out.push_back(
+        TensorFrame::FromMessage(meta.name, dtype, meta.shape, std::move(frames[first + i])));
   }
-  return msg;
+  return out;
 }
 
 std::string BodyName(const proto::Envelope& envelope) {

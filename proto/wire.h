@@ -40,6 +40,30 @@ std::vector<zmq::message_t> Encode(Message msg);
 // kInvalidArgument for anything malformed.
 absl::StatusOr<Message> Decode(std::vector<zmq::message_t> frames, const WireLimits& limits);
 
+// A tensor header as both protocols (control and sim_bridge) describe it.
+struct TensorMetaView {
+  std::string name;
+  int dtype = 0;
+  std::vector<int64_t> shape;
+  uint64_t nbytes = 0;
+};
+
+template <typename MetaList>
+std::vector<TensorMetaView> MetaViews(const MetaList& metas) {
+  std::vector<TensorMetaView> out;
+  for (const auto& m : metas) {
+    out.push_back(
+        {m.name(), static_cast<int>(m.dtype()), {m.shape().begin(), m.shape().end()}, m.nbytes()});
+  }
+  return out;
+}
+
+// Checks frames[first + i] against metas[i] (dtype known, shape x dtype size ==
+// nbytes == frame size, no overflow) and adopts them as TensorFrames.
+absl::StatusOr<std::vector<TensorFrame>> DecodeTensorFrames(
+    const std::vector<TensorMetaView>& metas, std::vector<zmq::message_t>& frames, size_t first,
+    const WireLimits& limits);
+
 // Name of the envelope's body ("register", "work_request", ...), for logs.
 std::string BodyName(const proto::Envelope& envelope);
 
