@@ -4,6 +4,7 @@
 //   rlforge controller JOB.yaml [key=value]   run the controller; every actor joins by hand
 //   rlforge validate JOB.yaml [key=value ...] check a job file without running it
 //   rlforge actor --role R --connect ADDR     join a running job as one actor
+//   rlforge sim-server --env ID --num-envs N --bind ADDR   serve built-in envs over sim_bridge
 //   rlforge config-docs [--write FILE]        print (or update) the config key reference
 //
 // Exit codes: 0 success, 1 the job failed, 2 bad usage or bad config,
@@ -20,9 +21,11 @@
 #include "CLI/CLI.hpp"
 #include "actors/actor_runtime.h"
 #include "common/logging.h"
+#include "common/status.h"
 #include "config/job_config.h"
 #include "controller/job_runner.h"
 #include "launch/process_launcher.h"
+#include "sim_bridge/sim_server.h"
 
 namespace {
 
@@ -101,6 +104,26 @@ int CmdConfigDocs(const std::string& write_path) {
   return out ? 0 : 1;
 }
 
+int CmdSimServer(const std::string& env_id, int num_envs, int max_steps, const std::string& bind) {
+  rlforge::InitLogging("sim-server", "info");
+  auto envs = rlforge::sim::LocalVectorEnv::Create(env_id, num_envs, max_steps);
+  if (!envs.ok()) {
+    std::fprintf(stderr, "error: --env: %s\n", rlforge::Msg(envs.status()).c_str());
+    return 2;
+  }
+  zmq::context_t ctx;
+  auto server = rlforge::sim::SimServer::Bind(ctx, std::move(*envs), bind);
+  if (!server.ok()) {
+    std::fprintf(stderr, "error: --bind: %s\n", rlforge::Msg(server.status()).c_str());
+    return 2;
+  }
+  InstallSignalHandlers();
+  spdlog::info("serving {} x {} on {}", env_id, num_envs, (*server)->endpoint());
+  (*server)->Serve(&g_stop);
+  spdlog::info("stopping after {} requests", (*server)->requests_served());
+  return 0;
+}
+
 int CmdActor(const rlforge::ActorOptions& base, const std::string& log_level) {
   rlforge::ActorOptions o = base;
   const char* token = std::getenv("RLFORGE_LAUNCH_TOKEN");
@@ -142,6 +165,16 @@ int main(int argc, char** argv) {
                   "Seconds to keep trying to register");
   act->add_option("--log-level", log_level, "trace, debug, info, warn or error");
 
+  std::string sim_env, sim_bind;
+  int sim_num_envs = 1, sim_max_steps = 0;
+  auto* simsrv =
+      app.add_subcommand("sim-server", "Serve built-in envs over the sim_bridge protocol");
+  simsrv->add_option("--env", sim_env, "Env id, e.g. CartPole-v1")->required();
+  simsrv->add_option("--num-envs", sim_num_envs, "Envs in the batch")->check(CLI::PositiveNumber);
+  simsrv->add_option("--max-episode-steps", sim_max_steps, "Time limit; 0 keeps the env's own");
+  simsrv->add_option("--bind", sim_bind, "Address, e.g. tcp://127.0.0.1:5555 or ipc:///tmp/s.sock")
+      ->required();
+
   std::string write_path;
   auto* docs = app.add_subcommand("config-docs", "Print the reference of every job-file key");
   docs->add_option("--write", write_path, "Update the generated part of this markdown file");
@@ -161,5 +194,6 @@ int main(int argc, char** argv) {
   if (*validate) return CmdValidate(job_path, overrides);
   if (*act) return CmdActor(actor, log_level);
   if (*docs) return CmdConfigDocs(write_path);
+  if (*simsrv) return CmdSimServer(sim_env, sim_num_envs, sim_max_steps, sim_bind);
   return 2;
 }

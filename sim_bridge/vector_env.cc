@@ -39,6 +39,7 @@ LocalVectorEnv::LocalVectorEnv(std::vector<std::unique_ptr<Env>> envs, int max_e
 
 absl::Status LocalVectorEnv::CheckFinite(int i, const float* obs, double reward,
                                          const char* what) const {
+  last_error_env_ = i;
   int64_t n = spec_.observation.flat_size();
   for (int64_t k = 0; k < n; ++k) {
     if (!std::isfinite(obs[k])) {
@@ -50,6 +51,7 @@ absl::Status LocalVectorEnv::CheckFinite(int i, const float* obs, double reward,
     return absl::DataLossError(
         absl::StrCat("env ", i, " (", spec_.id, ") returned reward ", reward, " on ", what));
   }
+  last_error_env_ = -1;
   return absl::OkStatus();
 }
 
@@ -101,6 +103,7 @@ absl::Status LocalVectorEnv::Step(const void* actions, StepOutput* out) {
     if (spec_.action.is_discrete()) {
       int64_t ai = *static_cast<const int64_t*>(a);
       if (ai < 0 || ai >= spec_.action.n) {
+        last_error_env_ = i;
         return absl::InvalidArgumentError(absl::StrCat("env ", i, " (", spec_.id, "): action ", ai,
                                                        " is outside ", spec_.action.ToString()));
       }

@@ -69,6 +69,8 @@ class LocalVectorEnv final : public VectorEnv {
   absl::Status Reset(absl::Span<const int64_t> seeds, std::vector<float>* obs) override;
   absl::Status Step(const void* actions, StepOutput* out) override;
   std::string location() const override { return "in-process"; }
+  // Index of the env that caused the last error, or -1.
+  int last_error_env() const { return last_error_env_; }
 
  private:
   absl::Status CheckFinite(int i, const float* obs, double reward, const char* what) const;
@@ -79,6 +81,7 @@ class LocalVectorEnv final : public VectorEnv {
   std::vector<int64_t> elapsed_;
   std::vector<double> episode_return_;
   bool started_ = false;
+  mutable int last_error_env_ = -1;
 };
 
 }  // namespace rlforge::sim

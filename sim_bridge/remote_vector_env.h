@@ -1,0 +1,67 @@
+// RemoteVectorEnv: envs that live in sim_bridge servers (any language), seen
+// as one VectorEnv. With several servers each step goes to all of them at
+// once, so their envs step in parallel; the batch is their concatenation.
+//
+// actions -> split per server -> StepRequest x K (concurrently) -> StepReply x K
+//   -> validated, concatenated StepOutput
+//
+// A server that does not answer within the timeout, answers garbage, or
+// reports a SimError fails the call with a message naming the server, its
+// address and the (global) env index. Not thread-safe.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "sim_bridge/sim_wire.h"
+#include "sim_bridge/vector_env.h"
+#include "zmq.hpp"
+
+namespace rlforge::sim {
+
+struct SimServerAddress {
+  std::string name;      // "sim-0", for messages
+  std::string endpoint;  // "ipc:///tmp/x.sock", "tcp://host:port"
+};
+
+class RemoteVectorEnv final : public VectorEnv {
+ public:
+  struct Options {
+    int timeout_ms = 30'000;
+    // How long to wait for each server's first answer (it may still be starting).
+    int connect_timeout_ms = 60'000;
+  };
+  static absl::StatusOr<std::unique_ptr<RemoteVectorEnv>> Connect(
+      zmq::context_t& ctx, std::vector<SimServerAddress> servers, Options options);
+
+  const EnvSpec& spec() const override { return spec_; }
+  int num_envs() const override { return total_envs_; }
+  absl::Status Reset(absl::Span<const int64_t> seeds, std::vector<float>* obs) override;
+  absl::Status Step(const void* actions, StepOutput* out) override;
+  std::string location() const override;
+
+ private:
+  struct Server {
+    SimServerAddress address;
+    zmq::socket_t socket;
+    int num_envs = 0;
+    int offset = 0;  // index of its first env in the batch
+    uint64_t seq = 0;
+  };
+  RemoteVectorEnv(std::vector<Server> servers, Options options);
+  absl::Status Send(Server& s, SimRequestMessage msg);
+  // Waits for one reply from every server in `which`; fills replies[i].
+  absl::Status ReceiveAll(std::vector<SimReplyMessage>* replies, int timeout_ms);
+  absl::Status CheckReply(const Server& s, const SimReplyMessage& r, const char* expected) const;
+  std::string Where(const Server& s) const;
+
+  std::vector<Server> servers_;
+  Options options_;
+  EnvSpec spec_;
+  int total_envs_ = 0;
+  std::vector<uint8_t> ended_;  // episode ended on the previous step: this one resets
+  WireLimits limits_;
+};
+
+}  // namespace rlforge::sim

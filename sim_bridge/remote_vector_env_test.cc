@@ -1,0 +1,178 @@
+// sim_bridge end to end in one process: SimServer threads and RemoteVectorEnv.
+#include "sim_bridge/remote_vector_env.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <thread>
+
+#include "sim_bridge/sim_server.h"
+#include "zmq_addon.hpp"
+
+namespace rlforge::sim {
+namespace {
+
+// A SimServer on its own thread for the duration of a test.
+class ServerThread {
+ public:
+  ServerThread(zmq::context_t& ctx, std::unique_ptr<LocalVectorEnv> envs) {
+    server_ = SimServer::Bind(ctx, std::move(envs), "tcp://127.0.0.1:0").value();
+    thread_ = std::thread([this] { server_->Serve(&stop_); });
+  }
+  ~ServerThread() {
+    stop_ = 1;
+    thread_.join();
+  }
+  std::string endpoint() const { return server_->endpoint(); }
+
+ private:
+  std::unique_ptr<SimServer> server_;
+  std::atomic<int> stop_{0};
+  std::thread thread_;
+};
+
+std::vector<int64_t> Seeds(int n) {
+  std::vector<int64_t> s;
+  for (int i = 0; i < n; ++i) s.push_back(100 + i);
+  return s;
+}
+
+TEST(RemoteVectorEnvTest, TwoServersEqualOneLocalBatchBitForBit) {
+  zmq::context_t ctx;
+  ServerThread a(ctx, LocalVectorEnv::Create("CartPole-v1", 3).value());
+  ServerThread b(ctx, LocalVectorEnv::Create("CartPole-v1", 3).value());
+  auto remote =
+      RemoteVectorEnv::Connect(ctx, {{"sim-0", a.endpoint()}, {"sim-1", b.endpoint()}}, {});
+  ASSERT_TRUE(remote.ok()) << remote.status();
+  EXPECT_EQ((*remote)->num_envs(), 6);
+  EXPECT_EQ((*remote)->spec().id, "CartPole-v1");
+  auto local = LocalVectorEnv::Create("CartPole-v1", 6).value();
+  std::vector<float> ro, lo;
+  ASSERT_TRUE((*remote)->Reset(Seeds(6), &ro).ok());
+  ASSERT_TRUE(local->Reset(Seeds(6), &lo).ok());
+  EXPECT_EQ(ro, lo);
+  StepOutput rs, ls;
+  int episodes = 0;
+  for (int t = 0; t < 300; ++t) {
+    std::vector<int64_t> act(6);
+    for (int i = 0; i < 6; ++i) act[i] = (t * 7 + i * 3) % 5 < 2 ? 1 : 0;
+    ASSERT_TRUE((*remote)->Step(act.data(), &rs).ok());
+    ASSERT_TRUE(local->Step(act.data(), &ls).ok());
+    ASSERT_EQ(rs.obs, ls.obs) << "step " << t;
+    ASSERT_EQ(rs.reward, ls.reward);
+    ASSERT_EQ(rs.terminated, ls.terminated);
+    ASSERT_EQ(rs.truncated, ls.truncated);
+    ASSERT_EQ(rs.reset, ls.reset) << "step " << t;
+    ASSERT_EQ(rs.episodes.size(), ls.episodes.size());
+    for (size_t e = 0; e < rs.episodes.size(); ++e) {
+      EXPECT_EQ(rs.episodes[e].env_index, ls.episodes[e].env_index);
+      EXPECT_EQ(rs.episodes[e].episode_return, ls.episodes[e].episode_return);
+    }
+    episodes += static_cast<int>(rs.episodes.size());
+  }
+  EXPECT_GT(episodes, 10);
+}
+
+TEST(RemoteVectorEnvTest, ContinuousActionsTravel) {
+  zmq::context_t ctx;
+  ServerThread a(ctx, LocalVectorEnv::Create("Pendulum-v1", 2).value());
+  auto remote = RemoteVectorEnv::Connect(ctx, {{"sim-0", a.endpoint()}}, {}).value();
+  auto local = LocalVectorEnv::Create("Pendulum-v1", 2).value();
+  std::vector<float> ro, lo;
+  ASSERT_TRUE(remote->Reset(Seeds(2), &ro).ok());
+  ASSERT_TRUE(local->Reset(Seeds(2), &lo).ok());
+  StepOutput rs, ls;
+  std::vector<float> act = {0.7f, -1.9f};
+  for (int t = 0; t < 210; ++t) {
+    ASSERT_TRUE(remote->Step(act.data(), &rs).ok());
+    ASSERT_TRUE(local->Step(act.data(), &ls).ok());
+    ASSERT_EQ(rs.obs, ls.obs);
+    ASSERT_EQ(rs.reward, ls.reward);
+    ASSERT_EQ(rs.truncated, ls.truncated);
+  }
+}
+
+TEST(RemoteVectorEnvTest, HungServerTimesOutNamingIt) {
+  zmq::context_t ctx;
+  zmq::socket_t silent(ctx, zmq::socket_type::router);
+  silent.set(zmq::sockopt::linger, 0);
+  silent.bind("tcp://127.0.0.1:*");
+  std::string ep = silent.get(zmq::sockopt::last_endpoint);
+  RemoteVectorEnv::Options o;
+  o.connect_timeout_ms = 300;
+  auto remote = RemoteVectorEnv::Connect(ctx, {{"sim-7", ep}}, o);
+  ASSERT_FALSE(remote.ok());
+  EXPECT_EQ(remote.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(remote.status().message().find("sim server sim-7 (" + ep + ") did not answer"),
+            std::string::npos)
+      << remote.status();
+}
+
+TEST(RemoteVectorEnvTest, GarbageReplyIsAnErrorNamingTheServer) {
+  zmq::context_t ctx;
+  zmq::socket_t liar(ctx, zmq::socket_type::router);
+  liar.set(zmq::sockopt::linger, 0);
+  liar.bind("tcp://127.0.0.1:*");
+  std::string ep = liar.get(zmq::sockopt::last_endpoint);
+  std::thread t([&] {
+    std::vector<zmq::message_t> req;
+    (void)zmq::recv_multipart(liar, std::back_inserter(req));
+    std::vector<zmq::message_t> rep;
+    rep.push_back(std::move(req[0]));
+    rep.emplace_back(std::string("\xff\xff not a reply"));
+    zmq::send_multipart(liar, rep);
+  });
+  auto remote = RemoteVectorEnv::Connect(ctx, {{"sim-2", ep}}, {});
+  t.join();
+  ASSERT_FALSE(remote.ok());
+  EXPECT_NE(remote.status().message().find("sim server sim-2"), std::string::npos);
+  EXPECT_NE(remote.status().message().find("bad reply"), std::string::npos) << remote.status();
+}
+
+TEST(RemoteVectorEnvTest, MismatchedServersAreRefused) {
+  zmq::context_t ctx;
+  ServerThread a(ctx, LocalVectorEnv::Create("CartPole-v1", 2).value());
+  ServerThread b(ctx, LocalVectorEnv::Create("Acrobot-v1", 2).value());
+  auto remote =
+      RemoteVectorEnv::Connect(ctx, {{"sim-0", a.endpoint()}, {"sim-1", b.endpoint()}}, {});
+  ASSERT_FALSE(remote.ok());
+  EXPECT_NE(remote.status().message().find("sim-1"), std::string::npos) << remote.status();
+}
+
+TEST(SimServerTest, BadActionsGetASimErrorAndTheServerKeepsServing) {
+  zmq::context_t ctx;
+  ServerThread a(ctx, LocalVectorEnv::Create("CartPole-v1", 2).value());
+  zmq::socket_t client(ctx, zmq::socket_type::dealer);
+  client.set(zmq::sockopt::linger, 0);
+  client.connect(a.endpoint());
+  auto call = [&](SimRequestMessage m) {
+    zmq::send_multipart(client, EncodeRequest(std::move(m)));
+    std::vector<zmq::message_t> rep;
+    (void)zmq::recv_multipart(client, std::back_inserter(rep));
+    return DecodeReply(std::move(rep), WireLimits{}).value();
+  };
+  SimRequestMessage reset;
+  reset.header.mutable_reset();
+  EXPECT_TRUE(call(std::move(reset)).header.has_reset());
+  SimRequestMessage bad;
+  bad.header.mutable_step();
+  bad.tensors.push_back(TensorFrame::FromVector<float>("actions", {1.f, 0.f}));
+  SimReplyMessage r = call(std::move(bad));
+  ASSERT_TRUE(r.header.has_error());
+  EXPECT_NE(r.header.error().message().find("actions must be i64 with 2 elements"),
+            std::string::npos)
+      << r.header.error().message();
+  SimRequestMessage out_of_range;
+  out_of_range.header.mutable_step();
+  out_of_range.tensors.push_back(TensorFrame::FromVector<int64_t>("actions", {0, 5}));
+  r = call(std::move(out_of_range));
+  ASSERT_TRUE(r.header.has_error());
+  EXPECT_EQ(r.header.error().env_index(), 1);
+  SimRequestMessage good;
+  good.header.mutable_step();
+  good.tensors.push_back(TensorFrame::FromVector<int64_t>("actions", {0, 1}));
+  EXPECT_TRUE(call(std::move(good)).header.has_step());
+}
+
+}  // namespace
+}  // namespace rlforge::sim

@@ -1,0 +1,49 @@
+// SimServer: serves one LocalVectorEnv over sim_bridge (docs/sim_bridge.md).
+//
+// ROUTER socket -> DecodeRequest -> spec | reset | step on the vector env ->
+// EncodeReply -> same peer
+//
+// Bad requests get a SimError reply and the server keeps serving; an env
+// failure (NaN, bad action) is a SimError naming the env index. Used by
+// `rlforge sim-server` and by tests in-process. One thread serves.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "proto/wire.h"
+#include "sim_bridge/sim_wire.h"
+#include "sim_bridge/vector_env.h"
+#include "zmq.hpp"
+
+namespace rlforge::sim {
+
+class SimServer {
+ public:
+  // Binds `address` ("tcp://127.0.0.1:0" picks a port; "ipc:///tmp/x.sock").
+  static absl::StatusOr<std::unique_ptr<SimServer>> Bind(zmq::context_t& ctx,
+                                                         std::unique_ptr<LocalVectorEnv> envs,
+                                                         const std::string& address);
+  std::string endpoint() const { return endpoint_; }
+  // Handles at most one request, waiting up to timeout_ms; false when none came.
+  bool ServeOne(int timeout_ms);
+  // Serves until *stop becomes non-zero.
+  void Serve(const std::atomic<int>* stop);
+  uint64_t requests_served() const { return served_; }
+
+ private:
+  SimServer(zmq::socket_t socket, std::string endpoint, std::unique_ptr<LocalVectorEnv> envs);
+  SimReplyMessage Handle(absl::StatusOr<SimRequestMessage> request);
+  SimReplyMessage HandleStep(SimRequestMessage& request);
+
+  zmq::socket_t socket_;
+  std::string endpoint_;
+  std::unique_ptr<LocalVectorEnv> envs_;
+  StepOutput out_;
+  WireLimits limits_;
+  uint64_t served_ = 0;
+};
+
+}  // namespace rlforge::sim
