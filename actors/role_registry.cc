@@ -2,6 +2,8 @@
 #include "actors/echo_role.h"
 #include "actors/role.h"
 #include "common/strings.h"
+#include "rollout/control_rollout_role.h"
+#include "trainer/ppo_trainer_role.h"
 
 namespace rlforge {
 
@@ -16,9 +18,24 @@ absl::StatusOr<std::unique_ptr<Role>> MakeEcho(const JobConfig&, const proto::As
   return std::make_unique<EchoRole>();
 }
 
+// Roles whose implementation depends on the algorithm dispatch on it.
+absl::StatusOr<std::unique_ptr<Role>> MakeRollout(const JobConfig& c, const proto::Assignment& a) {
+  if (c.job.algorithm == "ppo") return std::make_unique<ControlRolloutRole>(c, a);
+  return absl::InvalidArgumentError(
+      absl::StrCat("job.algorithm ", c.job.algorithm, " has no rollout role"));
+}
+
+absl::StatusOr<std::unique_ptr<Role>> MakeTrainer(const JobConfig& c, const proto::Assignment& a) {
+  if (c.job.algorithm == "ppo") return std::make_unique<PpoTrainerRole>(c, a);
+  return absl::InvalidArgumentError(
+      absl::StrCat("job.algorithm ", c.job.algorithm, " has no trainer role"));
+}
+
 // Every role an actor process can take. New roles add one line here.
 constexpr RoleEntry kRoles[] = {
     {"echo", &MakeEcho},
+    {"rollout", &MakeRollout},
+    {"trainer", &MakeTrainer},
 };
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "config/control_config.h"
 
 namespace rlforge {
 
@@ -16,8 +17,9 @@ std::shared_ptr<const Schema> JobSection() {
   b.String("name", &JobOptions::name,
            "Run name; the run directory is job.run_root/job.name. Default: the job file's "
            "name. An existing directory gets a numeric suffix.");
-  b.Choice("algorithm", &JobOptions::algorithm, {"echo"},
-           "The training loop. `echo` is the transport self-test.")
+  b.Choice("algorithm", &JobOptions::algorithm, {"echo", "ppo"},
+           "The training loop: `ppo` (control policies in simulators) or `echo` (the "
+           "transport self-test).")
       .Required();
   b.Int("seed", &JobOptions::seed, "Seed for every random choice in the job.").Min(0);
   b.Int("iterations", &JobOptions::iterations, "Iterations of the training loop.").Min(1);
@@ -77,8 +79,7 @@ std::shared_ptr<const Schema> TrainerSection() {
   b.Double("lr", &TrainerOptions::lr, "Peak learning rate.").Min(0, false);
   b.Choice("lr_schedule", &TrainerOptions::lr_schedule, {"constant", "linear", "cosine"},
            "Decay after warm-up: constant, linear to min_lr_ratio*lr, or cosine to it.");
-  b.Int("warmup_steps", &TrainerOptions::warmup_steps, "Optimiser steps of linear warm-up.")
-      .Min(0);
+  b.Int("warmup_steps", &TrainerOptions::warmup_steps, "Optimiser steps of linear warm-up.").Min(0);
   b.Double("min_lr_ratio", &TrainerOptions::min_lr_ratio,
            "Final learning rate as a fraction of lr (linear and cosine schedules).")
       .Min(0)
@@ -117,6 +118,7 @@ std::shared_ptr<const Schema> BuildJobSchema() {
   b.Section("launch", &JobConfig::launch, LaunchSection());
   b.Section("trainer", &JobConfig::trainer, TrainerSection());
   b.Section("echo", &JobConfig::echo, EchoSection());
+  AddControlSections(b);
   b.Check([](const JobConfig& c, config::CheckContext& ctx) {
     if (c.job.algorithm == "echo" && c.echo.workers < 1) {
       ctx.Error("echo.workers", "job.algorithm is echo, which needs at least 1 echo worker");

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "config/control_options.h"
 #include "config/loader.h"
 #include "config/schema.h"
 
@@ -69,6 +70,12 @@ struct JobConfig {
   LaunchOptions launch;
   TrainerOptions trainer;
   EchoOptions echo;
+  EnvOptions env;
+  SimOptions sim;
+  RolloutOptions rollout;
+  PolicyOptions policy;
+  PpoOptions ppo;
+  WeightsOptions weights;
 };
 
 // The schema of JobConfig (built once).

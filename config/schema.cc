@@ -234,6 +234,32 @@ MakeStringListParser() {
   };
 }
 
+std::function<bool(const YAML::Node&, std::vector<int64_t>*, std::string*)> MakeIntListParser() {
+  return [](const YAML::Node& n, std::vector<int64_t>* out, std::string* why) {
+    if (!n.IsSequence()) {
+      *why = absl::StrCat("expected a list of integers, got ", Describe(n));
+      return false;
+    }
+    std::vector<int64_t> v;
+    for (size_t i = 0; i < n.size(); ++i) {
+      int64_t x;
+      if (!ParseInt(n[i], &x, why)) {
+        *why = absl::StrCat("item ", i, ": ", *why);
+        return false;
+      }
+      v.push_back(x);
+    }
+    *out = std::move(v);
+    return true;
+  };
+}
+
+YAML::Node ShowIntList(const std::vector<int64_t>& v) {
+  YAML::Node n(YAML::NodeType::Sequence);
+  for (int64_t x : v) n.push_back(x);
+  return n;
+}
+
 YAML::Node ShowDoubleList(const std::vector<double>& v) {
   YAML::Node n(YAML::NodeType::Sequence);
   for (double d : v) n.push_back(FormatDouble(d));

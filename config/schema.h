@@ -141,6 +141,7 @@ class SchemaBuilder {
   FieldRef Choice(const std::string& name, std::string T::*m, std::vector<std::string> choices,
                   const std::string& doc);
   FieldRef DoubleList(const std::string& name, std::vector<double> T::*m, const std::string& doc);
+  FieldRef IntList(const std::string& name, std::vector<int64_t> T::*m, const std::string& doc);
   FieldRef StringList(const std::string& name, std::vector<std::string> T::*m,
                       const std::string& doc);
 
@@ -261,6 +262,8 @@ std::function<bool(const YAML::Node&, std::string*, std::string*)> MakeChoicePar
 std::function<bool(const YAML::Node&, std::vector<double>*, std::string*)> MakeDoubleListParser();
 std::function<bool(const YAML::Node&, std::vector<std::string>*, std::string*)>
 MakeStringListParser();
+std::function<bool(const YAML::Node&, std::vector<int64_t>*, std::string*)> MakeIntListParser();
+YAML::Node ShowIntList(const std::vector<int64_t>& v);
 YAML::Node ShowDoubleList(const std::vector<double>& v);
 YAML::Node ShowStringList(const std::vector<std::string>& v);
 std::string ChoiceType(const std::vector<std::string>& choices);
@@ -281,6 +284,14 @@ typename SchemaBuilder<T>::FieldRef SchemaBuilder<T>::DoubleList(const std::stri
                                                                  const std::string& doc) {
   return Scalar<std::vector<double>>(name, m, doc, "a list of numbers", MakeDoubleListParser(),
                                      ShowDoubleList);
+}
+
+template <typename T>
+typename SchemaBuilder<T>::FieldRef SchemaBuilder<T>::IntList(const std::string& name,
+                                                              std::vector<int64_t> T::*m,
+                                                              const std::string& doc) {
+  return Scalar<std::vector<int64_t>>(name, m, doc, "a list of integers", MakeIntListParser(),
+                                      ShowIntList);
 }
 
 template <typename T>

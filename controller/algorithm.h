@@ -39,6 +39,8 @@ class JobContext {
   virtual const RunDirectory& run_dir() const = 0;
   // Appends to metrics.jsonl and prints the progress line.
   virtual absl::Status EndIteration(const IterationRecord& record) = 0;
+  // For progress and ETA, when the algorithm derives its length (default job.iterations).
+  virtual void SetTotalIterations(int64_t total) = 0;
 };
 
 class Algorithm {

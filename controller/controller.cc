@@ -57,6 +57,16 @@ absl::Status Controller::LaunchAll(const std::function<ProcessSpec(const ActorIn
   return absl::OkStatus();
 }
 
+absl::Status Controller::LaunchService(const ProcessSpec& spec) {
+  if (launcher_ == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat("cannot start ", spec.name, ": no launcher"));
+  }
+  ASSIGN_OR_RETURN(int pid, launcher_->Start(spec));
+  services_[pid] = Service{spec.name, spec.log_path};
+  spdlog::info("started {} (pid {}), log {}", spec.name, pid, spec.log_path);
+  return absl::OkStatus();
+}
+
 absl::Status Controller::WaitForActors() {
   int64_t start = clock_->NowMicros();
   int64_t deadline = start + static_cast<int64_t>(options_.register_timeout_s * 1e6);
@@ -325,6 +335,14 @@ absl::Status Controller::ActorLost(const ActorInfo& actor, const std::string& wh
 absl::Status Controller::CheckHealth() {
   if (launcher_ != nullptr && !shutting_down_) {
     for (const ProcessExit& e : launcher_->Reap()) {
+      if (auto it = services_.find(e.pid); it != services_.end()) {
+        std::string msg = absl::StrCat(it->second.name, " (pid ", e.pid, ") ", e.Describe(),
+                                       "; its log: ", it->second.log_path);
+        std::string tail = TailOfFile(it->second.log_path, 8);
+        if (!tail.empty()) absl::StrAppend(&msg, "\n  last lines:\n", tail);
+        services_.erase(it);
+        return absl::UnavailableError(msg);
+      }
       ActorInfo* a = registry_.FindByLaunchedPid(e.pid);
       if (a == nullptr) continue;
       if (a->pid == 0) a->pid = e.pid;
@@ -364,6 +382,8 @@ void Controller::Shutdown(const std::string& reason) {
     }
   }
   if (launcher_ == nullptr) return;
+  // Services hold no state worth a grace period.
+  for (const auto& [pid, service] : services_) launcher_->Signal(pid, SIGTERM);
   auto wait_for_exit = [&](double seconds) {
     int64_t until = clock_->NowMicros() + static_cast<int64_t>(seconds * 1e6);
     // The poll count bounds the wait too, should the clock not move (tests).

@@ -70,6 +70,10 @@ class Controller {
   void ExpectRole(const std::string& role, int count, bool external);
   // Starts every non-external actor with `make_spec(actor)` (local backend).
   absl::Status LaunchAll(const std::function<ProcessSpec(const ActorInfo&)>& make_spec);
+  // Starts a helper process that is not an actor (a sim_bridge server): its
+  // exit stops the job like an actor's, and Shutdown terminates it first.
+  absl::Status LaunchService(const ProcessSpec& spec);
+
   // Serves until every expected actor has registered.
   absl::Status WaitForActors();
 
@@ -120,6 +124,11 @@ class Controller {
   const std::atomic<int>* stop_;
   ActorRegistry registry_;
   std::map<uint64_t, Pending> pending_;
+  struct Service {
+    std::string name;
+    std::string log_path;
+  };
+  std::map<int, Service> services_;  // by pid
   uint64_t next_work_id_ = 1;
   DropStats drops_;
   bool shutting_down_ = false;

@@ -33,6 +33,7 @@ class Context final : public JobContext {
   Controller& controller() override { return *controller_; }
   const JobConfig& config() const override { return *config_; }
   const RunDirectory& run_dir() const override { return *dir_; }
+  void SetTotalIterations(int64_t total) override { total_ = total; }
 
   absl::Status EndIteration(const IterationRecord& rec) override {
     double elapsed = static_cast<double>(RealClock::Get()->NowMicros() - start_us_) * 1e-6;
@@ -42,7 +43,7 @@ class Context final : public JobContext {
     j["timings"] = rec.timings;
     j["timings"]["elapsed_s"] = elapsed;
     RETURN_IF_ERROR(log_->Append(j));
-    int64_t total = config_->job.iterations;
+    int64_t total = total_ > 0 ? total_ : config_->job.iterations;
     double eta = rec.step > 0 ? elapsed / static_cast<double>(rec.step) *
                                     static_cast<double>(total - rec.step)
                               : 0;
@@ -61,6 +62,7 @@ class Context final : public JobContext {
   const RunDirectory* dir_;
   MetricsLog* log_;
   int64_t start_us_;
+  int64_t total_ = 0;
 };
 
 std::string NewJobId(const std::string& name) {

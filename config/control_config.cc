@@ -1,0 +1,171 @@
+// Schemas of the control-policy sections (see control_options.h).
+#include "config/control_config.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace rlforge {
+
+using config::CheckContext;
+using config::Schema;
+using config::SchemaBuilder;
+
+namespace {
+
+std::shared_ptr<const Schema> EnvSection() {
+  SchemaBuilder<EnvOptions> b("The simulated environment (Gymnasium semantics).");
+  b.String("id", &EnvOptions::id,
+           "Env id: a built-in C++ env (CartPole-v1, Pendulum-v1, Acrobot-v1, PointMass-v0) for "
+           "sim.backend inprocess/server, or whatever an external or commanded server serves.");
+  b.Int("num_envs", &EnvOptions::num_envs, "Envs per rollout worker, stepped as one batch.")
+      .Min(1)
+      .Max(65536);
+  b.Int("max_episode_steps", &EnvOptions::max_episode_steps,
+        "Time limit (truncation); 0 keeps the env's own (500 for CartPole-v1).")
+      .Min(0);
+  return b.Build();
+}
+
+std::shared_ptr<const Schema> SimSection() {
+  SchemaBuilder<SimOptions> b(
+      "Where envs run: in the rollout worker, or behind sim_bridge servers.");
+  b.Choice("backend", &SimOptions::backend, {"inprocess", "server", "external"},
+           "inprocess: envs in the rollout worker; server: the controller starts sim_bridge "
+           "servers (sim.command, default `rlforge sim-server`); external: connect to running "
+           "servers at sim.addresses.");
+  b.Int("servers_per_worker", &SimOptions::servers_per_worker,
+        "backend server: servers per rollout worker; each holds env.num_envs / this many envs "
+        "and they step in parallel.")
+      .Min(1)
+      .Max(1024);
+  b.StringList("command", &SimOptions::command,
+               "backend server: command that starts one server, with {bind}, {num_envs}, {env}, "
+               "{max_episode_steps} filled in; empty: the built-in `rlforge sim-server`.");
+  b.StringList("addresses", &SimOptions::addresses,
+               "backend external: sim_bridge server addresses, dealt to rollout workers in order.");
+  b.Double("step_timeout_s", &SimOptions::step_timeout_s,
+           "A server that does not answer a step within this stops the run, named.")
+      .Min(0, false);
+  b.Double("start_timeout_s", &SimOptions::start_timeout_s,
+           "How long a server may take to answer its first request.")
+      .Min(0, false);
+  return b.Build();
+}
+
+std::shared_ptr<const Schema> RolloutSection() {
+  SchemaBuilder<RolloutOptions> b("Rollout workers: step envs with the current policy.");
+  b.Int("workers", &RolloutOptions::workers, "Rollout worker processes.").Min(1).Max(1024);
+  b.Bool("external", &RolloutOptions::external,
+         "Do not start the workers; wait for them to join with `rlforge actor --role rollout`.");
+  b.Int("steps_per_iteration", &RolloutOptions::steps_per_iteration,
+        "Steps per env per iteration; the batch is workers x env.num_envs x this.")
+      .Min(1);
+  return b.Build();
+}
+
+std::shared_ptr<const Schema> PolicySection() {
+  SchemaBuilder<PolicyOptions> b(
+      "MLP actor-critic: separate actor and critic networks; categorical head for Discrete "
+      "actions, diagonal Gaussian (state-independent log std) for Box actions.");
+  b.IntList("hidden_sizes", &PolicyOptions::hidden_sizes, "Hidden layer widths of both networks.");
+  b.Choice("activation", &PolicyOptions::activation, {"tanh", "relu"}, "Hidden activation.");
+  b.Double("log_std_init", &PolicyOptions::log_std_init, "Initial log std of the Gaussian head.");
+  b.Bool("ortho_init", &PolicyOptions::ortho_init,
+         "Orthogonal init: gain sqrt(2) hidden, 0.01 policy head, 1 value head; zero biases.");
+  b.Check([](const PolicyOptions& p, CheckContext& ctx) {
+    if (p.hidden_sizes.empty()) ctx.Error("hidden_sizes", "needs at least one layer");
+    for (int64_t h : p.hidden_sizes) {
+      if (h < 1 || h > 65536) {
+        ctx.Error("hidden_sizes", absl::StrCat("layer width ", h, " is outside [1, 65536]"));
+      }
+    }
+  });
+  return b.Build();
+}
+
+std::shared_ptr<const Schema> PpoSection() {
+  SchemaBuilder<PpoOptions> b("PPO (clipped surrogate) with GAE(lambda).");
+  b.Int("total_steps", &PpoOptions::total_steps,
+        "Env steps to train for; iterations = ceil(total_steps / batch).")
+      .Min(1);
+  b.Double("gamma", &PpoOptions::gamma, "Discount factor.").Min(0).Max(1);
+  b.Double("gae_lambda", &PpoOptions::gae_lambda, "GAE lambda.").Min(0).Max(1);
+  b.Double("clip_coef", &PpoOptions::clip_coef, "Surrogate clipping epsilon.").Min(0, false);
+  b.Bool("anneal_clip", &PpoOptions::anneal_clip, "Anneal clip_coef linearly to 0.");
+  b.Double("clip_value", &PpoOptions::clip_value,
+           "Value clipping range around the old values; 0 disables value clipping.")
+      .Min(0);
+  b.Double("vf_coef", &PpoOptions::vf_coef, "Value loss coefficient.").Min(0);
+  b.Double("ent_coef", &PpoOptions::ent_coef, "Entropy bonus coefficient.").Min(0);
+  b.Int("epochs", &PpoOptions::epochs, "Passes over each batch.").Min(1);
+  b.Int("minibatches", &PpoOptions::minibatches, "Minibatches per pass.").Min(1);
+  b.Bool("normalize_advantages", &PpoOptions::normalize_advantages,
+         "Normalise advantages per minibatch.");
+  b.Bool("normalize_obs", &PpoOptions::normalize_obs,
+         "Running mean/std observation normalisation (statistics travel with the weights).");
+  b.Bool("normalize_reward", &PpoOptions::normalize_reward,
+         "Scale rewards by the running std of the discounted return.");
+  b.Double("clip_obs", &PpoOptions::clip_obs, "Clip normalised observations to +-this.")
+      .Min(0, false);
+  b.Double("clip_reward", &PpoOptions::clip_reward, "Clip scaled rewards to +-this.").Min(0, false);
+  b.Double("target_kl", &PpoOptions::target_kl,
+           "Stop an update's epochs early once approx KL exceeds this; 0 disables.")
+      .Min(0);
+  b.Int("return_window", &PpoOptions::return_window,
+        "episodic_return in metrics.jsonl is the mean over this many latest episodes.")
+      .Min(1);
+  b.Bool("stop_when_solved", &PpoOptions::stop_when_solved,
+         "End the run once episodic_return reaches solved_return.");
+  b.Double("solved_return", &PpoOptions::solved_return,
+           "The return at which the task counts as solved (reported as solved_at_step).");
+  return b.Build();
+}
+
+std::shared_ptr<const Schema> WeightsSection() {
+  SchemaBuilder<WeightsOptions> b("How new policy weights reach rollout workers.");
+  b.Choice("transport", &WeightsOptions::transport, {"auto", "shm", "zmq"},
+           "shm: POSIX shared memory (same host); zmq: in ZeroMQ frames through the controller "
+           "(any host); auto: shm when every rollout worker shares the trainer's host.");
+  return b.Build();
+}
+
+}  // namespace
+
+void AddControlSections(SchemaBuilder<JobConfig>& b) {
+  b.Section("env", &JobConfig::env, EnvSection());
+  b.Section("sim", &JobConfig::sim, SimSection());
+  b.Section("rollout", &JobConfig::rollout, RolloutSection());
+  b.Section("policy", &JobConfig::policy, PolicySection());
+  b.Section("ppo", &JobConfig::ppo, PpoSection());
+  b.Section("weights", &JobConfig::weights, WeightsSection());
+  b.Check([](const JobConfig& c, CheckContext& ctx) {
+    if (c.job.algorithm != "ppo") return;
+    if (c.trainer.ranks != 1) {
+      ctx.Error("trainer.ranks", "PPO on control policies uses one trainer rank");
+    }
+    if (c.sim.backend == "server" && c.env.num_envs % c.sim.servers_per_worker != 0) {
+      ctx.Error("sim.servers_per_worker",
+                absl::StrCat("env.num_envs (", c.env.num_envs, ") must divide evenly among ",
+                             c.sim.servers_per_worker, " servers per worker"));
+    }
+    if (c.sim.backend == "external") {
+      int64_t need = c.rollout.workers * c.sim.servers_per_worker;
+      if (static_cast<int64_t>(c.sim.addresses.size()) != need) {
+        ctx.Error("sim.addresses",
+                  absl::StrCat("backend external needs rollout.workers x sim.servers_per_worker = ",
+                               need, " addresses, got ", c.sim.addresses.size()));
+      }
+    } else if (!c.sim.addresses.empty()) {
+      ctx.Error("sim.addresses", "only used with sim.backend: external");
+    }
+    if (c.sim.backend != "server" && !c.sim.command.empty()) {
+      ctx.Error("sim.command", "only used with sim.backend: server");
+    }
+    int64_t batch = c.rollout.workers * c.env.num_envs * c.rollout.steps_per_iteration;
+    if (c.ppo.minibatches > batch) {
+      ctx.Error("ppo.minibatches", absl::StrCat("more minibatches (", c.ppo.minibatches,
+                                                ") than samples per iteration (", batch, ")"));
+    }
+  });
+}
+
+}  // namespace rlforge

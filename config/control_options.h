@@ -1,0 +1,65 @@
+// Job-file sections for control policies trained in simulators (PPO):
+// env, sim, rollout, policy, ppo, weights. Schemas in control_config.cc.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace rlforge {
+
+struct EnvOptions {
+  std::string id = "CartPole-v1";
+  int64_t num_envs = 8;  // per rollout worker
+  int64_t max_episode_steps = 0;
+};
+
+struct SimOptions {
+  std::string backend = "inprocess";  // inprocess | server | external
+  int64_t servers_per_worker = 1;
+  std::vector<std::string> command;    // server command template; empty: rlforge sim-server
+  std::vector<std::string> addresses;  // backend external: running servers
+  double step_timeout_s = 30;
+  double start_timeout_s = 60;
+};
+
+struct RolloutOptions {
+  int64_t workers = 1;
+  bool external = false;
+  int64_t steps_per_iteration = 128;  // per env
+};
+
+struct PolicyOptions {
+  std::vector<int64_t> hidden_sizes = {64, 64};
+  std::string activation = "tanh";
+  double log_std_init = 0.0;
+  bool ortho_init = true;
+};
+
+struct PpoOptions {
+  int64_t total_steps = 200000;
+  double gamma = 0.99;
+  double gae_lambda = 0.95;
+  double clip_coef = 0.2;
+  bool anneal_clip = false;
+  double clip_value = 0.0;
+  double vf_coef = 0.5;
+  double ent_coef = 0.0;
+  int64_t epochs = 10;
+  int64_t minibatches = 4;
+  bool normalize_advantages = true;
+  bool normalize_obs = false;
+  bool normalize_reward = false;
+  double clip_obs = 10.0;
+  double clip_reward = 10.0;
+  double target_kl = 0.0;
+  int64_t return_window = 20;
+  bool stop_when_solved = false;
+  double solved_return = 0.0;
+};
+
+struct WeightsOptions {
+  std::string transport = "auto";  // auto | shm | zmq
+};
+
+}  // namespace rlforge

@@ -1,0 +1,335 @@
+#include "controller/ppo_algorithm.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "common/logging.h"
+#include "common/status.h"
+#include "launch/process_launcher.h"
+#include "trainer/gae.h"
+
+namespace rlforge {
+
+namespace {
+
+using Steady = std::chrono::steady_clock;
+double Since(Steady::time_point t) {
+  return std::chrono::duration<double>(Steady::now() - t).count();
+}
+
+const TensorFrame* Find(const WorkOutcome& o, const std::string& name) {
+  for (const auto& t : o.tensors) {
+    if (t.name() == name) return &t;
+  }
+  return nullptr;
+}
+
+absl::StatusOr<const TensorFrame*> Need(const WorkOutcome& o, const std::string& name, DType dtype,
+                                        int64_t numel) {
+  const TensorFrame* t = Find(o, name);
+  if (t == nullptr || t->dtype() != dtype || t->numel() != numel) {
+    return absl::DataLossError(absl::StrCat(o.actor_id, " sent a rollout without a valid '", name,
+                                            "' tensor (", DTypeName(dtype), ", ", numel,
+                                            " values)"));
+  }
+  return t;
+}
+
+bool SameSpec(const proto::PolicySpec& a, const proto::PolicySpec& b) {
+  return a.obs_size() == b.obs_size() && a.discrete() == b.discrete() &&
+         a.action_size() == b.action_size();
+}
+
+}  // namespace
+
+std::vector<RoleRequirement> PpoAlgorithm::Roles() const {
+  return {{"rollout", static_cast<int>(config_.rollout.workers), config_.rollout.external},
+          {"trainer", 1, false}};
+}
+
+absl::StatusOr<std::vector<std::vector<std::pair<std::string, std::string>>>>
+PpoAlgorithm::StartSimServers(JobContext& ctx) {
+  const SimOptions& sim = config_.sim;
+  std::vector<std::vector<std::pair<std::string, std::string>>> per_worker(workers_.size());
+  if (sim.backend == "inprocess") return per_worker;
+  int64_t spw = sim.servers_per_worker;
+  int64_t envs_each = config_.env.num_envs / spw;
+  for (size_t w = 0; w < workers_.size(); ++w) {
+    for (int64_t k = 0; k < spw; ++k) {
+      int64_t idx = static_cast<int64_t>(w) * spw + k;
+      std::string name = absl::StrCat("sim-", idx);
+      if (sim.backend == "external") {
+        per_worker[w].emplace_back(name, sim.addresses[idx]);
+        continue;
+      }
+      // A Unix socket: no port to race for, and faster than TCP on one host.
+      std::string endpoint = absl::StrCat("ipc:///tmp/rlforge-", getpid(), "-", name, ".sock");
+      ProcessSpec spec;
+      spec.name = name;
+      spec.log_path = ctx.run_dir().LogPath(name);
+      if (sim.command.empty()) {
+        spec.argv = {SelfExecutable(),
+                     "sim-server",
+                     "--env",
+                     config_.env.id,
+                     "--num-envs",
+                     std::to_string(envs_each),
+                     "--max-episode-steps",
+                     std::to_string(config_.env.max_episode_steps),
+                     "--bind",
+                     endpoint};
+      } else {
+        for (const std::string& part : sim.command) {
+          spec.argv.push_back(absl::StrReplaceAll(
+              part, {{"{bind}", endpoint},
+                     {"{num_envs}", std::to_string(envs_each)},
+                     {"{env}", config_.env.id},
+                     {"{max_episode_steps}", std::to_string(config_.env.max_episode_steps)}}));
+        }
+        // Resolve the program like a shell would, so `python3` works.
+        if (spec.argv[0].find('/') == std::string::npos) {
+          for (const char* dir : {"/usr/local/bin/", "/usr/bin/", "/bin/"}) {
+            if (access((dir + spec.argv[0]).c_str(), X_OK) == 0) {
+              spec.argv[0] = dir + spec.argv[0];
+              break;
+            }
+          }
+        }
+      }
+      RETURN_IF_ERROR(Annotate(ctx.controller().LaunchService(spec), "sim.command"));
+      per_worker[w].emplace_back(name, endpoint);
+    }
+  }
+  return per_worker;
+}
+
+absl::Status PpoAlgorithm::Broadcast(Controller& c, const proto::WeightsReady& w,
+                                     const std::vector<TensorFrame>& inline_weights) {
+  std::vector<uint64_t> ids;
+  for (const std::string& id : workers_) {
+    proto::WorkRequest req;
+    *req.mutable_load_weights()->mutable_weights() = w;
+    std::vector<TensorFrame> tensors;
+    for (const auto& t : inline_weights) {
+      tensors.push_back(TensorFrame::Copy(t.name(), t.dtype(), t.shape(), t.data()));
+    }
+    ASSIGN_OR_RETURN(uint64_t wid, c.Submit(id, std::move(req), std::move(tensors)));
+    ids.push_back(wid);
+  }
+  ASSIGN_OR_RETURN(auto outcomes, c.AwaitAll(ids));
+  for (const auto& o : outcomes) {
+    if (o.result.weights().version() != w.version()) {
+      return absl::InternalError(absl::StrCat(o.actor_id, " loaded version ",
+                                              o.result.weights().version(), " instead of ",
+                                              w.version()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PpoAlgorithm::Run(JobContext& ctx) {
+  Controller& c = ctx.controller();
+  workers_ = c.actors().IdsOfRole("rollout");
+  const std::string trainer = "trainer-0";
+  const int64_t N = config_.env.num_envs, T = config_.rollout.steps_per_iteration;
+  const int64_t batch = static_cast<int64_t>(workers_.size()) * N * T;
+  const int64_t iterations = (config_.ppo.total_steps + batch - 1) / batch;
+
+  ctx.SetTotalIterations(iterations);
+  ASSIGN_OR_RETURN(auto servers, StartSimServers(ctx));
+  std::vector<uint64_t> ids;
+  for (size_t w = 0; w < workers_.size(); ++w) {
+    proto::WorkRequest req;
+    proto::RolloutSetup* s = req.mutable_rollout_setup();
+    for (const auto& [name, endpoint] : servers[w]) {
+      s->add_sim_names(name);
+      s->add_sim_endpoints(endpoint);
+    }
+    s->set_first_env_index(static_cast<int64_t>(w) * N);
+    s->set_seed(config_.job.seed);
+    ASSIGN_OR_RETURN(uint64_t id, c.Submit(workers_[w], std::move(req)));
+    ids.push_back(id);
+  }
+  ASSIGN_OR_RETURN(auto setups, c.AwaitAll(ids));
+  proto::PolicySpec spec = setups[0].result.policy_spec();
+  for (const auto& o : setups) {
+    if (!SameSpec(o.result.policy_spec(), spec) || o.result.policy_spec().num_envs() != N) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(o.actor_id, "'s envs (", o.result.policy_spec().env_id(), ", ",
+                       o.result.policy_spec().num_envs(), " envs) differ from ", setups[0].actor_id,
+                       "'s or from env.num_envs = ", N));
+    }
+  }
+  spdlog::info("env {}: obs {} -> {} {} ; {} iterations of {} steps", spec.env_id(),
+               spec.obs_size(), spec.discrete() ? "Discrete" : "Box", spec.action_size(),
+               iterations, batch);
+
+  std::string transport = config_.weights.transport;
+  if (transport == "auto") {
+    transport = "shm";
+    const std::string& host = c.actors().Find(trainer)->host;
+    for (const auto& id : workers_) {
+      if (c.actors().Find(id)->host != host) transport = "zmq";
+    }
+  }
+  proto::WorkRequest init;
+  *init.mutable_train_init()->mutable_spec() = spec;
+  init.mutable_train_init()->set_weights_transport(transport);
+  ASSIGN_OR_RETURN(uint64_t init_id, c.Submit(trainer, std::move(init)));
+  ASSIGN_OR_RETURN(WorkOutcome v0, c.Await(init_id));
+  RETURN_IF_ERROR(Broadcast(c, v0.result.weights(), v0.tensors));
+  spdlog::info("policy version 0 on every rollout worker (weights via {})", transport);
+
+  for (size_t w = 0; w < workers_.size(); ++w) {
+    reward_scalers_.emplace_back(N, config_.ppo.gamma, config_.ppo.clip_reward);
+  }
+  int64_t version = 0, env_steps = 0, episodes = 0;
+  bool solved = false;
+  const int64_t O = spec.obs_size();
+  const int64_t A = spec.discrete() ? 1 : spec.action_size();
+  for (int64_t it = 1; it <= iterations; ++it) {
+    auto t_iter = Steady::now();
+    IterationRecord rec;
+    rec.step = it;
+    ids.clear();
+    for (const auto& id : workers_) {
+      proto::WorkRequest req;
+      req.mutable_rollout()->set_num_steps(static_cast<int32_t>(T));
+      ASSIGN_OR_RETURN(uint64_t wid, c.Submit(id, std::move(req)));
+      ids.push_back(wid);
+    }
+    ASSIGN_OR_RETURN(auto rollouts, c.AwaitAll(ids));
+    rec.timings["rollout_s"] = Since(t_iter);
+
+    auto t_gae = Steady::now();
+    std::vector<float> obs, logp, values, adv, ret, cact;
+    std::vector<int64_t> dact;
+    int64_t lag = 0;
+    double policy_s = 0, env_s = 0;
+    for (size_t w = 0; w < rollouts.size(); ++w) {
+      const WorkOutcome& o = rollouts[w];
+      lag = std::max(lag, version - o.result.policy_version());
+      policy_s += o.result.metrics().count("policy_s") ? o.result.metrics().at("policy_s") : 0;
+      env_s += o.result.metrics().count("env_s") ? o.result.metrics().at("env_s") : 0;
+      const int64_t TN = T * N;
+      ASSIGN_OR_RETURN(const TensorFrame* t_obs, Need(o, "obs", proto::F32, TN * O));
+      ASSIGN_OR_RETURN(const TensorFrame* t_act,
+                       Need(o, "actions", spec.discrete() ? proto::I64 : proto::F32, TN * A));
+      ASSIGN_OR_RETURN(const TensorFrame* t_logp, Need(o, "logprobs", proto::F32, TN));
+      ASSIGN_OR_RETURN(const TensorFrame* t_val, Need(o, "values", proto::F32, TN));
+      ASSIGN_OR_RETURN(const TensorFrame* t_rew, Need(o, "rewards", proto::F32, TN));
+      ASSIGN_OR_RETURN(const TensorFrame* t_term, Need(o, "terminated", proto::U8, TN));
+      ASSIGN_OR_RETURN(const TensorFrame* t_trunc, Need(o, "truncated", proto::U8, TN));
+      ASSIGN_OR_RETURN(const TensorFrame* t_valid, Need(o, "valid", proto::U8, TN));
+      ASSIGN_OR_RETURN(const TensorFrame* t_last, Need(o, "last_values", proto::F32, N));
+      std::vector<float> rewards(t_rew->data_as<float>(), t_rew->data_as<float>() + TN);
+      const auto* term = static_cast<const uint8_t*>(t_term->data());
+      const auto* trunc = static_cast<const uint8_t*>(t_trunc->data());
+      const auto* valid = static_cast<const uint8_t*>(t_valid->data());
+      if (config_.ppo.normalize_reward) {
+        std::vector<uint8_t> done(TN);
+        for (int64_t i = 0; i < TN; ++i) done[i] = term[i] | trunc[i];
+        reward_scalers_[w].ScaleInPlace(T, rewards.data(), done.data(), valid);
+      }
+      GaeInput g{T,    N,     rewards.data(), t_val->data_as<float>(), t_last->data_as<float>(),
+                 term, trunc, valid};
+      GaeOutput gae = ComputeGae(g, config_.ppo.gamma, config_.ppo.gae_lambda);
+      const float* po = t_obs->data_as<float>();
+      for (int64_t i = 0; i < TN; ++i) {
+        if (!valid[i]) continue;
+        obs.insert(obs.end(), po + i * O, po + (i + 1) * O);
+        if (spec.discrete()) {
+          dact.push_back(t_act->data_as<int64_t>()[i]);
+        } else {
+          const float* pa = t_act->data_as<float>() + i * A;
+          cact.insert(cact.end(), pa, pa + A);
+        }
+        logp.push_back(t_logp->data_as<float>()[i]);
+        values.push_back(t_val->data_as<float>()[i]);
+        adv.push_back(gae.advantages[i]);
+        ret.push_back(gae.returns[i]);
+      }
+      for (const auto& e : o.result.rollout().episodes()) {
+        recent_returns_.push_back(e.episode_return());
+        recent_lengths_.push_back(static_cast<double>(e.length()));
+        while (static_cast<int64_t>(recent_returns_.size()) > config_.ppo.return_window) {
+          recent_returns_.pop_front();
+          recent_lengths_.pop_front();
+        }
+        ++episodes;
+      }
+      env_steps += o.result.rollout().env_steps();
+    }
+    const int64_t rows = static_cast<int64_t>(logp.size());
+    rec.timings["gae_s"] = Since(t_gae);
+    if (rows == 0) return absl::InternalError("a rollout produced no valid samples");
+
+    auto t_train = Steady::now();
+    proto::WorkRequest step;
+    step.mutable_train_step()->set_iteration(it);
+    step.mutable_train_step()->set_num_iterations(iterations);
+    step.mutable_train_step()->set_behavior_version(version);
+    std::vector<TensorFrame> tensors;
+    tensors.push_back(TensorFrame::Copy("obs", proto::F32, {rows, O}, obs.data()));
+    if (spec.discrete()) {
+      tensors.push_back(TensorFrame::Copy("actions", proto::I64, {rows}, dact.data()));
+    } else {
+      tensors.push_back(TensorFrame::Copy("actions", proto::F32, {rows, A}, cact.data()));
+    }
+    tensors.push_back(TensorFrame::FromVector("logprobs", logp));
+    tensors.push_back(TensorFrame::FromVector("values", values));
+    tensors.push_back(TensorFrame::FromVector("advantages", adv));
+    tensors.push_back(TensorFrame::FromVector("returns", ret));
+    ASSIGN_OR_RETURN(uint64_t sid, c.Submit(trainer, std::move(step), std::move(tensors)));
+    ASSIGN_OR_RETURN(WorkOutcome trained, c.Await(sid));
+    rec.timings["train_s"] = Since(t_train);
+
+    auto t_sync = Steady::now();
+    RETURN_IF_ERROR(Broadcast(c, trained.result.weights(), trained.tensors));
+    version = trained.result.weights().version();
+    rec.timings["weight_sync_s"] = Since(t_sync);
+
+    for (const auto& [k, v] : trained.result.metrics()) {
+      (absl::EndsWith(k, "_s") ? rec.timings : rec.metrics)[k] = v;
+    }
+    rec.timings["policy_s"] = policy_s / static_cast<double>(workers_.size());
+    rec.timings["env_s"] = env_s / static_cast<double>(workers_.size());
+    rec.metrics["env_steps"] = static_cast<double>(env_steps);
+    rec.metrics["episodes"] = static_cast<double>(episodes);
+    rec.metrics["samples"] = static_cast<double>(rows);
+    rec.metrics["policy_version"] = static_cast<double>(version);
+    rec.metrics["version_lag"] = static_cast<double>(lag);
+    rec.metrics["weight_bytes"] = static_cast<double>(trained.result.weights().nbytes());
+    if (!recent_returns_.empty()) {
+      double sr = 0, sl = 0;
+      for (double r : recent_returns_) sr += r;
+      for (double l : recent_lengths_) sl += l;
+      double n = static_cast<double>(recent_returns_.size());
+      rec.metrics["episodic_return"] = sr / n;
+      rec.metrics["episode_length"] = sl / n;
+      bool window_full = static_cast<int64_t>(recent_returns_.size()) >= config_.ppo.return_window;
+      if (!solved && window_full && sr / n >= config_.ppo.solved_return &&
+          config_.ppo.solved_return != 0) {
+        solved = true;
+        rec.metrics["solved_at_step"] = static_cast<double>(env_steps);
+        spdlog::info("solved: mean return {:.1f} over the last {} episodes at {} env steps", sr / n,
+                     recent_returns_.size(), env_steps);
+      }
+    }
+    double iter_s = Since(t_iter);
+    rec.timings["iteration_s"] = iter_s;
+    rec.timings["steps_per_s"] = static_cast<double>(batch) / iter_s;
+    RETURN_IF_ERROR(ctx.EndIteration(rec));
+    if (solved && config_.ppo.stop_when_solved) break;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace rlforge

@@ -1,0 +1,241 @@
+#include "rollout/control_rollout_role.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "sim_bridge/remote_vector_env.h"
+#include "trainer/ppo_learner.h"
+
+namespace rlforge {
+
+ControlRolloutRole::ControlRolloutRole(const JobConfig& config, const proto::Assignment& assignment)
+    : config_(config), assignment_(assignment) {
+  // One thread per worker: workers are many, batches per step are small.
+  torch::set_num_threads(1);
+}
+
+absl::StatusOr<WorkReply> ControlRolloutRole::Handle(const proto::WorkRequest& request,
+                                                     std::vector<TensorFrame> tensors) {
+  try {
+    switch (request.task_case()) {
+      case proto::WorkRequest::kRolloutSetup:
+        return Setup(request.rollout_setup());
+      case proto::WorkRequest::kLoadWeights:
+        return Load(request.load_weights(), tensors);
+      case proto::WorkRequest::kRollout:
+        return Rollout(request.rollout());
+      default:
+        return absl::InvalidArgumentError(
+            "the control rollout worker takes rollout_setup, load_weights and rollout work");
+    }
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("libtorch: ", e.what()));
+  }
+}
+
+absl::StatusOr<WorkReply> ControlRolloutRole::Setup(const proto::RolloutSetup& setup) {
+  first_env_index_ = setup.first_env_index();
+  rng_.seed(static_cast<uint64_t>(setup.seed()) * 1000003ull +
+            static_cast<uint64_t>(assignment_.rank()));
+  if (setup.sim_endpoints().empty()) {
+    ASSIGN_OR_RETURN(
+        envs_, sim::LocalVectorEnv::Create(config_.env.id, static_cast<int>(config_.env.num_envs),
+                                           static_cast<int>(config_.env.max_episode_steps)));
+  } else {
+    std::vector<sim::SimServerAddress> servers;
+    for (int i = 0; i < setup.sim_endpoints_size(); ++i) {
+      servers.push_back({setup.sim_names(i), setup.sim_endpoints(i)});
+    }
+    sim::RemoteVectorEnv::Options o;
+    o.timeout_ms = static_cast<int>(config_.sim.step_timeout_s * 1000);
+    o.connect_timeout_ms = static_cast<int>(config_.sim.start_timeout_s * 1000);
+    ASSIGN_OR_RETURN(envs_, sim::RemoteVectorEnv::Connect(zmq_, servers, o));
+  }
+  const sim::EnvSpec& es = envs_->spec();
+  std::vector<int64_t> seeds;
+  for (int i = 0; i < envs_->num_envs(); ++i) {
+    seeds.push_back(setup.seed() * 1000003 + first_env_index_ + i);
+  }
+  RETURN_IF_ERROR(envs_->Reset(seeds, &obs_));
+  spec_.Clear();
+  spec_.set_env_id(es.id);
+  spec_.set_obs_size(es.observation.flat_size());
+  spec_.set_discrete(es.action.is_discrete());
+  spec_.set_action_size(es.action.is_discrete() ? es.action.n : es.action.flat_size());
+  for (double v : es.action.low) spec_.add_action_low(v);
+  for (double v : es.action.high) spec_.add_action_high(v);
+  spec_.set_num_envs(envs_->num_envs());
+  WorkReply reply;
+  *reply.result.mutable_policy_spec() = spec_;
+  return reply;
+}
+
+absl::StatusOr<WorkReply> ControlRolloutRole::Load(const proto::LoadWeights& load,
+                                                   std::vector<TensorFrame>& tensors) {
+  if (!envs_) return absl::FailedPreconditionError("load_weights before rollout_setup");
+  auto t0 = std::chrono::steady_clock::now();
+  if (!model_) {
+    model_ = ActorCritic(ActorCriticOptionsFor(config_, spec_));
+    model_->eval();
+    flat_.resize(static_cast<size_t>(FlatSize(*model_)));
+  }
+  const proto::WeightsReady& w = load.weights();
+  size_t bytes = flat_.size() * sizeof(float);
+  uint64_t layout = LayoutHash(*model_);
+  if (w.nbytes() != bytes) {
+    return absl::FailedPreconditionError(absl::StrCat("weights of ", w.nbytes(),
+                                                      " bytes do not fit this worker's model (",
+                                                      bytes, " bytes): configs differ"));
+  }
+  if (w.location() == "inline") {
+    const TensorFrame* t = nullptr;
+    for (const auto& f : tensors) {
+      if (f.name() == "weights") t = &f;
+    }
+    if (t == nullptr || t->nbytes() != bytes) {
+      return absl::InvalidArgumentError("inline weights: missing or mis-sized tensor 'weights'");
+    }
+    if (w.layout_hash() != layout) {
+      return absl::FailedPreconditionError("weights are for another model layout: configs differ");
+    }
+    std::memcpy(flat_.data(), t->data(), bytes);
+    if (WeightChecksum(flat_.data(), bytes) != w.checksum()) {
+      return absl::DataLossError(
+          absl::StrCat("weight version ", w.version(), ": checksum mismatch"));
+    }
+  } else {
+    RETURN_IF_ERROR(reader_.Read(w, layout, flat_.data()));
+  }
+  LoadFlat(*model_, flat_.data());
+  version_ = w.version();
+  WorkReply reply;
+  *reply.result.mutable_weights() = w;
+  (*reply.result.mutable_metrics())["load_s"] =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return reply;
+}
+
+void ControlRolloutRole::Sample(const ActorCriticImpl::Output& out, std::vector<int64_t>* discrete,
+                                std::vector<float>* learner_actions,
+                                std::vector<float>* env_actions) {
+  const int64_t n = out.logits_or_mean.size(0);
+  const int64_t a = spec_.action_size();
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
+  if (spec_.discrete()) {
+    auto probs = torch::softmax(out.logits_or_mean, -1).contiguous();
+    const float* p = probs.data_ptr<float>();
+    discrete->resize(n);
+    for (int64_t i = 0; i < n; ++i) {
+      double u = uniform(rng_), c = 0;
+      int64_t k = 0;
+      for (; k < a - 1; ++k) {
+        c += p[i * a + k];
+        if (u < c) break;
+      }
+      (*discrete)[i] = k;
+    }
+    return;
+  }
+  auto mean = out.logits_or_mean.contiguous();
+  auto std = model_->log_std().exp().contiguous();
+  const float* m = mean.data_ptr<float>();
+  const float* s = std.data_ptr<float>();
+  std::normal_distribution<double> normal(0.0, 1.0);
+  learner_actions->resize(n * a);
+  env_actions->resize(n * a);
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t k = 0; k < a; ++k) {
+      float x = static_cast<float>(m[i * a + k] + s[k] * normal(rng_));
+      (*learner_actions)[i * a + k] = x;
+      double lo = k < spec_.action_low_size() ? spec_.action_low(k) : -INFINITY;
+      double hi = k < spec_.action_high_size() ? spec_.action_high(k) : INFINITY;
+      (*env_actions)[i * a + k] = static_cast<float>(std::clamp<double>(x, lo, hi));
+    }
+  }
+}
+
+absl::StatusOr<WorkReply> ControlRolloutRole::Rollout(const proto::RolloutTask& task) {
+  if (!model_) return absl::FailedPreconditionError("rollout before load_weights");
+  const int64_t T = task.num_steps(), N = envs_->num_envs(), O = spec_.obs_size();
+  const int64_t A = spec_.discrete() ? 1 : spec_.action_size();
+  std::vector<float> obs(T * N * O), logp(T * N), values(T * N), rewards(T * N), last(N);
+  std::vector<int64_t> dactions;
+  std::vector<float> cactions;
+  if (spec_.discrete())
+    dactions.resize(T * N);
+  else
+    cactions.resize(T * N * A);
+  std::vector<uint8_t> term(T * N), trunc(T * N), valid(T * N);
+  std::vector<int64_t> step_discrete;
+  std::vector<float> step_learner, step_env;
+  sim::StepOutput out;
+  WorkReply reply;
+  proto::RolloutResult* result = reply.result.mutable_rollout();
+  double policy_s = 0, env_s = 0;
+  torch::InferenceMode guard;
+  for (int64_t t = 0; t < T; ++t) {
+    auto c0 = std::chrono::steady_clock::now();
+    std::memcpy(obs.data() + t * N * O, obs_.data(), N * O * sizeof(float));
+    auto obs_t = torch::from_blob(obs_.data(), {N, O}, torch::kFloat32);
+    auto pout = model_->Forward(obs_t);
+    Sample(pout, &step_discrete, &step_learner, &step_env);
+    torch::Tensor act_t = spec_.discrete()
+                              ? torch::from_blob(step_discrete.data(), {N}, torch::kLong)
+                              : torch::from_blob(step_learner.data(), {N, A}, torch::kFloat32);
+    auto lp = model_->LogProb(pout, act_t).contiguous();
+    auto v = pout.value.contiguous();
+    std::memcpy(logp.data() + t * N, lp.data_ptr<float>(), N * sizeof(float));
+    std::memcpy(values.data() + t * N, v.data_ptr<float>(), N * sizeof(float));
+    if (spec_.discrete()) {
+      std::copy(step_discrete.begin(), step_discrete.end(), dactions.begin() + t * N);
+    } else {
+      std::copy(step_learner.begin(), step_learner.end(), cactions.begin() + t * N * A);
+    }
+    auto c1 = std::chrono::steady_clock::now();
+    const void* env_act = spec_.discrete() ? static_cast<const void*>(step_discrete.data())
+                                           : static_cast<const void*>(step_env.data());
+    absl::Status s = envs_->Step(env_act, &out);
+    if (!s.ok()) return Annotate(s, absl::StrCat("envs at ", envs_->location()));
+    env_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - c1).count();
+    policy_s += std::chrono::duration<double>(c1 - c0).count();
+    for (int64_t i = 0; i < N; ++i) {
+      rewards[t * N + i] = static_cast<float>(out.reward[i]);
+      term[t * N + i] = out.terminated[i];
+      trunc[t * N + i] = out.truncated[i];
+      valid[t * N + i] = out.reset[i] ? 0 : 1;
+    }
+    for (const auto& e : out.episodes) {
+      proto::EpisodeStat* ep = result->add_episodes();
+      ep->set_env_index(first_env_index_ + e.env_index);
+      ep->set_episode_return(e.episode_return);
+      ep->set_length(e.length);
+    }
+    obs_ = out.obs;
+  }
+  auto lv = model_->Value(torch::from_blob(obs_.data(), {N, O}, torch::kFloat32)).contiguous();
+  std::memcpy(last.data(), lv.data_ptr<float>(), N * sizeof(float));
+  result->set_env_steps(T * N);
+  std::vector<int64_t> obs_shape = {T, N, O};
+  reply.tensors.push_back(TensorFrame::Copy("obs", proto::F32, obs_shape, obs.data()));
+  if (spec_.discrete()) {
+    reply.tensors.push_back(TensorFrame::Copy("actions", proto::I64, {T, N}, dactions.data()));
+  } else {
+    reply.tensors.push_back(TensorFrame::Copy("actions", proto::F32, {T, N, A}, cactions.data()));
+  }
+  reply.tensors.push_back(TensorFrame::Copy("logprobs", proto::F32, {T, N}, logp.data()));
+  reply.tensors.push_back(TensorFrame::Copy("values", proto::F32, {T, N}, values.data()));
+  reply.tensors.push_back(TensorFrame::Copy("rewards", proto::F32, {T, N}, rewards.data()));
+  reply.tensors.push_back(TensorFrame::Copy("terminated", proto::U8, {T, N}, term.data()));
+  reply.tensors.push_back(TensorFrame::Copy("truncated", proto::U8, {T, N}, trunc.data()));
+  reply.tensors.push_back(TensorFrame::Copy("valid", proto::U8, {T, N}, valid.data()));
+  reply.tensors.push_back(TensorFrame::Copy("last_values", proto::F32, {N}, last.data()));
+  (*reply.result.mutable_metrics())["policy_s"] = policy_s;
+  (*reply.result.mutable_metrics())["env_s"] = env_s;
+  return reply;
+}
+
+}  // namespace rlforge

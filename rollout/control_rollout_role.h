@@ -1,0 +1,54 @@
+// The rollout worker for control policies: steps its envs with the current
+// policy and returns whole trajectories tagged with the policy version.
+//
+// RolloutSetup -> envs (in-process, or sim_bridge servers) + seeded reset -> PolicySpec
+// LoadWeights  -> shared memory or inline tensor -> ActorCritic (version v)
+// RolloutTask  -> T x [policy forward (batched over envs) -> sample -> env step]
+//              -> obs, actions, logprobs, values, rewards, terminated,
+//                 truncated, valid [T, N, ...], last_values [N], episodes
+//
+// The env state carries over between tasks (episodes span iterations).
+#pragma once
+
+#include <memory>
+#include <random>
+
+#include "actors/role.h"
+#include "models/actor_critic.h"
+#include "sim_bridge/vector_env.h"
+#include "trainer/weight_sync.h"
+#include "zmq.hpp"
+
+namespace rlforge {
+
+class ControlRolloutRole final : public Role {
+ public:
+  ControlRolloutRole(const JobConfig& config, const proto::Assignment& assignment);
+  absl::StatusOr<WorkReply> Handle(const proto::WorkRequest& request,
+                                   std::vector<TensorFrame> tensors) override;
+  int64_t policy_version() const override { return version_; }
+
+ private:
+  absl::StatusOr<WorkReply> Setup(const proto::RolloutSetup& setup);
+  absl::StatusOr<WorkReply> Load(const proto::LoadWeights& load, std::vector<TensorFrame>& tensors);
+  absl::StatusOr<WorkReply> Rollout(const proto::RolloutTask& task);
+  // Samples one action per env from the policy output; writes actions for
+  // the env (clipped to the Box) and for the learner (unclipped).
+  void Sample(const ActorCriticImpl::Output& out, std::vector<int64_t>* discrete,
+              std::vector<float>* learner_actions, std::vector<float>* env_actions);
+
+  JobConfig config_;
+  proto::Assignment assignment_;
+  zmq::context_t zmq_;
+  std::unique_ptr<sim::VectorEnv> envs_;
+  proto::PolicySpec spec_;
+  int64_t first_env_index_ = 0;
+  std::vector<float> obs_;  // current observation of every env
+  ActorCritic model_{nullptr};
+  int64_t version_ = -1;
+  WeightReader reader_;
+  std::vector<float> flat_;
+  std::mt19937_64 rng_;
+};
+
+}  // namespace rlforge

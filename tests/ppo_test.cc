@@ -1,0 +1,162 @@
+// End-to-end PPO jobs: learning, determinism, sim_bridge backends (C++ and
+// Python servers), weight transports, and simulator faults.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+
+#include "nlohmann/json.hpp"
+#include "tests/job_process.h"
+
+namespace rlforge::testing {
+namespace {
+
+std::string CartPole() { return SourceDir() + "/configs/ppo_cartpole.yaml"; }
+
+std::vector<nlohmann::json> Metrics(const std::string& dir) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(dir + "/metrics.jsonl");
+  std::string line;
+  while (std::getline(in, line)) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+// metrics.jsonl without the wall-clock-dependent part.
+std::string Reproducible(const std::string& dir) {
+  std::string s;
+  for (auto& r : Metrics(dir)) {
+    r.erase("timings");
+    s += r.dump() + "\n";
+  }
+  return s;
+}
+
+std::pair<int, std::string> RunJob(const std::string& root, const std::string& name,
+                                   std::vector<std::string> extra, const std::string& config = "") {
+  std::vector<std::string> args = {"run", config.empty() ? CartPole() : config,
+                                   "job.run_root=" + root, "job.name=" + name};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return RunRlforge(args, 300);
+}
+
+TEST(PpoTest, CartPoleReachesTheSolvedReturn) {
+  std::string root = FreshDir("ppo_solve");
+  auto [code, out] = RunJob(root, "s", {"ppo.stop_when_solved=true"});
+  ASSERT_EQ(code, 0) << out;
+  auto m = Metrics(root + "/s");
+  ASSERT_FALSE(m.empty());
+  const auto& last = m.back()["metrics"];
+  ASSERT_TRUE(last.contains("solved_at_step")) << out;
+  EXPECT_LE(last["solved_at_step"].get<double>(), 200000);
+  EXPECT_GE(last["episodic_return"].get<double>(), 475);
+  EXPECT_EQ(last["version_lag"].get<double>(), 0);
+  EXPECT_EQ(last["policy_version"].get<double>(), static_cast<double>(m.size()));
+  EXPECT_TRUE(m.back()["timings"].contains("rollout_s"));
+  EXPECT_TRUE(m.back()["timings"].contains("train_s"));
+  EXPECT_TRUE(m.back()["timings"].contains("weight_sync_s"));
+}
+
+TEST(PpoTest, SameSeedGivesIdenticalMetrics) {
+  std::string root = FreshDir("ppo_determinism");
+  std::vector<std::string> short_run = {"ppo.total_steps=6000", "job.seed=7"};
+  ASSERT_EQ(RunJob(root, "a", short_run).first, 0);
+  ASSERT_EQ(RunJob(root, "b", short_run).first, 0);
+  std::string a = Reproducible(root + "/a"), b = Reproducible(root + "/b");
+  EXPECT_FALSE(a.empty());
+  EXPECT_EQ(a, b);
+  std::vector<std::string> other = {"ppo.total_steps=6000", "job.seed=8"};
+  ASSERT_EQ(RunJob(root, "c", other).first, 0);
+  EXPECT_NE(a, Reproducible(root + "/c")) << "the seed must matter";
+}
+
+// The same envs behind two sim_bridge servers per worker, weights over ZeroMQ
+// instead of shared memory: every reproducible number must be the same.
+TEST(PpoTest, SimServersAndZmqWeightsChangeNothingButSpeed) {
+  std::string root = FreshDir("ppo_backends");
+  std::vector<std::string> base = {"ppo.total_steps=4000", "job.seed=3"};
+  ASSERT_EQ(RunJob(root, "local", base).first, 0);
+  auto with = [&](std::vector<std::string> more) {
+    std::vector<std::string> v = base;
+    v.insert(v.end(), more.begin(), more.end());
+    return v;
+  };
+  auto [code, out] =
+      RunJob(root, "servers", with({"sim.backend=server", "sim.servers_per_worker=2"}));
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_NE(ReadFile(root + "/servers/logs/sim-1.log").find("serving CartPole-v1 x 4"),
+            std::string::npos);
+  auto [zcode, zout] = RunJob(root, "zmq", with({"weights.transport=zmq"}));
+  ASSERT_EQ(zcode, 0) << zout;
+  std::string local = Reproducible(root + "/local");
+  EXPECT_EQ(local, Reproducible(root + "/servers"));
+  EXPECT_EQ(local, Reproducible(root + "/zmq"));
+}
+
+TEST(PpoTest, TwoRolloutWorkersShareTheBatch) {
+  std::string root = FreshDir("ppo_two");
+  auto [code, out] =
+      RunJob(root, "w", {"ppo.total_steps=4096", "rollout.workers=2", "env.num_envs=4"});
+  ASSERT_EQ(code, 0) << out;
+  auto m = Metrics(root + "/w");
+  ASSERT_FALSE(m.empty());
+  EXPECT_EQ(m[0]["metrics"]["env_steps"].get<double>(), 2 * 4 * 32);
+  EXPECT_TRUE(std::ifstream(root + "/w/logs/rollout-1.log").good());
+}
+
+TEST(PpoTest, PurePythonEnvTrainsOverSimBridge) {
+  std::string root = FreshDir("ppo_python");
+  std::string script = SourceDir() + "/sim_bridge/python/examples/cartpole_py.py";
+  auto [code, out] =
+      RunJob(root, "py",
+             {"ppo.total_steps=30000", "sim.backend=server",
+              "sim.command=[python3, " + script + ", --bind, '{bind}', --num-envs, '{num_envs}']"});
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_NE(ReadFile(root + "/py/logs/sim-0.log").find("serving PyCartPole-v0 x 8"),
+            std::string::npos);
+  auto m = Metrics(root + "/py");
+  ASSERT_GT(m.size(), 20u);
+  double first = m[5]["metrics"]["episodic_return"], last = m.back()["metrics"]["episodic_return"];
+  EXPECT_GT(last, first + 50) << "the policy must improve against the Python env";
+}
+
+struct FaultCase {
+  const char* fault;
+  const char* expect;
+};
+
+class SimFaultTest : public ::testing::TestWithParam<FaultCase> {};
+
+TEST_P(SimFaultTest, StopsCleanlyNamingServerAndEnv) {
+  const FaultCase& f = GetParam();
+  std::string root = FreshDir(std::string("ppo_fault_") + f.fault);
+  std::string script = SourceDir() + "/sim_bridge/python/tests/faulty_env.py";
+  auto [code, out] = RunJob(root, "f",
+                            {"env.num_envs=2", "sim.backend=server", "sim.step_timeout_s=3",
+                             "sim.command=[python3, " + script +
+                                 ", --bind, '{bind}', --num-envs, "
+                                 "'{num_envs}', --fault, " +
+                                 f.fault + "]"});
+  EXPECT_EQ(code, 1) << out;
+  EXPECT_NE(out.find(f.expect), std::string::npos) << out;
+  EXPECT_NE(ReadFile(root + "/f/status.json").find("\"failed\""), std::string::npos);
+  EXPECT_EQ(out.find("terminate called"), std::string::npos);
+}
+
+INSTANTIATE_TEST_SUITE_P(Faults, SimFaultTest,
+                         ::testing::Values(FaultCase{"nan", "sim server sim-0 (ipc://"},
+                                           FaultCase{"raise",
+                                                     "RuntimeError: the simulator lost its mind"},
+                                           FaultCase{"hang", "did not answer within 3 s"},
+                                           FaultCase{"crash", "sim-0 (pid"}),
+                         [](const auto& info) { return std::string(info.param.fault); });
+
+TEST(PpoTest, UnknownEnvFailsWithSuggestion) {
+  std::string root = FreshDir("ppo_badenv");
+  auto [code, out] = RunJob(root, "e", {"env.id=CartPole-v0"});
+  EXPECT_EQ(code, 1);
+  EXPECT_NE(out.find("unknown env 'CartPole-v0' (did you mean CartPole-v1?)"), std::string::npos)
+      << out;
+}
+
+}  // namespace
+}  // namespace rlforge::testing

@@ -1,0 +1,50 @@
+// PpoLearner: one PPO update per iteration on a batch of valid samples.
+//
+// batch (obs, actions, old logprobs, old values, advantages, returns)
+//   -> epochs x shuffled minibatches -> clipped surrogate + value + entropy
+//   -> AdamW step (scheduled lr, clipped grad norm) -> obs statistics -> version + 1
+//
+// Deterministic for a given seed and thread count (own shuffling generator).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+
+#include "config/job_config.h"
+#include "models/actor_critic.h"
+#include "proto/control.pb.h"
+
+namespace rlforge {
+
+// Builds the network a PolicySpec and the job's policy section describe.
+ActorCriticOptions ActorCriticOptionsFor(const JobConfig& config, const proto::PolicySpec& spec);
+
+struct PpoBatch {
+  torch::Tensor obs, actions, logprobs, values, advantages, returns;
+};
+
+class PpoLearner {
+ public:
+  PpoLearner(const JobConfig& config, const proto::PolicySpec& spec);
+
+  // One update; returns its metrics (losses, entropy, approx_kl, clipfrac,
+  // explained_variance, lr, grad_norm, epochs run).
+  std::map<std::string, double> Update(const PpoBatch& batch, int64_t iteration,
+                                       int64_t num_iterations);
+
+  ActorCritic& model() { return model_; }
+  int64_t version() const { return version_; }
+
+ private:
+  JobConfig config_;
+  ActorCritic model_{nullptr};
+  std::unique_ptr<torch::optim::AdamW> optimizer_;
+  std::mt19937_64 rng_;
+  int64_t version_ = 0;
+};
+
+}  // namespace rlforge

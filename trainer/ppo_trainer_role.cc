@@ -1,0 +1,122 @@
+#include "trainer/ppo_trainer_role.h"
+
+#include <unistd.h>
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+
+namespace rlforge {
+
+namespace {
+
+// A tensor of the batch, by name, with the expected dtype and leading size.
+absl::StatusOr<torch::Tensor> BatchTensor(std::vector<TensorFrame>& tensors,
+                                          const std::string& name, DType dtype, int64_t rows) {
+  for (auto& t : tensors) {
+    if (t.name() != name) continue;
+    if (t.dtype() != dtype || t.shape().empty() || t.shape()[0] != rows) {
+      return absl::InvalidArgumentError(absl::StrCat("batch tensor ", name, " must be ",
+                                                     DTypeName(dtype), " with ", rows, " rows"));
+    }
+    auto type = dtype == proto::I64 ? torch::kLong : torch::kFloat32;
+    return torch::from_blob(t.data(), t.shape(), type).clone();
+  }
+  return absl::InvalidArgumentError(absl::StrCat("batch has no tensor ", name));
+}
+
+}  // namespace
+
+PpoTrainerRole::PpoTrainerRole(const JobConfig& config, const proto::Assignment& assignment)
+    : config_(config), assignment_(assignment) {}
+
+absl::StatusOr<WorkReply> PpoTrainerRole::Handle(const proto::WorkRequest& request,
+                                                 std::vector<TensorFrame> tensors) {
+  try {
+    switch (request.task_case()) {
+      case proto::WorkRequest::kTrainInit:
+        return Init(request.train_init());
+      case proto::WorkRequest::kTrainStep:
+        return Step(request.train_step(), std::move(tensors));
+      default:
+        return absl::InvalidArgumentError("the PPO trainer takes train_init and train_step work");
+    }
+  } catch (const std::exception& e) {  // libtorch reports through exceptions: stop them here
+    return absl::InternalError(absl::StrCat("libtorch: ", e.what()));
+  }
+}
+
+absl::StatusOr<WorkReply> PpoTrainerRole::Init(const proto::TrainInit& init) {
+  if (config_.trainer.threads > 0) {
+    torch::set_num_threads(static_cast<int>(config_.trainer.threads));
+  }
+  spec_ = init.spec();
+  transport_ = init.weights_transport();
+  learner_ = std::make_unique<PpoLearner>(config_, spec_);
+  flat_.resize(static_cast<size_t>(FlatSize(*learner_->model())));
+  if (transport_ == "shm") {
+    std::string name = absl::StrCat("rlforge-w-", getpid(), "-", assignment_.actor_id());
+    ASSIGN_OR_RETURN(WeightPublisher p, WeightPublisher::Create(name, flat_.size() * sizeof(float),
+                                                                LayoutHash(*learner_->model())));
+    publisher_.emplace(std::move(p));
+  } else if (transport_ != "zmq") {
+    return absl::InvalidArgumentError(absl::StrCat("unknown weights transport '", transport_, "'"));
+  }
+  return Publish();
+}
+
+WorkReply PpoTrainerRole::Publish() {
+  auto t0 = std::chrono::steady_clock::now();
+  FlattenInto(*learner_->model(), flat_.data());
+  WorkReply reply;
+  int64_t v = learner_->version();
+  if (publisher_) {
+    *reply.result.mutable_weights() = publisher_->Publish(v, flat_.data());
+  } else {
+    proto::WeightsReady* w = reply.result.mutable_weights();
+    w->set_version(v);
+    w->set_location("inline");
+    w->set_nbytes(flat_.size() * sizeof(float));
+    w->set_checksum(WeightChecksum(flat_.data(), flat_.size() * sizeof(float)));
+    w->set_layout_hash(LayoutHash(*learner_->model()));
+    reply.tensors.push_back(TensorFrame::FromVector("weights", flat_));
+  }
+  (*reply.result.mutable_metrics())["publish_s"] =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return reply;
+}
+
+absl::StatusOr<WorkReply> PpoTrainerRole::Step(const proto::TrainStep& step,
+                                               std::vector<TensorFrame> tensors) {
+  if (!learner_) return absl::FailedPreconditionError("train_step before train_init");
+  if (step.behavior_version() != learner_->version()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("batch was collected by policy version ", step.behavior_version(),
+                     " but the trainer holds version ", learner_->version(),
+                     " (synchronous PPO allows no lag)"));
+  }
+  int64_t rows = -1;
+  for (auto& t : tensors) {
+    if (t.name() == "obs" && !t.shape().empty()) rows = t.shape()[0];
+  }
+  if (rows <= 0) return absl::InvalidArgumentError("batch has no obs rows");
+  PpoBatch b;
+  ASSIGN_OR_RETURN(b.obs, BatchTensor(tensors, "obs", proto::F32, rows));
+  ASSIGN_OR_RETURN(
+      b.actions, BatchTensor(tensors, "actions", spec_.discrete() ? proto::I64 : proto::F32, rows));
+  ASSIGN_OR_RETURN(b.logprobs, BatchTensor(tensors, "logprobs", proto::F32, rows));
+  ASSIGN_OR_RETURN(b.values, BatchTensor(tensors, "values", proto::F32, rows));
+  ASSIGN_OR_RETURN(b.advantages, BatchTensor(tensors, "advantages", proto::F32, rows));
+  ASSIGN_OR_RETURN(b.returns, BatchTensor(tensors, "returns", proto::F32, rows));
+  auto t0 = std::chrono::steady_clock::now();
+  std::map<std::string, double> metrics =
+      learner_->Update(b, step.iteration(), step.num_iterations());
+  double update_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  WorkReply reply = Publish();
+  for (const auto& [k, v] : metrics) (*reply.result.mutable_metrics())[k] = v;
+  (*reply.result.mutable_metrics())["update_s"] = update_s;
+  return reply;
+}
+
+}  // namespace rlforge

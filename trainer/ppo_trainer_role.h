@@ -1,0 +1,40 @@
+// The trainer actor for PPO on control policies.
+//
+// TrainInit(spec, transport) -> model + optimiser -> publish version 0
+// TrainStep + batch tensors -> PpoLearner::Update -> publish version v+1
+//
+// Weights go out through shared memory (WeightPublisher) or inline as a
+// tensor "weights" in the reply (the ZeroMQ path for other hosts).
+#pragma once
+
+#include <memory>
+#include <optional>
+
+#include "actors/role.h"
+#include "trainer/ppo_learner.h"
+#include "trainer/weight_sync.h"
+
+namespace rlforge {
+
+class PpoTrainerRole final : public Role {
+ public:
+  PpoTrainerRole(const JobConfig& config, const proto::Assignment& assignment);
+  absl::StatusOr<WorkReply> Handle(const proto::WorkRequest& request,
+                                   std::vector<TensorFrame> tensors) override;
+  int64_t policy_version() const override { return learner_ ? learner_->version() : -1; }
+
+ private:
+  absl::StatusOr<WorkReply> Init(const proto::TrainInit& init);
+  absl::StatusOr<WorkReply> Step(const proto::TrainStep& step, std::vector<TensorFrame> tensors);
+  WorkReply Publish();
+
+  JobConfig config_;
+  proto::Assignment assignment_;
+  std::unique_ptr<PpoLearner> learner_;
+  proto::PolicySpec spec_;
+  std::string transport_;
+  std::optional<WeightPublisher> publisher_;
+  std::vector<float> flat_;
+};
+
+}  // namespace rlforge

@@ -1,0 +1,37 @@
+// Running statistics for normalisation, in plain C++ (the controller uses them).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace rlforge {
+
+// Mean and variance of a stream, merged batch by batch (Chan et al.).
+class RunningMeanStd {
+ public:
+  void Update(const std::vector<double>& batch);
+  double mean() const { return mean_; }
+  double var() const { return var_; }
+  double count() const { return count_; }
+
+ private:
+  double mean_ = 0, var_ = 1, count_ = 1e-4;
+};
+
+// Reward scaling by the running std of each env's discounted return, as
+// Stable-Baselines3's VecNormalize(norm_reward=True): r / sqrt(var(G) + eps),
+// clipped. Each env keeps its own running return across iterations.
+class RewardScaler {
+ public:
+  RewardScaler(int64_t num_envs, double gamma, double clip);
+  // rewards/dones: [T, N] row-major (N = num_envs). Scales in place; invalid
+  // (autoreset) steps are skipped.
+  void ScaleInPlace(int64_t T, float* rewards, const uint8_t* dones, const uint8_t* valid);
+
+ private:
+  double gamma_, clip_;
+  std::vector<double> returns_;
+  RunningMeanStd stats_;
+};
+
+}  // namespace rlforge
