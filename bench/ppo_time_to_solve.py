@@ -25,18 +25,18 @@ import time
 import zipfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-THREADS = "2"
+THREADS = "1"
 
 
 def ensure_venv(venv):
     py = os.path.join(venv, "bin", "python")
     if not os.path.exists(py):
         subprocess.check_call([sys.executable, "-m", "venv", venv])
-    need = subprocess.run([py, "-c", "import torch, stable_baselines3, gymnasium, gym"],
+    need = subprocess.run([py, "-c", "import torch, stable_baselines3, gymnasium, gym, pygame"],
                           capture_output=True).returncode != 0
     if need:
         subprocess.check_call([py, "-m", "pip", "install", "-q", "torch", "stable-baselines3",
-                               "gymnasium", "gym==0.23.1", "numpy<2", "tensorboard"])
+                               "gymnasium", "gym==0.23.1", "numpy<2", "tensorboard", "pygame"])
     ppo = os.path.join(venv, "cleanrl_ppo.py")
     if not os.path.exists(ppo):
         d = os.path.join(venv, "cleanrl_wheel")

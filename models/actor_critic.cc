@@ -93,6 +93,14 @@ torch::Tensor ActorCriticImpl::Entropy(const Output& out) const {
   return per_dim.sum(-1).expand({out.logits_or_mean.size(0)});
 }
 
+std::pair<torch::Tensor, torch::Tensor> ActorCriticImpl::LogProbAndEntropy(
+    const Output& out, const torch::Tensor& actions) const {
+  if (!options_.discrete) return {LogProb(out, actions), Entropy(out)};
+  auto logp = torch::log_softmax(out.logits_or_mean, -1);
+  auto chosen = logp.gather(-1, actions.to(torch::kLong).unsqueeze(-1)).squeeze(-1);
+  return {chosen, -(logp.exp() * logp).sum(-1)};
+}
+
 void ActorCriticImpl::UpdateObsStats(const torch::Tensor& raw_obs) {
   if (!options_.normalize_obs || raw_obs.size(0) == 0) return;
   torch::NoGradGuard g;

@@ -45,6 +45,9 @@ class ActorCriticImpl : public torch::nn::Module {
   // Log-probability [B] of `actions` (int64 [B] or float [B, A]) under `out`.
   torch::Tensor LogProb(const Output& out, const torch::Tensor& actions) const;
   torch::Tensor Entropy(const Output& out) const;  // [B]
+  // Both at once (one log-softmax for categorical heads): {log-prob [B], entropy [B]}.
+  std::pair<torch::Tensor, torch::Tensor> LogProbAndEntropy(const Output& out,
+                                                            const torch::Tensor& actions) const;
 
   // Folds a batch of raw observations [B, obs] into the running statistics
   // (parallel Welford); no-op when normalisation is off.

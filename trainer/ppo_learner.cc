@@ -28,9 +28,9 @@ PpoLearner::PpoLearner(const JobConfig& config, const proto::PolicySpec& spec)
   torch::manual_seed(static_cast<uint64_t>(config.job.seed));
   model_ = ActorCritic(ActorCriticOptionsFor(config, spec));
   const TrainerOptions& t = config.trainer;
-  torch::optim::AdamWOptions opts(t.lr);
-  opts.betas({t.adam_beta1, t.adam_beta2}).eps(t.adam_eps).weight_decay(t.weight_decay);
-  optimizer_ = std::make_unique<torch::optim::AdamW>(model_->parameters(), opts);
+  optimizer_ = std::make_unique<FlatAdamW>(
+      model_->parameters(),
+      FlatAdamW::Options{t.lr, t.adam_beta1, t.adam_beta2, t.adam_eps, t.weight_decay});
 }
 
 std::map<std::string, double> PpoLearner::Update(const PpoBatch& batch, int64_t iteration,
@@ -40,9 +40,7 @@ std::map<std::string, double> PpoLearner::Update(const PpoBatch& batch, int64_t 
   const int64_t minibatches = std::min<int64_t>(p.minibatches, n);
   const int64_t mb_size = n / minibatches;
   double lr = ScheduledLearningRate(config_.trainer, iteration - 1, num_iterations);
-  for (auto& group : optimizer_->param_groups()) {
-    static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
-  }
+  optimizer_->set_lr(lr);
   double clip = p.clip_coef;
   if (p.anneal_clip) clip *= 1.0 - static_cast<double>(iteration - 1) / num_iterations;
 
@@ -51,30 +49,44 @@ std::map<std::string, double> PpoLearner::Update(const PpoBatch& batch, int64_t 
   std::vector<int64_t> order(static_cast<size_t>(n));
   std::iota(order.begin(), order.end(), 0);
   bool stop = false;
+  torch::Tensor whole_adv;
   for (int64_t epoch = 0; epoch < p.epochs && !stop; ++epoch) {
-    std::shuffle(order.begin(), order.end(), rng_);
-    auto perm = torch::from_blob(order.data(), {n}, torch::kLong).clone();
+    // One minibatch is the whole batch: its gradient does not depend on order,
+    // so skip the shuffle and the gathers (and normalise advantages once).
+    const bool whole = minibatches == 1;
+    torch::Tensor perm;
+    if (!whole) {
+      std::shuffle(order.begin(), order.end(), rng_);
+      perm = torch::from_blob(order.data(), {n}, torch::kLong).clone();
+    } else if (epoch == 0 && p.normalize_advantages) {
+      whole_adv = NormalizeAdvantages(batch.advantages);
+    }
     double epoch_kl = 0;
     int64_t epoch_updates = 0;
     for (int64_t m = 0; m < minibatches; ++m) {
-      auto idx = perm.slice(0, m * mb_size, (m + 1) * mb_size);
-      auto out = model_->Forward(batch.obs.index_select(0, idx));
-      auto new_logp = model_->LogProb(out, batch.actions.index_select(0, idx));
-      auto adv = batch.advantages.index_select(0, idx);
-      if (p.normalize_advantages) adv = NormalizeAdvantages(adv);
-      PolicyLoss pg = ClippedPolicyLoss(new_logp, batch.logprobs.index_select(0, idx), adv, clip);
-      auto v_loss = ValueLoss(out.value, batch.values.index_select(0, idx),
-                              batch.returns.index_select(0, idx), p.clip_value);
-      auto entropy = model_->Entropy(out).mean();
+      torch::Tensor idx;
+      auto pick = [&](const torch::Tensor& t) { return whole ? t : t.index_select(0, idx); };
+      if (!whole) idx = perm.slice(0, m * mb_size, (m + 1) * mb_size);
+      auto out = model_->Forward(pick(batch.obs));
+      auto [new_logp, entropies] = model_->LogProbAndEntropy(out, pick(batch.actions));
+      torch::Tensor adv;
+      if (whole) {
+        adv = p.normalize_advantages ? whole_adv : batch.advantages;
+      } else {
+        adv = pick(batch.advantages);
+        if (p.normalize_advantages) adv = NormalizeAdvantages(adv);
+      }
+      PolicyLoss pg = ClippedPolicyLoss(new_logp, pick(batch.logprobs), adv, clip);
+      auto v_loss = ValueLoss(out.value, pick(batch.values), pick(batch.returns), p.clip_value);
+      auto entropy = entropies.mean();
       auto loss = pg.loss - p.ent_coef * entropy + p.vf_coef * v_loss;
-      optimizer_->zero_grad();
+      optimizer_->ZeroGrad();
       loss.backward();
       double norm = 0;
       if (config_.trainer.max_grad_norm > 0) {
-        norm =
-            torch::nn::utils::clip_grad_norm_(model_->parameters(), config_.trainer.max_grad_norm);
+        norm = optimizer_->ClipGradNorm(config_.trainer.max_grad_norm);
       }
-      optimizer_->step();
+      optimizer_->Step();
       sum_pg += pg.loss.item<double>();
       sum_v += v_loss.item<double>();
       sum_ent += entropy.item<double>();

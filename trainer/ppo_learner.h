@@ -17,6 +17,7 @@
 #include "config/job_config.h"
 #include "models/actor_critic.h"
 #include "proto/control.pb.h"
+#include "trainer/flat_adamw.h"
 
 namespace rlforge {
 
@@ -42,7 +43,7 @@ class PpoLearner {
  private:
   JobConfig config_;
   ActorCritic model_{nullptr};
-  std::unique_ptr<torch::optim::AdamW> optimizer_;
+  std::unique_ptr<FlatAdamW> optimizer_;
   std::mt19937_64 rng_;
   int64_t version_ = 0;
 };

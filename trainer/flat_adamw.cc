@@ -1,0 +1,49 @@
+#include "trainer/flat_adamw.h"
+
+#include <cmath>
+
+namespace rlforge {
+
+FlatAdamW::FlatAdamW(std::vector<torch::Tensor> params, Options options)
+    : options_(options), params_(std::move(params)) {
+  int64_t n = 0;
+  for (const auto& p : params_) n += p.numel();
+  auto opts = torch::TensorOptions().dtype(torch::kFloat32);
+  data_ = torch::empty({n}, opts);
+  grad_ = torch::zeros({n}, opts);
+  m_ = torch::zeros({n}, opts);
+  v_ = torch::zeros({n}, opts);
+  torch::NoGradGuard g;
+  int64_t off = 0;
+  for (auto& p : params_) {
+    int64_t k = p.numel();
+    auto view = data_.narrow(0, off, k).view(p.sizes());
+    view.copy_(p);
+    p.set_data(view);
+    // Backward accumulates in place into a defined grad, so the flat buffer fills up.
+    p.mutable_grad() = grad_.narrow(0, off, k).view(p.sizes());
+    off += k;
+  }
+}
+
+double FlatAdamW::ClipGradNorm(double max_norm) {
+  double norm = grad_.norm().item<double>();
+  double coef = max_norm / (norm + 1e-6);
+  if (coef < 1.0) grad_.mul_(coef);
+  return norm;
+}
+
+void FlatAdamW::Step() {
+  torch::NoGradGuard g;
+  ++steps_;
+  const Options& o = options_;
+  if (o.weight_decay != 0) data_.mul_(1.0 - o.lr * o.weight_decay);
+  m_.mul_(o.beta1).add_(grad_, 1.0 - o.beta1);
+  v_.mul_(o.beta2).addcmul_(grad_, grad_, 1.0 - o.beta2);
+  double bias1 = 1.0 - std::pow(o.beta1, static_cast<double>(steps_));
+  double bias2 = 1.0 - std::pow(o.beta2, static_cast<double>(steps_));
+  auto denom = (v_.sqrt() / std::sqrt(bias2)).add_(o.eps);
+  data_.addcdiv_(m_, denom, -o.lr / bias1);
+}
+
+}  // namespace rlforge
