@@ -1,0 +1,113 @@
+// Transformer: the decoder-only language model of the Llama / Qwen2 family.
+//
+// tokens -> embed -> N x [RMSNorm -> GQA attention (RoPE) -> + -> RMSNorm -> SwiGLU -> +]
+//        -> RMSNorm -> hidden -> lm_head -> logits   (and value_head -> values, optional)
+//
+// Two forwards share the same weights:
+//  - Hidden(): training and scoring over [B, T] rows, padded or packed (segment ids
+//    keep packed sequences apart; positions restart per segment).
+//  - HiddenIncremental(): the rollout engine's step; new tokens of many sequences
+//    flattened to [N], attention delegated to a callback that owns the KV cache.
+// Parameter names are Hugging Face's exactly, so checkpoints map 1:1 (hf_checkpoint.h).
+// fp32 or bf16 (module.to(dtype)); norms and softmax are computed in fp32 as in
+// transformers. Not thread-safe; one owner.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace rlforge::models {
+
+struct TransformerConfig {
+  std::string architecture = "LlamaForCausalLM";  // "LlamaForCausalLM" | "Qwen2ForCausalLM"
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  int64_t intermediate_size = 0;
+  int64_t num_hidden_layers = 0;
+  int64_t num_attention_heads = 0;
+  int64_t num_key_value_heads = 0;
+  int64_t head_dim = 0;  // hidden_size / num_attention_heads unless given
+  int64_t max_position_embeddings = 0;
+  double rope_theta = 10000;
+  double rms_norm_eps = 1e-6;
+  bool attention_bias = false;  // qkv bias (Qwen2: true)
+  bool tie_word_embeddings = false;
+  int64_t bos_token_id = -1, eos_token_id = -1;
+};
+
+// Checks sizes and divisibility; the message names the key and value.
+absl::Status ValidateConfig(const TransformerConfig& config, const std::string& origin);
+
+// Parses a Hugging Face config.json (LlamaForCausalLM or Qwen2ForCausalLM). Features this
+// model does not implement (rope_scaling, sliding window, mlp_bias, activations other
+// than silu) are errors naming `origin` and the key, never silently ignored.
+absl::StatusOr<TransformerConfig> ParseHfConfig(const std::string& config_json_text,
+                                                const std::string& origin);
+
+// config.json text that transformers reads back into the same model. `torch_dtype` is
+// "float32" or "bfloat16".
+std::string WriteHfConfig(const TransformerConfig& config, const std::string& torch_dtype);
+
+// Number of parameters (embedding and head counted once when tied; no value head).
+int64_t ParameterCount(const TransformerConfig& config);
+
+class TransformerImpl : public torch::nn::Module {
+ public:
+  explicit TransformerImpl(const TransformerConfig& config, bool value_head = false);
+
+  const TransformerConfig& config() const { return config_; }
+  bool has_value_head() const { return !value_head_.is_empty(); }
+
+  // tokens, positions, segment_ids: [B, T] int64. A token attends to earlier-or-equal
+  // tokens of the same segment id in its row; segment id < 0 marks padding (its output is
+  // defined but meaningless). Returns final-normed hidden [B, T, H].
+  torch::Tensor Hidden(const torch::Tensor& tokens, const torch::Tensor& positions,
+                       const torch::Tensor& segment_ids);
+  torch::Tensor Logits(const torch::Tensor& hidden);  // [..., vocab]
+  torch::Tensor Values(const torch::Tensor& hidden);  // [...]; needs the value head
+
+  // tokens, positions: [N] int64, the new tokens of a batch of sequences flattened.
+  // Per layer calls attend(layer, q [N, heads, head_dim], k [N, kv_heads, head_dim],
+  // v [N, kv_heads, head_dim]) with RoPE applied to q and k; attend stores k, v in its
+  // cache and returns the attention output [N, heads, head_dim] (scale 1/sqrt(head_dim),
+  // kv head of q head h = h / (heads / kv_heads)). Returns final-normed hidden [N, H].
+  using AttendFn = std::function<torch::Tensor(int64_t layer, const torch::Tensor& q,
+                                               const torch::Tensor& k, const torch::Tensor& v)>;
+  torch::Tensor HiddenIncremental(const torch::Tensor& tokens, const torch::Tensor& positions,
+                                  const AttendFn& attend);
+
+  // Reference attention for one sequence's contiguous cache: q [n, heads, d] at the last n
+  // positions of k, v [t, kv_heads, d] (causal within the n). Used by tests and simple
+  // greedy loops; the rollout engine has its own.
+  torch::Tensor ContiguousAttention(const torch::Tensor& q, const torch::Tensor& k,
+                                    const torch::Tensor& v) const;
+
+  // (cos, sin) [..., head_dim] for int64 positions [...], in `dtype`.
+  std::pair<torch::Tensor, torch::Tensor> RopeTables(const torch::Tensor& positions,
+                                                     torch::Dtype dtype) const;
+
+ private:
+  struct Layer {
+    torch::Tensor input_norm, post_norm;
+    torch::nn::Linear q{nullptr}, k{nullptr}, v{nullptr}, o{nullptr};
+    torch::nn::Linear gate{nullptr}, up{nullptr}, down{nullptr};
+  };
+  torch::Tensor Mlp(const Layer& layer, const torch::Tensor& x) const;
+  torch::Tensor RmsNorm(const torch::Tensor& x, const torch::Tensor& weight) const;
+
+  TransformerConfig config_;
+  torch::nn::Embedding embed_{nullptr};
+  std::vector<Layer> layers_;
+  torch::Tensor final_norm_;
+  torch::nn::Linear lm_head_{nullptr};
+  torch::nn::Linear value_head_{nullptr};
+  torch::Tensor inv_freq_;  // [head_dim / 2] fp32, not a parameter
+};
+TORCH_MODULE(Transformer);
+
+}  // namespace rlforge::models
