@@ -106,6 +106,24 @@ absl::StatusOr<TransformerConfig> ParseHfConfig(const std::string& text,
     return s;
   if (auto s = GetDouble(j, origin, "rope_theta", &c.rope_theta); !s.ok()) return s;
   if (auto s = GetDouble(j, origin, "rms_norm_eps", &c.rms_norm_eps); !s.ok()) return s;
+  // transformers >= 5 writes {"rope_parameters": {"rope_theta": .., "rope_type": "default"}}.
+  if (j.contains("rope_parameters") && !j["rope_parameters"].is_null()) {
+    const json& rp = j["rope_parameters"];
+    if (!rp.is_object()) return KeyError(origin, "rope_parameters", "expected an object");
+    if (rp.contains("rope_type") && rp["rope_type"] != "default") {
+      return KeyError(origin, "rope_parameters.rope_type",
+                      absl::StrCat("only default RoPE is supported, got ", rp["rope_type"].dump()));
+    }
+    if (auto s = GetDouble(rp, origin, "rope_theta", &c.rope_theta); !s.ok()) return s;
+  }
+  if (j.contains("layer_types") && j["layer_types"].is_array()) {
+    for (const auto& t : j["layer_types"]) {
+      if (t != "full_attention") {
+        return KeyError(origin, "layer_types",
+                        absl::StrCat("only full_attention layers are supported, got ", t.dump()));
+      }
+    }
+  }
   c.attention_bias = qwen2;  // Qwen2 always has qkv bias; Llama reads attention_bias
   if (!qwen2) {
     if (auto s = GetBool(j, origin, "attention_bias", &c.attention_bias); !s.ok()) return s;

@@ -174,6 +174,15 @@ TEST(HfConfigTest, ParsesLlamaAndQwen2) {
   EXPECT_TRUE(qwen->tie_word_embeddings);
   EXPECT_EQ(qwen->num_key_value_heads, 4);
 
+  // transformers >= 5 nests rope_theta.
+  auto v5 = ParseHfConfig(R"({"architectures": ["Qwen2ForCausalLM"], "vocab_size": 100,
+      "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+      "num_attention_heads": 4, "layer_types": ["full_attention", "full_attention"],
+      "rope_parameters": {"rope_theta": 1000000.0, "rope_type": "default"}})",
+                          "v5.json");
+  ASSERT_TRUE(v5.ok()) << v5.status();
+  EXPECT_EQ(v5->rope_theta, 1e6);
+
   // Written configs parse back to the same thing.
   auto again = ParseHfConfig(WriteHfConfig(*llama, "float32"), "written");
   ASSERT_TRUE(again.ok()) << again.status();
@@ -204,6 +213,9 @@ TEST(HfConfigTest, ErrorsNameTheKey) {
       "num_key_value_heads");
   expect_error(R"({"architectures": ["LlamaForCausalLM"], )" + base + R"(, "hidden_size": "x"})",
                "hidden_size");
+  expect_error(R"({"architectures": ["LlamaForCausalLM"], )" + base +
+                   R"(, "rope_parameters": {"rope_type": "yarn", "factor": 4.0}})",
+               "rope_type");
   expect_error("not json", "not a JSON object");
 }
 
