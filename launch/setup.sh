@@ -13,6 +13,7 @@ RLFORGE_PACKAGES=(
   libzmq3-dev cppzmq-dev libprotobuf-dev protobuf-compiler
   libyaml-cpp-dev libabsl-dev libgtest-dev googletest libgloo-dev
   nlohmann-json3-dev libcpp-httplib-dev libspdlog-dev libcli11-dev libmujoco-dev
+  libicu-dev
   python3 python3-zmq python3-protobuf
 )
 

@@ -1,0 +1,60 @@
+// ArithmeticTask: multi-digit arithmetic problems with a verifiable answer (a synthetic task
+// for SFT, GRPO, PPO and DPO on small language models).
+//
+// (seed, split, index) -> splitmix64 stream -> operands and operator -> held-out hash test
+//   -> PromptExample {prompt "12+345=", answer "357", response "357"}
+//
+// Every example is a pure function of (seed, split, index): no state, so a job resumes at any
+// data position and two processes agree without talking. Train and held-out are disjoint by
+// construction: a problem is held out when a fixed hash of its canonical text ("12+345") falls
+// below heldout_fraction, independent of the seed, and each split only keeps problems of its
+// side. Thread-safe (immutable after Create).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "controller/prompt_example.h"
+
+namespace rlforge {
+
+struct ArithmeticOptions {
+  int64_t min_digits = 1;  // digits per operand, each drawn uniformly in [min, max]
+  int64_t max_digits = 3;
+  std::vector<std::string> ops = {"+", "-"};  // any of "+", "-", "*"
+  bool allow_negative = false;                // false: a - b is drawn with a >= b
+  double heldout_fraction = 0.1;  // share of all problems reserved for evaluation, in (0, 1)
+  // "plain":    prompt "12+345=",           response "357"
+  // "question": prompt "What is 12 + 345?", response "The answer is 357."
+  std::string style = "plain";
+};
+
+enum class Split { kTrain, kHeldout };
+const char* SplitName(Split split);
+
+class ArithmeticTask {
+ public:
+  // Errors name the bad option and value.
+  static absl::StatusOr<ArithmeticTask> Create(const ArithmeticOptions& options);
+
+  PromptExample Example(uint64_t seed, Split split, uint64_t index) const;
+  // Examples index .. index+n-1.
+  std::vector<PromptExample> Examples(uint64_t seed, Split split, uint64_t index, size_t n) const;
+  // Whether the canonical problem text ("12+345") belongs to the held-out split.
+  bool IsHeldout(const std::string& problem) const;
+  // A plausible but wrong answer to `example` (for DPO rejected responses), deterministic in
+  // `seed`; never equal to example.answer.
+  std::string WrongAnswer(const PromptExample& example, uint64_t seed) const;
+  // The SFT response text for an answer in this task's style.
+  std::string ResponseFor(const std::string& answer) const;
+
+  const ArithmeticOptions& options() const { return options_; }
+
+ private:
+  explicit ArithmeticTask(ArithmeticOptions o) : options_(std::move(o)) {}
+  ArithmeticOptions options_;
+};
+
+}  // namespace rlforge

@@ -1,0 +1,100 @@
+#include "controller/arith_task.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+namespace rlforge {
+namespace {
+
+TEST(ArithmeticTaskTest, DeterministicFromSeed) {
+  auto task = ArithmeticTask::Create({});
+  ASSERT_TRUE(task.ok()) << task.status();
+  const auto a = task->Examples(7, Split::kTrain, 0, 50);
+  const auto b = task->Examples(7, Split::kTrain, 0, 50);
+  const auto c = task->Examples(8, Split::kTrain, 0, 50);
+  int same_as_other_seed = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].prompt, b[i].prompt);
+    EXPECT_EQ(a[i].answer, b[i].answer);
+    same_as_other_seed += a[i].prompt == c[i].prompt;
+  }
+  EXPECT_LT(same_as_other_seed, 5);
+  // Random access: example 30 alone equals the 30th of the batch.
+  EXPECT_EQ(task->Example(7, Split::kTrain, 30).prompt, a[30].prompt);
+}
+
+TEST(ArithmeticTaskTest, AnswersAreCorrect) {
+  ArithmeticOptions o;
+  o.ops = {"+", "-", "*"};
+  o.min_digits = 2;
+  o.max_digits = 4;
+  auto task = ArithmeticTask::Create(o);
+  ASSERT_TRUE(task.ok());
+  for (const auto& ex : task->Examples(1, Split::kTrain, 0, 300)) {
+    ASSERT_EQ(ex.prompt.back(), '=');
+    const size_t op = ex.prompt.find_first_of("+-*");
+    const int64_t x = std::stoll(ex.prompt.substr(0, op));
+    const int64_t y = std::stoll(ex.prompt.substr(op + 1, ex.prompt.size() - op - 2));
+    EXPECT_GE(x, 10);
+    EXPECT_LT(y, 10000);
+    const char c = ex.prompt[op];
+    const int64_t want = c == '+' ? x + y : c == '-' ? x - y : x * y;
+    EXPECT_EQ(ex.answer, std::to_string(want)) << ex.prompt;
+    EXPECT_GE(want, 0) << "allow_negative is false";
+    EXPECT_EQ(ex.response, ex.answer);
+  }
+}
+
+TEST(ArithmeticTaskTest, TrainAndHeldoutAreDisjoint) {
+  ArithmeticOptions o;
+  o.max_digits = 2;  // small space: collisions would show
+  o.heldout_fraction = 0.2;
+  auto task = ArithmeticTask::Create(o);
+  ASSERT_TRUE(task.ok());
+  std::set<std::string> train, heldout;
+  for (uint64_t seed : {1, 2}) {
+    for (const auto& ex : task->Examples(seed, Split::kTrain, 0, 2000)) train.insert(ex.prompt);
+    for (const auto& ex : task->Examples(seed, Split::kHeldout, 0, 500)) heldout.insert(ex.prompt);
+  }
+  for (const auto& p : heldout) EXPECT_EQ(train.count(p), 0u) << p;
+  EXPECT_GT(heldout.size(), 100u);
+  EXPECT_GT(train.size(), 1000u);
+}
+
+TEST(ArithmeticTaskTest, QuestionStyleAndWrongAnswers) {
+  ArithmeticOptions o;
+  o.style = "question";
+  auto task = ArithmeticTask::Create(o);
+  ASSERT_TRUE(task.ok());
+  const auto ex = task->Example(3, Split::kHeldout, 0);
+  EXPECT_EQ(ex.prompt.rfind("What is ", 0), 0u);
+  EXPECT_EQ(ex.response, "The answer is " + ex.answer + ".");
+  for (uint64_t s = 0; s < 200; ++s) {
+    const auto e = task->Example(3, Split::kTrain, s);
+    const std::string wrong = task->WrongAnswer(e, s);
+    EXPECT_NE(wrong, e.answer) << e.prompt;
+    EXPECT_EQ(wrong, task->WrongAnswer(e, s));
+  }
+}
+
+TEST(ArithmeticTaskTest, BadOptionsAreNamed) {
+  ArithmeticOptions o;
+  o.ops = {"/"};
+  EXPECT_NE(ArithmeticTask::Create(o).status().message().find("op '/'"), std::string::npos);
+  o = {};
+  o.max_digits = 12;
+  EXPECT_NE(ArithmeticTask::Create(o).status().message().find("max_digits"), std::string::npos);
+  o = {};
+  o.heldout_fraction = 1.5;
+  EXPECT_FALSE(ArithmeticTask::Create(o).ok());
+  o = {};
+  o.max_digits = 1;
+  o.ops = {"+"};
+  o.heldout_fraction = 0.001;  // 100 problems: none held out
+  EXPECT_NE(ArithmeticTask::Create(o).status().message().find("one split is empty"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace rlforge
