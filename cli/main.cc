@@ -9,6 +9,7 @@
 //
 // Exit codes: 0 success, 1 the job failed, 2 bad usage or bad config,
 // 128+N stopped by signal N.
+#include <malloc.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -138,6 +139,10 @@ int CmdActor(const rlforge::ActorOptions& base, const std::string& log_level) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Reuse freed tensor memory instead of returning it to the kernel: large
+  // per-step activations otherwise cost a page-fault storm every step.
+  mallopt(M_MMAP_THRESHOLD, 1 << 30);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
   CLI::App app{"rlforge: reinforcement-learning post-training from one YAML file"};
   app.require_subcommand(1);
 

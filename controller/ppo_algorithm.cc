@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include "absl/strings/match.h"
@@ -103,6 +104,7 @@ PpoAlgorithm::StartSimServers(JobContext& ctx) {
           }
         }
       }
+      if (std::getenv("OMP_WAIT_POLICY") == nullptr) spec.env["OMP_WAIT_POLICY"] = "PASSIVE";
       RETURN_IF_ERROR(Annotate(ctx.controller().LaunchService(spec), "sim.command"));
       per_worker[w].emplace_back(name, endpoint);
     }
