@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "config/control_options.h"
+#include "config/engine_options.h"
 #include "config/loader.h"
 #include "config/schema.h"
 
@@ -76,6 +77,7 @@ struct JobConfig {
   PolicyOptions policy;
   PpoOptions ppo;
   WeightsOptions weights;
+  EngineOptions engine;
 };
 
 // The schema of JobConfig (built once).

@@ -1,0 +1,33 @@
+#include "config/engine_config.h"
+
+namespace rlforge {
+
+using config::SchemaBuilder;
+
+void AddEngineSection(SchemaBuilder<JobConfig>& job) {
+  SchemaBuilder<EngineOptions> b(
+      "The LLM rollout engine: continuous batching over a paged KV cache (fp32 on CPU).");
+  b.Int("block_size", &EngineOptions::block_size, "Tokens per KV block.").Min(1).Max(1024);
+  b.Int("num_blocks", &EngineOptions::num_blocks,
+        "KV blocks in the pool; 0 sizes the pool from kv_memory_mb.")
+      .Min(0);
+  b.Double("kv_memory_mb", &EngineOptions::kv_memory_mb,
+           "KV pool budget in MiB (keys and values, all layers) when num_blocks is 0.")
+      .Min(0, false);
+  b.Int("max_batch", &EngineOptions::max_batch, "Running sequences at most per step.")
+      .Min(1)
+      .Max(65536);
+  b.Int("max_tokens_per_step", &EngineOptions::max_tokens_per_step,
+        "Tokens fed to the model per step: decodes first, then prefill chunks (chunked "
+        "prefill keeps long prompts from stalling decodes).")
+      .Min(1);
+  b.Bool("prefix_sharing", &EngineOptions::prefix_sharing,
+         "The n samples of a prompt share its KV blocks (copy-on-write on the last partial "
+         "block).");
+  b.Choice("weight_update", &EngineOptions::weight_update, {"drain", "recompute"},
+           "New weights during generation: drain lets in-flight sequences finish on the old "
+           "version (tagged) first; recompute takes them at once and recomputes in-flight KV.");
+  job.Section("engine", &JobConfig::engine, b.Build());
+}
+
+}  // namespace rlforge

@@ -1,0 +1,416 @@
+#include "rollout/llm_engine.h"
+
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cstring>
+#include <unordered_map>
+
+#include "absl/strings/str_cat.h"
+#include "common/check.h"
+#include "rollout/paged_attention.h"
+
+namespace rlforge {
+
+struct LlmEngine::Group {
+  GenerationRequest request;
+  std::vector<std::unique_ptr<Sequence>> seqs;
+  std::vector<GeneratedSample> done;
+  int64_t remaining = 0;
+  bool started = false;
+};
+
+struct LlmEngine::Sequence {
+  Group* group = nullptr;
+  int64_t index = 0;  // -1: the leader that prefills a shared prompt once
+  std::vector<int32_t> tokens;  // prompt + generated
+  int64_t prompt_len = 0;
+  int64_t computed = 0;  // leading tokens whose KV is in the pool
+  std::vector<int32_t> table;
+  std::mt19937_64 rng;
+  GeneratedSample out;
+  bool finished = false;
+};
+
+struct LlmEngine::PendingUpdate {
+  std::function<void(models::Transformer&)> apply;
+  int64_t version = 0;
+};
+
+LlmEngine::LlmEngine(models::Transformer model, const EngineSettings& options,
+                     int64_t policy_version)
+    : model_(std::move(model)),
+      options_(options),
+      version_(policy_version),
+      blocks_(options.num_blocks, options.block_size) {
+  const auto& c = model_->config();
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    k_pool_.push_back(torch::zeros({options.num_blocks, options.block_size,
+                                    c.num_key_value_heads, c.head_dim}));
+    v_pool_.push_back(torch::zeros_like(k_pool_.back()));
+  }
+}
+
+LlmEngine::~LlmEngine() = default;
+
+absl::Status LlmEngine::Submit(GenerationRequest request) {
+  const auto& c = model_->config();
+  const int64_t len = static_cast<int64_t>(request.prompt.size());
+  const std::string where = absl::StrCat("generation request ", request.id);
+  if (len == 0) return absl::InvalidArgumentError(absl::StrCat(where, ": empty prompt"));
+  for (int64_t i = 0; i < len; ++i) {
+    int32_t t = request.prompt[i];
+    if (t < 0 || t >= c.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": prompt token ", i, " is ", t,
+                                                     ", outside the vocabulary [0, ",
+                                                     c.vocab_size, ")"));
+    }
+  }
+  if (request.n < 1 || request.n > options_.max_batch) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": n = ", request.n,
+                                                   " must be in [1, engine.max_batch = ",
+                                                   options_.max_batch, "]"));
+  }
+  if (request.params.max_tokens < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": max_tokens must be positive"));
+  }
+  const int64_t total = len + request.params.max_tokens;
+  if (blocks_.BlocksFor(total) > blocks_.num_blocks()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": prompt (", len, ") + max_tokens (", request.params.max_tokens,
+        ") needs ", blocks_.BlocksFor(total), " KV blocks; the pool has ", blocks_.num_blocks()));
+  }
+  if (total > c.max_position_embeddings) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": prompt + max_tokens = ", total,
+                                                   " exceeds the model's max_position_embeddings ",
+                                                   c.max_position_embeddings));
+  }
+  if (!request.params.stop_strings.empty() && !options_.detokenize) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": stop strings need a tokenizer, and the engine has none"));
+  }
+  for (const auto& g : groups_) {
+    if (g->request.id == request.id) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": id already in flight"));
+    }
+  }
+  auto group = std::make_unique<Group>();
+  group->request = std::move(request);
+  group->remaining = group->request.n;
+  auto add = [&](int64_t index) {
+    auto s = std::make_unique<Sequence>();
+    s->group = group.get();
+    s->index = index;
+    s->tokens = group->request.prompt;
+    s->prompt_len = len;
+    if (index >= 0) {
+      s->rng = SampleRng(group->request.params.seed, index);
+      s->out.index = index;
+    }
+    waiting_.push_back(s.get());
+    group->seqs.push_back(std::move(s));
+  };
+  if (options_.prefix_sharing && group->request.n > 1) {
+    add(-1);
+  } else {
+    for (int64_t i = 0; i < group->request.n; ++i) add(i);
+  }
+  groups_.push_back(std::move(group));
+  return absl::OkStatus();
+}
+
+bool LlmEngine::HasUnfinished() const { return !groups_.empty(); }
+
+std::vector<FinishedGroup> LlmEngine::TakeFinished() {
+  std::vector<FinishedGroup> out;
+  out.swap(finished_);
+  return out;
+}
+
+void LlmEngine::RequestWeightUpdate(std::function<void(models::Transformer&)> apply,
+                                    int64_t version) {
+  pending_update_ = std::make_unique<PendingUpdate>();
+  pending_update_->apply = std::move(apply);
+  pending_update_->version = version;
+}
+
+void LlmEngine::MaybeApplyWeightUpdate() {
+  if (!pending_update_) return;
+  if (options_.weight_update == "drain") {
+    for (const auto& g : groups_) {
+      if (g->started) return;  // in flight on the old weights: let it finish
+    }
+  } else {
+    // recompute: every in-flight sequence drops its KV and recomputes it.
+    while (!running_.empty()) Preempt(running_.back());
+  }
+  {
+    torch::NoGradGuard no_grad;
+    pending_update_->apply(model_);
+  }
+  version_ = pending_update_->version;
+  pending_update_.reset();
+}
+
+void LlmEngine::Preempt(Sequence* seq) {
+  auto it = std::find(running_.begin(), running_.end(), seq);
+  RF_CHECK(it != running_.end());
+  running_.erase(it);
+  blocks_.Release(seq->table);
+  seq->computed = 0;
+  waiting_.push_front(seq);
+  ++stats_.preemptions;
+}
+
+bool LlmEngine::Schedule(std::vector<Sequence*>& batch, std::vector<int64_t>& chunk) {
+  int64_t budget = options_.max_tokens_per_step;
+  // Running sequences first, oldest first; the newest are preempted when
+  // blocks run out (their work is recomputed later).
+  for (size_t i = 0; i < running_.size() && budget > 0;) {
+    Sequence* s = running_[i];
+    const int64_t len = static_cast<int64_t>(s->tokens.size());
+    const int64_t want = std::min(len - s->computed, budget);
+    bool fits = true;
+    while (!blocks_.Reserve(s->table, s->computed, s->computed + want, pending_copies_)) {
+      Sequence* victim = running_.back();
+      Preempt(victim);
+      if (victim == s) {
+        fits = false;
+        break;
+      }
+    }
+    if (!fits) break;  // s was the newest: nothing after it runs this step
+    batch.push_back(s);
+    chunk.push_back(want);
+    budget -= want;
+    ++i;
+  }
+  // Then waiting sequences, first come first served, while blocks stay above
+  // a small watermark (so admitting prefills does not starve running decodes).
+  const int64_t watermark = std::max<int64_t>(1, blocks_.num_blocks() / 100);
+  while (budget > 0 && !waiting_.empty()) {
+    Sequence* s = waiting_.front();
+    if (pending_update_ && options_.weight_update == "drain" && !s->group->started) break;
+    const int64_t joining = s->index < 0 ? s->group->request.n : 1;
+    if (!running_.empty() &&
+        static_cast<int64_t>(running_.size()) + joining > options_.max_batch) {
+      break;
+    }
+    const int64_t len = static_cast<int64_t>(s->tokens.size());
+    const int64_t want = std::min(len - s->computed, budget);
+    const int64_t need = blocks_.BlocksNeeded(s->table, s->computed, s->computed + want);
+    if (!running_.empty() && blocks_.num_free() - need < watermark) break;
+    if (!blocks_.Reserve(s->table, s->computed, s->computed + want, pending_copies_)) break;
+    waiting_.pop_front();
+    running_.push_back(s);
+    s->group->started = true;
+    batch.push_back(s);
+    chunk.push_back(want);
+    budget -= want;
+  }
+  stats_.peak_blocks = std::max(stats_.peak_blocks, blocks_.num_used());
+  stats_.max_running = std::max(stats_.max_running, static_cast<int64_t>(running_.size()));
+  return !batch.empty();
+}
+
+absl::Status LlmEngine::Step() {
+  MaybeApplyWeightUpdate();
+  std::vector<Sequence*> batch;
+  std::vector<int64_t> chunk;
+  if (!Schedule(batch, chunk)) {
+    if (!waiting_.empty()) {
+      return absl::InternalError("engine: waiting sequences but nothing could be scheduled");
+    }
+    return absl::OkStatus();
+  }
+  ++stats_.steps;
+  return RunModel(batch, chunk);
+}
+
+absl::Status LlmEngine::RunToCompletion() {
+  while (HasUnfinished()) {
+    if (absl::Status s = Step(); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LlmEngine::RunModel(const std::vector<Sequence*>& batch,
+                                 const std::vector<int64_t>& chunk) {
+  const auto& c = model_->config();
+  // Copy-on-write: move shared partial blocks' KV before anything writes.
+  const int64_t block_elems = options_.block_size * c.num_key_value_heads * c.head_dim;
+  for (const BlockCopy& copy : pending_copies_) {
+    const int64_t bytes = copy.num_tokens * c.num_key_value_heads * c.head_dim * sizeof(float);
+    for (size_t l = 0; l < k_pool_.size(); ++l) {
+      for (torch::Tensor* pool : {&k_pool_[l], &v_pool_[l]}) {
+        float* base = pool->data_ptr<float>();
+        std::memcpy(base + copy.dst * block_elems, base + copy.src * block_elems, bytes);
+      }
+    }
+    stats_.prompt_kv_slots += copy.num_tokens;
+    ++stats_.cow_copies;
+  }
+  pending_copies_.clear();
+
+  PagedBatch pb;
+  pb.block_size = options_.block_size;
+  std::vector<int64_t> tokens, positions, sample_rows;
+  std::vector<Sequence*> sampled;
+  pb.table_start.push_back(0);
+  for (size_t i = 0; i < batch.size(); ++i) {
+    Sequence* s = batch[i];
+    for (int64_t p = s->computed; p < s->computed + chunk[i]; ++p) {
+      tokens.push_back(s->tokens[p]);
+      positions.push_back(p);
+      pb.row_seq.push_back(static_cast<int32_t>(i));
+      pb.row_context.push_back(static_cast<int32_t>(p + 1));
+      pb.row_slot.push_back(static_cast<int64_t>(s->table[p / options_.block_size]) *
+                                options_.block_size +
+                            p % options_.block_size);
+      if (p < s->prompt_len) ++stats_.prompt_kv_slots;
+    }
+    if (chunk[i] > 1 || s->computed < s->prompt_len) stats_.prefill_tokens += chunk[i];
+    pb.tables.insert(pb.tables.end(), s->table.begin(), s->table.end());
+    pb.table_start.push_back(static_cast<int32_t>(pb.tables.size()));
+    s->computed += chunk[i];
+    if (s->computed == static_cast<int64_t>(s->tokens.size())) {
+      sample_rows.push_back(static_cast<int64_t>(tokens.size()) - 1);
+      sampled.push_back(s);
+    }
+  }
+
+  torch::Tensor logits;
+  try {
+    torch::NoGradGuard no_grad;
+    auto attend = [&](int64_t layer, const torch::Tensor& q, const torch::Tensor& k,
+                      const torch::Tensor& v) {
+      WritePagedKv(k_pool_[layer], k, pb);
+      WritePagedKv(v_pool_[layer], v, pb);
+      return PagedAttention(q, k_pool_[layer], v_pool_[layer], pb);
+    };
+    torch::Tensor hidden = model_->HiddenIncremental(torch::tensor(tokens, torch::kLong),
+                                                     torch::tensor(positions, torch::kLong),
+                                                     attend);
+    if (sampled.empty()) return absl::OkStatus();
+    logits = model_->Logits(hidden.index_select(0, torch::tensor(sample_rows, torch::kLong)))
+                 .to(torch::kFloat32)
+                 .contiguous();
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("engine: model forward failed: ", e.what()));
+  }
+
+  const int64_t vocab = logits.size(1);
+  const float* lp = logits.data_ptr<float>();
+  // Sample the ordinary sequences in parallel: each owns its RNG.
+  std::vector<SampledToken> draws(sampled.size());
+  at::parallel_for(0, static_cast<int64_t>(sampled.size()), 8, [&](int64_t b, int64_t e) {
+    std::vector<float> scratch;
+    std::vector<int32_t> index_scratch;
+    for (int64_t r = b; r < e; ++r) {
+      Sequence* s = sampled[r];
+      if (s->index < 0) continue;
+      draws[r] = SampleToken(lp + r * vocab, vocab, s->group->request.params, s->rng, scratch,
+                             index_scratch);
+    }
+  });
+  for (size_t r = 0; r < sampled.size(); ++r) {
+    Sequence* s = sampled[r];
+    if (s->index < 0) {
+      Fork(s, lp + r * vocab, vocab);
+      continue;
+    }
+    s->tokens.push_back(draws[r].token);
+    s->out.tokens.push_back(draws[r].token);
+    s->out.logprobs.push_back(draws[r].logprob);
+    s->out.versions.push_back(version_);
+    ++stats_.generated_tokens;
+    StopsAt(s);
+  }
+  // Retire what finished, keeping admission order for the rest.
+  std::vector<Sequence*> keep;
+  for (Sequence* s : running_) {
+    if (s->finished) {
+      blocks_.Release(s->table);
+      Group* g = s->group;
+      if (s->index >= 0) {
+        g->done.push_back(std::move(s->out));
+        if (--g->remaining == 0) {
+          FinishedGroup f;
+          f.request_id = g->request.id;
+          f.prompt = g->request.prompt;
+          f.samples = std::move(g->done);
+          std::sort(f.samples.begin(), f.samples.end(),
+                    [](const GeneratedSample& a, const GeneratedSample& b) {
+                      return a.index < b.index;
+                    });
+          finished_.push_back(std::move(f));
+          auto it = std::find_if(groups_.begin(), groups_.end(),
+                                 [&](const auto& p) { return p.get() == g; });
+          groups_.erase(it);  // frees g and its sequences, s included
+        }
+      }
+    } else {
+      keep.push_back(s);
+    }
+  }
+  running_ = std::move(keep);
+  return absl::OkStatus();
+}
+
+void LlmEngine::Fork(Sequence* leader, const float* logits, int64_t vocab) {
+  Group* g = leader->group;
+  std::vector<float> scratch;
+  std::vector<int32_t> index_scratch;
+  std::vector<Sequence*> forks;
+  for (int64_t i = 0; i < g->request.n; ++i) {
+    auto s = std::make_unique<Sequence>();
+    s->group = g;
+    s->index = i;
+    s->tokens = leader->tokens;
+    s->prompt_len = leader->prompt_len;
+    s->computed = leader->computed;
+    s->table = blocks_.Fork(leader->table);
+    s->rng = SampleRng(g->request.params.seed, i);
+    s->out.index = i;
+    SampledToken t = SampleToken(logits, vocab, g->request.params, s->rng, scratch,
+                                 index_scratch);
+    s->tokens.push_back(t.token);
+    s->out.tokens.push_back(t.token);
+    s->out.logprobs.push_back(t.logprob);
+    s->out.versions.push_back(version_);
+    ++stats_.generated_tokens;
+    StopsAt(s.get());
+    forks.push_back(s.get());
+    g->seqs.push_back(std::move(s));
+  }
+  // The leader's place in the batch goes to its samples; its references go.
+  auto it = std::find(running_.begin(), running_.end(), leader);
+  RF_CHECK(it != running_.end());
+  it = running_.erase(it);
+  running_.insert(it, forks.begin(), forks.end());
+  blocks_.Release(leader->table);
+}
+
+bool LlmEngine::StopsAt(Sequence* s) const {
+  const SamplingParams& p = s->group->request.params;
+  const int32_t last = s->out.tokens.back();
+  if (std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), last) !=
+      p.stop_token_ids.end()) {
+    s->out.finish_reason = "stop";
+  } else if (!p.stop_strings.empty()) {
+    const std::string text = options_.detokenize(s->out.tokens);
+    for (const std::string& stop : p.stop_strings) {
+      if (!stop.empty() && text.find(stop) != std::string::npos) {
+        s->out.finish_reason = "stop";
+        break;
+      }
+    }
+  }
+  if (s->out.finish_reason.empty() && static_cast<int64_t>(s->out.tokens.size()) >= p.max_tokens) {
+    s->out.finish_reason = "length";
+  }
+  s->finished = !s->out.finish_reason.empty();
+  return s->finished;
+}
+
+}  // namespace rlforge

@@ -1,0 +1,141 @@
+// LlmEngine: continuous-batching generation over a paged KV cache.
+//
+// requests -> scheduler (decodes first, then chunked prefill, preemption by
+// recompute) -> model (HiddenIncremental + paged attention) -> sampler ->
+// finished groups
+//
+// A request asks for n samples of one prompt (a GRPO group). With prefix
+// sharing on, the prompt is prefilled once and its KV blocks are shared by
+// the n samples (copy-on-write on the last partial block, so prompts shorter
+// than a block share too). Each step admits and retires sequences, so the
+// running batch changes at every step. When the pool runs out of blocks the
+// most recently admitted sequence is preempted: its blocks are freed and it
+// is recomputed later from its tokens, so no request is ever lost.
+//
+// Every sampled token carries its logprob under the unmodified policy and the
+// policy version that produced it. New weights arrive through
+// RequestWeightUpdate and are applied between steps, per the update mode.
+//
+// Not thread-safe: one thread submits, steps and collects. The model's
+// parameters are read during Step() and written only by weight updates,
+// which Step() applies itself.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "models/transformer.h"
+#include "rollout/block_manager.h"
+#include "rollout/sampler.h"
+
+namespace rlforge {
+
+struct EngineSettings {
+  int64_t block_size = 16;
+  int64_t num_blocks = 1024;
+  int64_t max_batch = 256;            // running sequences at most
+  int64_t max_tokens_per_step = 2048; // tokens fed to the model per step (prefill chunks + decodes)
+  bool prefix_sharing = true;
+  // "drain": in-flight sequences finish on the old weights (tagged with the old
+  // version) before the new ones are taken; "recompute": new weights are taken
+  // at once and in-flight sequences recompute their KV under them.
+  std::string weight_update = "drain";
+  // Turns generated token ids into text for stop strings; empty: stop strings unsupported.
+  std::function<std::string(const std::vector<int32_t>&)> detokenize;
+};
+
+struct GenerationRequest {
+  uint64_t id = 0;
+  std::vector<int32_t> prompt;
+  int64_t n = 1;
+  SamplingParams params;
+};
+
+struct GeneratedSample {
+  int64_t index = 0;               // 0..n-1 within the group
+  std::vector<int32_t> tokens;     // generated tokens (the stop token included)
+  std::vector<float> logprobs;     // one per token, unmodified policy
+  std::vector<int64_t> versions;   // policy version that sampled each token
+  std::string finish_reason;       // "stop" (stop token or string) or "length"
+};
+
+struct FinishedGroup {
+  uint64_t request_id = 0;
+  std::vector<int32_t> prompt;
+  std::vector<GeneratedSample> samples;  // ordered by index
+};
+
+struct EngineStats {
+  int64_t steps = 0;
+  int64_t generated_tokens = 0;
+  int64_t prefill_tokens = 0;     // tokens fed as prefill, recompute included
+  int64_t preemptions = 0;
+  int64_t peak_blocks = 0;
+  int64_t prompt_kv_slots = 0;    // KV slots ever written with prompt tokens (copies included)
+  int64_t cow_copies = 0;
+  int64_t max_running = 0;
+};
+
+class LlmEngine {
+ public:
+  LlmEngine(models::Transformer model, const EngineSettings& settings, int64_t policy_version);
+  ~LlmEngine();
+
+  // Queues a request. Errors (and changes nothing) when the prompt is empty,
+  // holds a token outside the vocabulary, or cannot fit the pool alone.
+  absl::Status Submit(GenerationRequest request);
+
+  // One scheduling step: admit, run the model on the batch, sample, retire.
+  absl::Status Step();
+  // Steps until every submitted request has finished.
+  absl::Status RunToCompletion();
+
+  // Groups whose n samples have all finished since the last call.
+  std::vector<FinishedGroup> TakeFinished();
+  bool HasUnfinished() const;
+  int64_t num_running() const { return static_cast<int64_t>(running_.size()); }
+
+  // New weights for version `version`: `apply` writes them into the model. It
+  // runs inside a later Step(), when the update mode allows.
+  void RequestWeightUpdate(std::function<void(models::Transformer&)> apply, int64_t version);
+  bool weight_update_pending() const { return pending_update_ != nullptr; }
+  int64_t policy_version() const { return version_; }
+
+  const EngineStats& stats() const { return stats_; }
+  const BlockManager& blocks() const { return blocks_; }
+  models::Transformer& model() { return model_; }
+
+ private:
+  struct Sequence;
+  struct Group;
+  struct PendingUpdate;
+
+  void MaybeApplyWeightUpdate();
+  bool Schedule(std::vector<Sequence*>& batch, std::vector<int64_t>& chunk);
+  void Preempt(Sequence* seq);
+  absl::Status RunModel(const std::vector<Sequence*>& batch, const std::vector<int64_t>& chunk);
+  void Fork(Sequence* leader, const float* logits, int64_t vocab);
+  bool StopsAt(Sequence* seq) const;
+
+  models::Transformer model_;
+  EngineSettings options_;
+  int64_t version_;
+  BlockManager blocks_;
+  std::vector<torch::Tensor> k_pool_, v_pool_;
+  std::vector<std::unique_ptr<Group>> groups_;
+  std::deque<Sequence*> waiting_;
+  std::vector<Sequence*> running_;  // admission order
+  std::vector<BlockCopy> pending_copies_;
+  std::vector<FinishedGroup> finished_;
+  std::unique_ptr<PendingUpdate> pending_update_;
+  EngineStats stats_;
+  int64_t admission_counter_ = 0;
+};
+
+}  // namespace rlforge
