@@ -90,6 +90,20 @@ absl::StatusOr<NormalForm> ParseNormalForm(const std::string& type, const std::s
                    "' is not supported (supported: NFC, NFD, NFKC, NFKD, Sequence)"));
 }
 
+// The steps of a pipeline part: the items of {"type": "Sequence", list_key: [...]}, else the
+// part itself; none when absent or null.
+std::vector<const Json*> Steps(const Json& spec, const char* part, const char* list_key) {
+  std::vector<const Json*> steps;
+  if (!spec.contains(part) || spec[part].is_null()) return steps;
+  const Json& p = spec[part];
+  if (p.at("type") == "Sequence") {
+    for (const Json& s : p.at(list_key)) steps.push_back(&s);
+  } else {
+    steps.push_back(&p);
+  }
+  return steps;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::FromJson(const Json& spec,
@@ -205,14 +219,8 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::FromJson(const Json&
     t->ignore_merges_ = model.value("ignore_merges", false);
 
     // Normalizer.
-    if (spec.contains("normalizer") && !spec["normalizer"].is_null()) {
-      const Json& n = spec["normalizer"];
-      std::vector<const Json*> steps;
-      if (n.at("type") == "Sequence") {
-        for (const Json& s : n.at("normalizers")) steps.push_back(&s);
-      } else {
-        steps.push_back(&n);
-      }
+    {
+      const std::vector<const Json*> steps = Steps(spec, "normalizer", "normalizers");
       for (const Json* s : steps) {
         ASSIGN_OR_RETURN(NormalForm f, ParseNormalForm(s->at("type"), origin));
         t->normalizers_.push_back(f);
@@ -220,14 +228,8 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::FromJson(const Json&
     }
 
     // Pre-tokenizer.
-    if (spec.contains("pre_tokenizer") && !spec["pre_tokenizer"].is_null()) {
-      const Json& p = spec["pre_tokenizer"];
-      std::vector<const Json*> steps;
-      if (p.at("type") == "Sequence") {
-        for (const Json& s : p.at("pretokenizers")) steps.push_back(&s);
-      } else {
-        steps.push_back(&p);
-      }
+    {
+      const std::vector<const Json*> steps = Steps(spec, "pre_tokenizer", "pretokenizers");
       for (const Json* s : steps) {
         const std::string type = s->at("type");
         PreStep step;
@@ -270,14 +272,8 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::FromJson(const Json&
     }
 
     // Decoder.
-    if (spec.contains("decoder") && !spec["decoder"].is_null()) {
-      const Json& d = spec["decoder"];
-      std::vector<const Json*> steps;
-      if (d.at("type") == "Sequence") {
-        for (const Json& s : d.at("decoders")) steps.push_back(&s);
-      } else {
-        steps.push_back(&d);
-      }
+    {
+      const std::vector<const Json*> steps = Steps(spec, "decoder", "decoders");
       for (const Json* s : steps) {
         const std::string type = s->at("type");
         if (type == "ByteLevel") {

@@ -200,3 +200,50 @@ TEST(UnicodeRegexTest, WhitespaceIsOnigurumaStyle) {
 
 }  // namespace
 }  // namespace rlforge::models
+
+namespace rlforge::models {
+namespace {
+
+// The examples of docs/tokenizers.md.
+std::string DocsPage() {
+  std::ifstream in(std::string(RLFORGE_SOURCE_DIR_DEFAULT) + "/docs/tokenizers.md");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+TEST(TokenizerDocsTest, LoadExample) {
+  auto tok = LoadTokenizer(DataDir() + "/qwen2");
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  const std::string text = "<|im_start|>user\n12+30=<|im_end|>";
+  std::vector<int32_t> ids = (*tok)->Encode(text);
+  EXPECT_EQ((*tok)->Decode(ids), text);
+  EXPECT_EQ((*tok)->eos_id(), *(*tok)->TokenId("<|im_end|>"));
+  EXPECT_EQ(ids.front(), *(*tok)->TokenId("<|im_start|>"));
+  EXPECT_NE(DocsPage().find("(*tok)->Encode(\"<|im_start|>user\\n12+30=<|im_end|>\")"),
+            std::string::npos)
+      << "docs/tokenizers.md no longer shows this example";
+}
+
+TEST(TokenizerDocsTest, CharFormatExample) {
+  const std::string page = DocsPage();
+  const size_t a = page.find("```json\n");
+  ASSERT_NE(a, std::string::npos);
+  const size_t b = page.find("```", a + 8);
+  const std::string dir = TempDir("docs_char");
+  fs::create_directories(dir);
+  WriteFile(dir + "/tokenizer.json", page.substr(a + 8, b - a - 8));
+  auto tok = LoadTokenizer(dir);
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  EXPECT_EQ((*tok)->vocab_size(), 16);
+  EXPECT_EQ((*tok)->eos_id(), 2);
+  EXPECT_EQ((*tok)->Decode((*tok)->Encode("12+30=42<eos>")), "12+30=42<eos>");
+  EXPECT_EQ((*tok)->Encode("x"), std::vector<int32_t>{3});
+  auto made = MakeCharTokenizer("0123456789+-*= ");
+  ASSERT_TRUE(made.ok());
+  EXPECT_EQ((*made)->vocab_size(), 4 + 15);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace rlforge::models
