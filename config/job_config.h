@@ -11,6 +11,7 @@
 
 #include "config/control_options.h"
 #include "config/loader.h"
+#include "config/reward_options.h"
 #include "config/schema.h"
 
 namespace rlforge {
@@ -76,6 +77,7 @@ struct JobConfig {
   PolicyOptions policy;
   PpoOptions ppo;
   WeightsOptions weights;
+  RewardOptions reward;
 };
 
 // The schema of JobConfig (built once).
