@@ -111,6 +111,22 @@ TEST(RewardRoleTest, RejectsOtherTasksAndBadConfigs) {
       << s;
 }
 
+TEST(RewardConfigTest, ResolvedYamlRoundTrips) {
+  const JobConfig c = LoadConfig(R"(job: {algorithm: echo}
+reward:
+  timeout_s: 3
+  rewards:
+    - {name: correct, kind: numeric, weight: 2, params: {rel_tol: 0.01, extract: boxed}}
+    - {name: p, kind: plugin, params: {path: /x.so, args: ["a=1", "b=two words"]}}
+)");
+  const std::string text = ResolvedYaml(c);
+  const JobConfig again = LoadConfig(text);
+  EXPECT_EQ(ResolvedYaml(again), text);
+  ASSERT_EQ(again.reward.rewards.size(), 2u);
+  EXPECT_EQ(again.reward.rewards[0].params.extract, "boxed");
+  EXPECT_EQ(again.reward.rewards[1].params.args[1], "b=two words");
+}
+
 TEST(RewardConfigTest, ValidationNamesTheKey) {
   LoadedJob j = LoadJobText(R"(job: {algorithm: echo}
 reward:

@@ -153,7 +153,8 @@ std::map<std::string, double> BatchScores::Metrics() const {
   return m;
 }
 
-absl::StatusOr<std::shared_ptr<const Reward>> BuildReward(const RewardSpec& spec) {
+absl::StatusOr<std::shared_ptr<const Reward>> BuildReward(const RewardSpec& spec,
+                                                          double timeout_s) {
   const RewardParams& p = spec.params;
   if (spec.kind == "exact_answer" || spec.kind == "numeric") {
     ASSIGN_OR_RETURN(Extract extract, ParseExtract(p.extract));
@@ -161,7 +162,7 @@ absl::StatusOr<std::shared_ptr<const Reward>> BuildReward(const RewardSpec& spec
     return MakeExactAnswer(extract, p.case_sensitive);
   }
   if (spec.kind == "regex_format") {
-    auto r = MakeRegexFormat(p.pattern, p.full_match);
+    auto r = MakeRegexFormat(p.pattern, p.full_match, timeout_s);
     if (!r.ok()) return Annotate(r.status(), "params.pattern");
     return std::shared_ptr<const Reward>(*std::move(r));
   }
@@ -188,12 +189,12 @@ absl::StatusOr<RewardSet> RewardSet::Create(const RewardOptions& options) {
   RewardSet set;
   for (size_t i = 0; i < options.rewards.size(); ++i) {
     const RewardSpec& spec = options.rewards[i];
-    auto r = BuildReward(spec);
+    const double timeout_s = spec.timeout_s > 0 ? spec.timeout_s : options.timeout_s;
+    auto r = BuildReward(spec, timeout_s);
     if (!r.ok()) {
       return Annotate(r.status(), absl::StrCat("reward.rewards[", i, "] (", spec.name, ")"));
     }
-    set.Add(spec.name, spec.weight, spec.timeout_s > 0 ? spec.timeout_s : options.timeout_s,
-            *std::move(r));
+    set.Add(spec.name, spec.weight, timeout_s, *std::move(r));
   }
   return set;
 }

@@ -63,7 +63,8 @@ class RewardSet {
   std::vector<Entry> entries_;
 };
 
-// Builds one reward from its spec (no timeout or weight: RewardSet adds those).
-absl::StatusOr<std::shared_ptr<const Reward>> BuildReward(const RewardSpec& spec);
+// Builds one reward from its spec (RewardSet adds weight and timeout; `timeout_s` also bounds
+// the regex matcher of regex_format).
+absl::StatusOr<std::shared_ptr<const Reward>> BuildReward(const RewardSpec& spec, double timeout_s);
 
 }  // namespace rlforge::reward

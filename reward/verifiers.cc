@@ -132,13 +132,17 @@ class Numeric final : public Reward {
 
 class RegexFormat final : public Reward {
  public:
-  explicit RegexFormat(models::UnicodeRegex re) : re_(std::move(re)) {}
+  RegexFormat(models::UnicodeRegex re, int32_t limit_ms)
+      : re_(std::move(re)), limit_ms_(limit_ms) {}
   SampleScore ScoreOne(const Sample& s) const override {
-    return SampleScore::Ok(re_.FindAll(s.response).empty() ? 0.0 : 1.0);
+    auto found = re_.Contains(s.response, limit_ms_);
+    if (!found.ok()) return SampleScore::Error(std::string(found.status().message()));
+    return SampleScore::Ok(*found ? 1.0 : 0.0);
   }
 
  private:
   models::UnicodeRegex re_;
+  int32_t limit_ms_;
 };
 
 class LengthPenalty final : public Reward {
@@ -239,12 +243,14 @@ std::unique_ptr<Reward> MakeNumeric(Extract extract, double abs_tol, double rel_
   return std::make_unique<Numeric>(extract, abs_tol, rel_tol);
 }
 
-absl::StatusOr<std::unique_ptr<Reward>> MakeRegexFormat(const std::string& pattern,
-                                                        bool full_match) {
+absl::StatusOr<std::unique_ptr<Reward>> MakeRegexFormat(const std::string& pattern, bool full_match,
+                                                        double time_limit_s) {
   auto re =
       models::UnicodeRegex::Compile(full_match ? absl::StrCat("\\A(?:", pattern, ")\\z") : pattern);
   if (!re.ok()) return re.status();
-  return std::unique_ptr<Reward>(std::make_unique<RegexFormat>(*std::move(re)));
+  const double ms = std::clamp(time_limit_s * 1000.0, 1.0, 2.0e9);
+  return std::unique_ptr<Reward>(
+      std::make_unique<RegexFormat>(*std::move(re), static_cast<int32_t>(ms)));
 }
 
 std::unique_ptr<Reward> MakeLengthPenalty(int64_t max_length, int64_t buffer, bool tokens) {

@@ -39,9 +39,11 @@ std::unique_ptr<Reward> MakeExactAnswer(Extract extract, bool case_sensitive);
 // 1 when |x - ref| <= abs_tol + rel_tol * |ref|, else 0 (also 0 when no number is found).
 // A reference that is not a number is an error for that sample.
 std::unique_ptr<Reward> MakeNumeric(Extract extract, double abs_tol, double rel_tol);
-// 1 when the response contains (or, with full_match, is) a match of `pattern`, else 0.
-absl::StatusOr<std::unique_ptr<Reward>> MakeRegexFormat(const std::string& pattern,
-                                                        bool full_match);
+// 1 when the response contains (or, with full_match, is) a match of `pattern`, else 0. The
+// matcher itself gives up after time_limit_s (an error for that sample), so a pathological
+// pattern does not keep a thread spinning after RewardSet's timeout.
+absl::StatusOr<std::unique_ptr<Reward>> MakeRegexFormat(const std::string& pattern, bool full_match,
+                                                        double time_limit_s = 10);
 // DAPO's soft overlong punishment: 0 up to max_length - buffer, then linear down to -1 at
 // max_length, -1 beyond. Length in tokens when the sample has them and unit is tokens.
 std::unique_ptr<Reward> MakeLengthPenalty(int64_t max_length, int64_t buffer, bool tokens);

@@ -76,6 +76,15 @@ TEST(VerifiersTest, RegexFormat) {
   EXPECT_FALSE(MakeRegexFormat("(unclosed", false).ok());
 }
 
+TEST(VerifiersTest, CatastrophicRegexGivesUpWithAnError) {
+  // (a+)+$ on "aaaa...b" backtracks exponentially; ICU's matcher stops at the time limit.
+  auto r = MakeRegexFormat("(a+)+$", false, /*time_limit_s=*/0.05);
+  ASSERT_TRUE(r.ok());
+  SampleScore s = (*r)->ScoreOne({"p", std::string(40, 'a') + "b", "", -1});
+  EXPECT_EQ(s.status, ScoreStatus::kError);
+  EXPECT_NE(s.error.find("time limit"), std::string::npos) << s.error;
+}
+
 TEST(VerifiersTest, LengthPenaltyIsDapoSoftOverlong) {
   auto r = MakeLengthPenalty(/*max_length=*/10, /*buffer=*/4, /*tokens=*/true);
   EXPECT_EQ(ScoreOf(*r, "", "", 6), 0);
