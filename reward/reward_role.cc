@@ -2,6 +2,7 @@
 
 #include <chrono>
 
+#include "absl/strings/str_cat.h"
 #include "common/logging.h"
 
 namespace rlforge::reward {
@@ -41,6 +42,45 @@ void ScoresToProto(const BatchScores& scores, proto::ScoreResult* out) {
       rs->add_ok(s.ok());
     }
   }
+}
+
+void SamplesToProto(const std::vector<Sample>& samples, proto::ScoreTask* out) {
+  for (const Sample& s : samples) {
+    auto* p = out->add_samples();
+    p->set_prompt(s.prompt);
+    p->set_response(s.response);
+    p->set_answer(s.answer);
+    p->set_response_tokens(s.response_tokens);
+  }
+}
+
+absl::StatusOr<BatchScores> ScoresFromProto(const proto::ScoreResult& r, size_t n) {
+  const auto sized = [n](int size) { return static_cast<size_t>(size) == n; };
+  if (!sized(r.total_size()) || !sized(r.ok_size()) || !sized(r.error_size())) {
+    return absl::InvalidArgumentError(absl::StrCat("ScoreResult: expected ", n,
+                                                   " samples, got total ", r.total_size(), ", ok ",
+                                                   r.ok_size(), ", error ", r.error_size()));
+  }
+  BatchScores out;
+  out.total.assign(r.total().begin(), r.total().end());
+  out.ok.assign(r.ok().begin(), r.ok().end());
+  out.error.assign(r.error().begin(), r.error().end());
+  for (const auto& rs : r.rewards()) {
+    if (!sized(rs.values_size()) || !sized(rs.ok_size())) {
+      return absl::InvalidArgumentError(absl::StrCat("ScoreResult: reward '", rs.name(), "' has ",
+                                                     rs.values_size(), " values for ", n,
+                                                     " samples"));
+    }
+    BatchScores::PerReward per;
+    per.name = rs.name();
+    per.weight = rs.weight();
+    for (int i = 0; i < rs.values_size(); ++i) {
+      per.scores.push_back(rs.ok(i) ? SampleScore::Ok(rs.values(i))
+                                    : SampleScore{0, ScoreStatus::kError, out.error[i]});
+    }
+    out.rewards.push_back(std::move(per));
+  }
+  return out;
 }
 
 absl::StatusOr<WorkReply> RewardRole::Handle(const proto::WorkRequest& request,

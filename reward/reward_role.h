@@ -28,8 +28,12 @@ class RewardRole final : public Role {
   std::string actor_id_;
 };
 
-// Conversions between the wire messages and the scorer's types (the controller uses them too).
+// Conversions between the wire messages and the scorer's types. The reward worker uses
+// SamplesFromProto and ScoresToProto; the controller builds requests with SamplesToProto and
+// reads replies with ScoresFromProto (which checks that every list has one entry per sample).
 std::vector<Sample> SamplesFromProto(const proto::ScoreTask& task);
 void ScoresToProto(const BatchScores& scores, proto::ScoreResult* out);
+void SamplesToProto(const std::vector<Sample>& samples, proto::ScoreTask* out);
+absl::StatusOr<BatchScores> ScoresFromProto(const proto::ScoreResult& result, size_t num_samples);
 
 }  // namespace rlforge::reward

@@ -93,6 +93,27 @@ reward:
   EXPECT_TRUE(r.metrics().contains("reward/time_s"));
 }
 
+TEST(RewardRoleTest, ControllerSideConversionsRoundTrip) {
+  const JobConfig c =
+      LoadConfig("job: {algorithm: echo}\nreward:\n  rewards:\n    - {name: c, kind: numeric}\n");
+  auto role = RewardRole::Create(c, {});
+  ASSERT_TRUE(role.ok());
+  proto::WorkRequest req;
+  // Not valid UTF-8: bytes fields carry it unchanged.
+  SamplesToProto({{"p", "= 5", "5", 2}, {"p", "\xff", "x", -1}}, req.mutable_score());
+  const proto::WorkResult r = RoundTrip(**role, req);
+  auto scores = ScoresFromProto(r.score(), 2);
+  ASSERT_TRUE(scores.ok()) << scores.status();
+  EXPECT_EQ(scores->total[0], 1.0);
+  EXPECT_FALSE(scores->ok[1]);
+  EXPECT_NE(scores->error[1].find("reference answer 'x' is not a number"), std::string::npos);
+  ASSERT_EQ(scores->rewards.size(), 1u);
+  EXPECT_EQ(scores->rewards[0].name, "c");
+  EXPECT_FALSE(scores->rewards[0].scores[1].ok());
+  EXPECT_EQ(scores->Metrics()["reward/failed_samples"], 1);
+  EXPECT_FALSE(ScoresFromProto(r.score(), 3).ok());
+}
+
 TEST(RewardRoleTest, RejectsOtherTasksAndBadConfigs) {
   const JobConfig c = LoadConfig(
       "job: {algorithm: echo}\nreward:\n  rewards:\n    - {name: c, kind: exact_answer}\n");
