@@ -46,7 +46,7 @@ def main():
     print("%-9s %-6s %10s %10s %12s %8s %s" % ("flavour", "mode", "tokens", "hf MB/s",
                                              "rlforge MB/s", "ratio", "same ids"))
     lines = [l + "\n" for l in text.split("\n")[:-1]]
-    for flavour in ["qwen2", "gpt2", "fallback"]:
+    for flavour in ["qwen2", "gpt2", "fallback", "llama", "metaspace"]:
         tok = Tokenizer.from_file(os.path.join(DATA, flavour, "tokenizer.json"))
         for mode in ["whole", "lines"]:
             t0 = time.perf_counter()

@@ -51,7 +51,9 @@ TEST_P(HfReferenceTest, IdsMatchAndDecodeRoundTrips) {
     const auto got = (*tok)->Encode(text);
     EXPECT_EQ(got, want) << flavour << " text: '" << text << "'";
     EXPECT_EQ((*tok)->Decode(got), c["decoded"].get<std::string>()) << text;
-    if (Normalize(text, NormalForm::kNFC) == text) {
+    // Byte-level and plain byte-fallback BPE give the text back whenever NFC leaves it alone
+    // (SentencePiece-style flavours add or drop a space around special tokens, as HF does).
+    if (Normalize(text, NormalForm::kNFC) == text && flavour != "llama" && flavour != "metaspace") {
       EXPECT_EQ((*tok)->Decode(got), text);
     }
     ++checked;
@@ -126,11 +128,11 @@ TEST(BpeTokenizerTest, UnsupportedPartsAreNamed) {
   fs::create_directories(dir);
   std::ifstream in(DataDir() + "/qwen2/tokenizer.json");
   auto spec = nlohmann::json::parse(in);
-  spec["pre_tokenizer"] = {{"type", "Metaspace"}};
+  spec["pre_tokenizer"] = {{"type", "BertPreTokenizer"}};
   WriteFile(dir + "/tokenizer.json", spec.dump());
   WriteFile(dir + "/tokenizer_config.json", R"({"eos_token": "<|im_end|>"})");
   auto s = LoadTokenizer(dir).status();
-  EXPECT_NE(s.message().find("pre_tokenizer type 'Metaspace'"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("pre_tokenizer type 'BertPreTokenizer'"), std::string::npos) << s;
   fs::remove_all(dir);
 }
 
