@@ -61,7 +61,8 @@ TEST_P(HfReferenceTest, IdsMatchAndDecodeRoundTrips) {
   EXPECT_EQ(checked, 20);
 }
 
-INSTANTIATE_TEST_SUITE_P(Flavours, HfReferenceTest, ::testing::Values("qwen2", "gpt2", "fallback"));
+INSTANTIATE_TEST_SUITE_P(Flavours, HfReferenceTest,
+                         ::testing::Values("qwen2", "gpt2", "fallback", "llama", "metaspace"));
 
 TEST(BpeTokenizerTest, SpecialIdsFromTokenizerConfig) {
   auto qwen = LoadTokenizer(DataDir() + "/qwen2");
