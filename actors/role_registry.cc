@@ -2,6 +2,7 @@
 #include "actors/echo_role.h"
 #include "actors/role.h"
 #include "common/strings.h"
+#include "reward/reward_role.h"
 #include "rollout/control_rollout_role.h"
 #include "trainer/ppo_trainer_role.h"
 
@@ -36,6 +37,7 @@ constexpr RoleEntry kRoles[] = {
     {"echo", &MakeEcho},
     {"rollout", &MakeRollout},
     {"trainer", &MakeTrainer},
+    {"reward", &reward::RewardRole::Create},
 };
 
 }  // namespace

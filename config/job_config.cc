@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "config/control_config.h"
 #include "config/engine_config.h"
+#include "config/reward_config.h"
 
 namespace rlforge {
 
@@ -121,6 +122,7 @@ std::shared_ptr<const Schema> BuildJobSchema() {
   b.Section("echo", &JobConfig::echo, EchoSection());
   AddControlSections(b);
   AddEngineSection(b);
+  AddRewardSections(b);
   b.Check([](const JobConfig& c, config::CheckContext& ctx) {
     if (c.job.algorithm == "echo" && c.echo.workers < 1) {
       ctx.Error("echo.workers", "job.algorithm is echo, which needs at least 1 echo worker");

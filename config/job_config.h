@@ -12,6 +12,7 @@
 #include "config/control_options.h"
 #include "config/engine_options.h"
 #include "config/loader.h"
+#include "config/reward_options.h"
 #include "config/schema.h"
 
 namespace rlforge {
@@ -78,6 +79,7 @@ struct JobConfig {
   PpoOptions ppo;
   WeightsOptions weights;
   EngineOptions engine;
+  RewardOptions reward;
 };
 
 // The schema of JobConfig (built once).

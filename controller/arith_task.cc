@@ -122,6 +122,18 @@ std::string ArithmeticTask::ResponseFor(const std::string& answer) const {
   return answer;
 }
 
+std::string ArithmeticTask::Alphabet() const {
+  std::string chars = "0123456789";
+  for (const auto& op : options_.ops) chars += op;
+  chars += "-=";  // negative answers (a - b, or a * b with allow_negative) and the plain prompt
+  if (options_.style == "question") chars += " ?.WhatisTheanswer";
+  std::string out;
+  for (char c : chars) {
+    if (out.find(c) == std::string::npos) out.push_back(c);
+  }
+  return out;
+}
+
 PromptExample ArithmeticTask::Example(uint64_t seed, Split split, uint64_t index) const {
   const uint64_t base =
       SplitMix64(SplitMix64(seed) ^ (split == Split::kTrain ? 0x7261696eull : 0x68656c64ull)) ^

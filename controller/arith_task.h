@@ -49,6 +49,9 @@ class ArithmeticTask {
   std::string WrongAnswer(const PromptExample& example, uint64_t seed) const;
   // The SFT response text for an answer in this task's style.
   std::string ResponseFor(const std::string& answer) const;
+  // Every character a prompt or response of this task can contain, each once, in a fixed
+  // order: the alphabet for MakeCharTokenizer (models/tokenizer.h).
+  std::string Alphabet() const;
 
   const ArithmeticOptions& options() const { return options_; }
 

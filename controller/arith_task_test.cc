@@ -78,6 +78,25 @@ TEST(ArithmeticTaskTest, QuestionStyleAndWrongAnswers) {
   }
 }
 
+TEST(ArithmeticTaskTest, AlphabetCoversEveryExample) {
+  for (const std::string style : {"plain", "question"}) {
+    ArithmeticOptions o;
+    o.style = style;
+    o.ops = {"+", "-", "*"};
+    o.allow_negative = true;
+    auto task = ArithmeticTask::Create(o);
+    ASSERT_TRUE(task.ok());
+    const std::string alphabet = task->Alphabet();
+    for (const auto& ex : task->Examples(5, Split::kTrain, 0, 300)) {
+      for (char c : ex.prompt + ex.response) {
+        EXPECT_NE(alphabet.find(c), std::string::npos) << style << ": '" << c << "'";
+      }
+    }
+    std::set<char> unique(alphabet.begin(), alphabet.end());
+    EXPECT_EQ(unique.size(), alphabet.size());
+  }
+}
+
 TEST(ArithmeticTaskTest, BadOptionsAreNamed) {
   ArithmeticOptions o;
   o.ops = {"/"};

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <limits>
+#include <queue>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
 #include "common/status.h"
 
 namespace rlforge::models {
@@ -14,10 +16,6 @@ namespace {
 using Json = nlohmann::json;
 
 // GPT-2's pre-tokenizer regex, used by a ByteLevel pre-tokenizer with use_regex.
-constexpr char kGpt2Pattern[] =
-    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
-
-// GPT-2's bytes_to_unicode: printable bytes map to themselves, the rest to U+0100 onwards.
 struct ByteMap {
   char32_t byte_to_cp[256];
   std::unordered_map<char32_t, uint8_t> cp_to_byte;
@@ -80,224 +78,7 @@ int ByteTokenValue(std::string_view t) {
   return v;
 }
 
-absl::StatusOr<NormalForm> ParseNormalForm(const std::string& type, const std::string& where) {
-  if (type == "NFC") return NormalForm::kNFC;
-  if (type == "NFD") return NormalForm::kNFD;
-  if (type == "NFKC") return NormalForm::kNFKC;
-  if (type == "NFKD") return NormalForm::kNFKD;
-  return absl::UnimplementedError(
-      absl::StrCat(where, ": normalizer type '", type,
-                   "' is not supported (supported: NFC, NFD, NFKC, NFKD, Sequence)"));
-}
-
 }  // namespace
-
-absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::FromJson(const Json& spec,
-                                                                     const std::string& origin,
-                                                                     std::string raw) {
-  std::unique_ptr<BpeTokenizer> t(new BpeTokenizer());
-  t->raw_ = std::move(raw);
-  try {
-    const Json& model = spec.at("model");
-    if (model.value("type", std::string("BPE")) != "BPE") {
-      return absl::UnimplementedError(absl::StrCat(origin, ": model.type '",
-                                                   model.value("type", std::string()),
-                                                   "' is not supported (only BPE)"));
-    }
-    if (model.contains("dropout") && !model["dropout"].is_null()) {
-      return absl::UnimplementedError(absl::StrCat(origin, ": model.dropout must be null"));
-    }
-    for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
-      if (model.contains(key) && !model[key].is_null() && model[key] != "") {
-        return absl::UnimplementedError(absl::StrCat(origin, ": model.", key, " is not supported"));
-      }
-    }
-    // Vocabulary, then added tokens (which may extend it).
-    int32_t max_id = -1;
-    for (const auto& [token, id] : model.at("vocab").items()) {
-      const int32_t i = id.get<int32_t>();
-      if (i < 0)
-        return absl::InvalidArgumentError(
-            absl::StrCat(origin, ": model.vocab['", token, "']: negative id ", i));
-      t->token_to_id_[token] = i;
-      max_id = std::max(max_id, i);
-    }
-    std::vector<AddedToken> added;
-    if (spec.contains("added_tokens") && spec["added_tokens"].is_array()) {
-      for (const Json& a : spec["added_tokens"]) {
-        AddedToken tok;
-        tok.id = a.at("id").get<int32_t>();
-        tok.content = a.at("content").get<std::string>();
-        tok.special = a.value("special", false);
-        tok.lstrip = a.value("lstrip", false);
-        tok.rstrip = a.value("rstrip", false);
-        tok.single_word = a.value("single_word", false);
-        if (tok.content.empty() || tok.id < 0) {
-          return absl::InvalidArgumentError(
-              absl::StrCat(origin, ": added_tokens: empty content or negative id ", tok.id));
-        }
-        max_id = std::max(max_id, tok.id);
-        added.push_back(std::move(tok));
-      }
-    }
-    t->id_to_token_.assign(static_cast<size_t>(max_id + 1), "");
-    t->is_added_.assign(static_cast<size_t>(max_id + 1), 0);
-    for (const auto& [token, id] : t->token_to_id_) t->id_to_token_[id] = token;
-    for (const AddedToken& a : added) {
-      t->id_to_token_[a.id] = a.content;
-      t->is_added_[a.id] = 1;
-      t->token_to_id_[a.content] = a.id;
-    }
-    std::stable_sort(added.begin(), added.end(), [](const AddedToken& a, const AddedToken& b) {
-      return a.content.size() > b.content.size();
-    });
-    t->added_ = std::move(added);
-
-    // Merges: "a b" (older files) or ["a", "b"] (newer).
-    int32_t rank = 0;
-    for (const Json& m : model.at("merges")) {
-      std::string left, right;
-      if (m.is_string()) {
-        const std::string s = m.get<std::string>();
-        const size_t sp = s.find(' ', 1);
-        if (sp == std::string::npos) {
-          return absl::InvalidArgumentError(
-              absl::StrCat(origin, ": model.merges[", rank, "]: '", s, "' is not 'a b'"));
-        }
-        left = s.substr(0, sp);
-        right = s.substr(sp + 1);
-      } else {
-        left = m.at(0).get<std::string>();
-        right = m.at(1).get<std::string>();
-      }
-      auto l = t->token_to_id_.find(left), r = t->token_to_id_.find(right),
-           lr = t->token_to_id_.find(left + right);
-      if (l == t->token_to_id_.end() || r == t->token_to_id_.end() || lr == t->token_to_id_.end()) {
-        return absl::InvalidArgumentError(absl::StrCat(origin, ": model.merges[", rank, "]: '",
-                                                       left, "' + '", right,
-                                                       "' has a part or result not in the vocab"));
-      }
-      const uint64_t key = (static_cast<uint64_t>(l->second) << 32) | uint32_t(r->second);
-      t->merges_.emplace(key, std::make_pair(rank, lr->second));
-      ++rank;
-    }
-    t->byte_fallback_ = model.value("byte_fallback", false);
-    if (t->byte_fallback_) {
-      for (int b = 0; b < 256; ++b) {
-        auto it = t->token_to_id_.find(absl::StrFormat("<0x%02X>", b));
-        if (it == t->token_to_id_.end()) {
-          return absl::InvalidArgumentError(absl::StrFormat(
-              "%s: model.byte_fallback is true but token <0x%02X> is not in the vocab", origin, b));
-        }
-        t->byte_ids_[b] = it->second;
-      }
-    }
-    if (model.contains("unk_token") && model["unk_token"].is_string()) {
-      auto it = t->token_to_id_.find(model["unk_token"].get<std::string>());
-      if (it == t->token_to_id_.end()) {
-        return absl::InvalidArgumentError(absl::StrCat(origin, ": model.unk_token '",
-                                                       model["unk_token"].get<std::string>(),
-                                                       "' is not in the vocab"));
-      }
-      t->unk_id_ = it->second;
-    }
-    t->fuse_unk_ = model.value("fuse_unk", false);
-    t->ignore_merges_ = model.value("ignore_merges", false);
-
-    // Normalizer.
-    if (spec.contains("normalizer") && !spec["normalizer"].is_null()) {
-      const Json& n = spec["normalizer"];
-      std::vector<const Json*> steps;
-      if (n.at("type") == "Sequence") {
-        for (const Json& s : n.at("normalizers")) steps.push_back(&s);
-      } else {
-        steps.push_back(&n);
-      }
-      for (const Json* s : steps) {
-        ASSIGN_OR_RETURN(NormalForm f, ParseNormalForm(s->at("type"), origin));
-        t->normalizers_.push_back(f);
-      }
-    }
-
-    // Pre-tokenizer.
-    if (spec.contains("pre_tokenizer") && !spec["pre_tokenizer"].is_null()) {
-      const Json& p = spec["pre_tokenizer"];
-      std::vector<const Json*> steps;
-      if (p.at("type") == "Sequence") {
-        for (const Json& s : p.at("pretokenizers")) steps.push_back(&s);
-      } else {
-        steps.push_back(&p);
-      }
-      for (const Json* s : steps) {
-        const std::string type = s->at("type");
-        PreStep step;
-        std::string pattern;
-        if (type == "ByteLevel") {
-          step.kind = PreStep::Kind::kByteLevel;
-          step.add_prefix_space = s->value("add_prefix_space", false);
-          if (s->value("use_regex", true)) pattern = kGpt2Pattern;
-          t->byte_level_ = true;
-        } else if (type == "Split") {
-          const std::string behavior = s->value("behavior", std::string("Isolated"));
-          if (s->value("invert", false) || (behavior != "Isolated" && behavior != "Removed")) {
-            return absl::UnimplementedError(
-                absl::StrCat(origin, ": pre_tokenizer Split with behavior '", behavior,
-                             "' or invert=true is not supported (supported: Isolated, Removed)"));
-          }
-          step.kind =
-              behavior == "Isolated" ? PreStep::Kind::kSplitIsolated : PreStep::Kind::kSplitRemoved;
-          const Json& pat = s->at("pattern");
-          if (pat.contains("Regex")) {
-            pattern = pat["Regex"].get<std::string>();
-          } else {
-            pattern = absl::StrCat("\\Q", pat.at("String").get<std::string>(), "\\E");
-          }
-        } else if (type == "Digits") {
-          step.kind = PreStep::Kind::kDigits;
-          pattern = s->value("individual_digits", false) ? "\\p{N}" : "\\p{N}+";
-        } else {
-          return absl::UnimplementedError(
-              absl::StrCat(origin, ": pre_tokenizer type '", type,
-                           "' is not supported (supported: ByteLevel, Split, Digits, Sequence)"));
-        }
-        if (!pattern.empty()) {
-          auto re = UnicodeRegex::Compile(pattern);
-          if (!re.ok()) return Annotate(re.status(), absl::StrCat(origin, ": pre_tokenizer"));
-          step.regex = std::make_shared<UnicodeRegex>(*std::move(re));
-        }
-        t->pre_.push_back(std::move(step));
-      }
-    }
-
-    // Decoder.
-    if (spec.contains("decoder") && !spec["decoder"].is_null()) {
-      const Json& d = spec["decoder"];
-      std::vector<const Json*> steps;
-      if (d.at("type") == "Sequence") {
-        for (const Json& s : d.at("decoders")) steps.push_back(&s);
-      } else {
-        steps.push_back(&d);
-      }
-      for (const Json* s : steps) {
-        const std::string type = s->at("type");
-        if (type == "ByteLevel") {
-          t->decoders_.push_back(DecodeStep::kByteLevel);
-        } else if (type == "ByteFallback") {
-          t->decoders_.push_back(DecodeStep::kByteFallback);
-        } else if (type == "Fuse") {
-          t->decoders_.push_back(DecodeStep::kFuse);
-        } else {
-          return absl::UnimplementedError(absl::StrCat(
-              origin, ": decoder type '", type,
-              "' is not supported (supported: ByteLevel, ByteFallback, Fuse, Sequence)"));
-        }
-      }
-    }
-  } catch (const nlohmann::json::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(origin, ": ", e.what()));
-  }
-  return t;
-}
 
 std::optional<int32_t> BpeTokenizer::TokenId(std::string_view token) const {
   auto it = token_to_id_.find(std::string(token));
@@ -338,22 +119,69 @@ std::vector<int32_t> BpeTokenizer::Encode(std::string_view text) const {
     if (hit->rstrip) {
       while (end < text.size() && IsSpace(text[end])) ++end;
     }
-    EncodeSegment(text.substr(seg_start, begin - seg_start), &out);
+    EncodeSegment(text.substr(seg_start, begin - seg_start), seg_start == 0, &out);
     out.push_back(hit->id);
     i = seg_start = end;
   }
-  EncodeSegment(text.substr(seg_start), &out);
+  EncodeSegment(text.substr(seg_start), seg_start == 0, &out);
   return out;
 }
 
-void BpeTokenizer::EncodeSegment(std::string_view segment, std::vector<int32_t>* out) const {
+void BpeTokenizer::EncodeSegment(std::string_view segment, bool at_start,
+                                 std::vector<int32_t>* out) const {
   if (segment.empty()) return;
   std::string normalized(segment);
-  for (NormalForm f : normalizers_) normalized = Normalize(normalized, f);
+  for (const NormStep& n : normalizers_) {
+    switch (n.kind) {
+      case NormStep::Kind::kForm:
+        normalized = Normalize(normalized, n.form);
+        break;
+      case NormStep::Kind::kPrepend:
+        if (!normalized.empty()) normalized.insert(0, n.content);
+        break;
+      case NormStep::Kind::kReplace:
+        if (n.regex) {
+          std::string replaced;
+          size_t pos = 0;
+          for (const auto& [b, e] : n.regex->FindAll(normalized)) {
+            replaced.append(normalized, pos, b - pos);
+            replaced += n.content;
+            pos = e;
+          }
+          replaced.append(normalized, pos, std::string::npos);
+          normalized = std::move(replaced);
+        } else {
+          normalized = absl::StrReplaceAll(normalized, {{n.pattern, n.content}});
+        }
+        break;
+    }
+  }
   std::vector<std::string> pieces = {normalized};
   for (const PreStep& step : pre_) {
     std::vector<std::string> next;
-    for (std::string& piece : pieces) {
+    for (size_t p = 0; p < pieces.size(); ++p) {
+      std::string& piece = pieces[p];
+      if (step.kind == PreStep::Kind::kMetaspace) {
+        piece = absl::StrReplaceAll(piece, {{" ", step.replacement}});
+        const bool prepend = step.prepend_scheme == "always" ||
+                             (step.prepend_scheme == "first" && at_start && p == 0);
+        if (prepend && piece.compare(0, step.replacement.size(), step.replacement) != 0) {
+          piece.insert(0, step.replacement);
+        }
+        if (!step.split) {
+          next.push_back(std::move(piece));
+          continue;
+        }
+        // MergedWithNext: every replacement character starts a new piece.
+        size_t begin = 0;
+        for (size_t at = piece.find(step.replacement, 1); at != std::string::npos;
+             at = piece.find(step.replacement, at + 1)) {
+          next.push_back(piece.substr(begin, at - begin));
+          begin = at;
+        }
+        next.push_back(piece.substr(begin));
+        continue;
+      }
       if (step.kind == PreStep::Kind::kByteLevel && step.add_prefix_space &&
           (piece.empty() || piece[0] != ' ')) {
         piece.insert(piece.begin(), ' ');
@@ -405,39 +233,93 @@ void BpeTokenizer::EncodeWord(std::string_view word, std::vector<int32_t>* out) 
     }  // else: no way to represent it; Hugging Face drops it too.
     i += len;
   }
-  // Merge the lowest-ranked adjacent pair (leftmost on ties) until none is left.
-  while (symbols.size() > 1) {
-    int32_t best_rank = std::numeric_limits<int32_t>::max();
-    size_t best = 0;
-    int32_t merged = -1;
-    for (size_t k = 0; k + 1 < symbols.size(); ++k) {
-      const uint64_t key = (static_cast<uint64_t>(symbols[k]) << 32) | uint32_t(symbols[k + 1]);
-      auto it = merges_.find(key);
-      if (it != merges_.end() && it->second.first < best_rank) {
-        best_rank = it->second.first;
-        best = k;
-        merged = it->second.second;
-      }
-    }
-    if (merged < 0) break;
-    symbols[best] = merged;
-    symbols.erase(symbols.begin() + static_cast<std::ptrdiff_t>(best) + 1);
+  // Merge the lowest-ranked adjacent pair (leftmost on ties) until none is left: a heap of
+  // candidate pairs over a linked list of symbols, O(n log n) (a word can be a whole text when
+  // there is no pre-tokenizer). Entries whose symbols changed since they were pushed are stale.
+  if (symbols.size() < 2) {
+    out->insert(out->end(), symbols.begin(), symbols.end());
+    return;
   }
-  out->insert(out->end(), symbols.begin(), symbols.end());
+  const int n = static_cast<int>(symbols.size());
+  std::vector<int> next(n), prev(n);
+  for (int k = 0; k < n; ++k) {
+    next[k] = k + 1 < n ? k + 1 : -1;
+    prev[k] = k - 1;
+  }
+  struct Candidate {
+    int32_t rank;
+    int left;
+    int32_t left_id, right_id;
+    bool operator>(const Candidate& o) const {
+      return rank != o.rank ? rank > o.rank : left > o.left;
+    }
+  };
+  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> heap;
+  auto push = [&](int l) {
+    if (l < 0 || next[l] < 0) return;
+    const int32_t a = symbols[l], b = symbols[next[l]];
+    auto it = merges_.find((static_cast<uint64_t>(a) << 32) | uint32_t(b));
+    if (it != merges_.end()) heap.push({it->second.first, l, a, b});
+  };
+  for (int k = 0; k + 1 < n; ++k) push(k);
+  std::vector<int8_t> alive(n, 1);
+  while (!heap.empty()) {
+    const Candidate c = heap.top();
+    heap.pop();
+    const int r = next[c.left];
+    if (!alive[c.left] || symbols[c.left] != c.left_id || r < 0 || symbols[r] != c.right_id) {
+      continue;
+    }
+    const uint64_t key = (static_cast<uint64_t>(c.left_id) << 32) | uint32_t(c.right_id);
+    symbols[c.left] = merges_.at(key).second;
+    alive[r] = 0;
+    next[c.left] = next[r];
+    if (next[r] >= 0) prev[next[r]] = c.left;
+    push(prev[c.left]);
+    push(c.left);
+  }
+  for (int k = 0; k >= 0; k = next[k]) out->push_back(symbols[k]);
 }
 
 std::string BpeTokenizer::DecodeTokens(const std::vector<std::string>& tokens) const {
   std::vector<std::string> cur = tokens;
-  for (DecodeStep step : decoders_) {
+  for (const DecodeStep& step : decoders_) {
     std::vector<std::string> next;
-    switch (step) {
-      case DecodeStep::kByteLevel: {
+    switch (step.kind) {
+      case DecodeStep::Kind::kReplace:
+        for (const std::string& t : cur)
+          next.push_back(absl::StrReplaceAll(t, {{step.from, step.to}}));
+        break;
+      case DecodeStep::Kind::kStrip:
+        for (const std::string& t : cur) {
+          size_t b = 0, e = t.size();
+          for (int k = 0; k < step.start && t.compare(b, step.strip.size(), step.strip) == 0 &&
+                          b + step.strip.size() <= e;
+               ++k) {
+            b += step.strip.size();
+          }
+          for (int k = 0; k < step.stop && e >= b + step.strip.size() &&
+                          t.compare(e - step.strip.size(), step.strip.size(), step.strip) == 0;
+               ++k) {
+            e -= step.strip.size();
+          }
+          next.push_back(t.substr(b, e - b));
+        }
+        break;
+      case DecodeStep::Kind::kMetaspace:
+        // As Hugging Face: in the first token the replacement is dropped, elsewhere it is a space.
+        for (size_t k = 0; k < cur.size(); ++k) {
+          next.push_back(
+              absl::StrReplaceAll(cur[k], {{step.from, k == 0 && step.prepend ? "" : " "}}));
+        }
+        break;
+      case DecodeStep::Kind::kByteLevel: {
         std::string joined;
         for (const std::string& t : cur) joined += t;
         next.push_back(FromByteLevel(joined));
         break;
       }
-      case DecodeStep::kByteFallback: {
+      case DecodeStep::Kind::kByteFallback: {
         std::string bytes;
         auto flush = [&] {
           if (bytes.empty()) return;
@@ -460,7 +342,7 @@ std::string BpeTokenizer::DecodeTokens(const std::vector<std::string>& tokens) c
         flush();
         break;
       }
-      case DecodeStep::kFuse: {
+      case DecodeStep::Kind::kFuse: {
         std::string joined;
         for (const std::string& t : cur) joined += t;
         next.push_back(std::move(joined));
@@ -479,20 +361,12 @@ std::string BpeTokenizer::DecodeTokens(const std::vector<std::string>& tokens) c
 }
 
 std::string BpeTokenizer::Decode(const std::vector<int32_t>& ids) const {
-  std::string out;
-  std::vector<std::string> pending;
+  std::vector<std::string> tokens;
+  tokens.reserve(ids.size());
   for (int32_t id : ids) {
-    if (id < 0 || id >= vocab_size()) continue;
-    if (is_added_[id]) {
-      if (!pending.empty()) out += DecodeTokens(pending);
-      pending.clear();
-      out += id_to_token_[id];
-    } else {
-      pending.push_back(id_to_token_[id]);
-    }
+    if (id >= 0 && id < vocab_size()) tokens.push_back(id_to_token_[id]);
   }
-  if (!pending.empty()) out += DecodeTokens(pending);
-  return out;
+  return DecodeTokens(tokens);
 }
 
 }  // namespace rlforge::models

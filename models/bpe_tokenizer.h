@@ -5,12 +5,14 @@
 //      -> BPE merges per piece (byte fallback / unk for unknown symbols) -> ids
 //
 // Supported tokenizer.json parts (anything else is a load error naming the part):
-//   normalizer:    null, NFC, NFD, NFKC, NFKD, Sequence of these
+//   normalizer:    null, NFC, NFD, NFKC, NFKD, Prepend, Replace, Sequence of these
 //   pre_tokenizer: null, ByteLevel (add_prefix_space, use_regex), Split (Regex or String
-//                  pattern; behavior Isolated or Removed; invert false), Digits, Sequence
+//                  pattern; behavior Isolated or Removed; invert false), Digits, Metaspace,
+//                  Sequence
 //   model:         BPE (merges as "a b" strings or [a, b] pairs, byte_fallback, unk_token,
 //                  fuse_unk, ignore_merges; no dropout, no subword prefix/suffix)
-//   decoder:       null, ByteLevel, ByteFallback, Fuse, Sequence of these
+//   decoder:       null, ByteLevel, ByteFallback, Fuse, Replace, Strip, Metaspace, Sequence
+// Like Hugging Face, Decode runs added tokens through the decoder too.
 #pragma once
 
 #include <cstdint>
@@ -49,22 +51,42 @@ class BpeTokenizer final : public Tokenizer {
     bool rstrip = false;
     bool single_word = false;
   };
+  // Replace (string or regex) also serves Prepend (kind kPrepend, `content`).
+  struct NormStep {
+    enum class Kind { kForm, kPrepend, kReplace } kind;
+    NormalForm form = NormalForm::kNFC;
+    std::string pattern;                  // Replace with a String pattern
+    std::shared_ptr<UnicodeRegex> regex;  // Replace with a Regex pattern
+    std::string content;
+  };
   struct PreStep {
-    enum class Kind { kSplitIsolated, kSplitRemoved, kByteLevel, kDigits } kind;
+    enum class Kind { kSplitIsolated, kSplitRemoved, kByteLevel, kDigits, kMetaspace } kind;
     std::shared_ptr<UnicodeRegex> regex;  // Split, ByteLevel with use_regex, Digits
     bool add_prefix_space = false;        // ByteLevel
+    std::string replacement;              // Metaspace ("\u2581")
+    std::string prepend_scheme;           // Metaspace: always | first | never
+    bool split = true;                    // Metaspace
   };
-  enum class DecodeStep { kByteLevel, kByteFallback, kFuse };
+  struct DecodeStep {
+    enum class Kind { kByteLevel, kByteFallback, kFuse, kReplace, kStrip, kMetaspace } kind;
+    std::string from, to;     // Replace; Metaspace (from = replacement)
+    bool prepend = false;     // Metaspace: prepend_scheme is not never
+    std::string strip;        // Strip: the character
+    int start = 0, stop = 0;  // Strip: at most this many at each end
+  };
 
   BpeTokenizer() = default;
-  // Text between added tokens -> ids, appended to out.
-  void EncodeSegment(std::string_view segment, std::vector<int32_t>* out) const;
+  absl::Status ParseNormalizers(const nlohmann::json& spec, const std::string& origin);
+  absl::Status ParseDecoders(const nlohmann::json& spec, const std::string& origin);
+  // Text between added tokens -> ids, appended to out. `at_start`: the segment begins the text
+  // (Metaspace's prepend_scheme first).
+  void EncodeSegment(std::string_view segment, bool at_start, std::vector<int32_t>* out) const;
   void EncodeWord(std::string_view word, std::vector<int32_t>* out) const;
-  // Token strings of ids that are not added tokens -> text.
+  // Token strings -> text, through the decoder steps.
   std::string DecodeTokens(const std::vector<std::string>& tokens) const;
 
   std::string raw_;
-  std::vector<NormalForm> normalizers_;
+  std::vector<NormStep> normalizers_;
   std::vector<PreStep> pre_;
   bool byte_level_ = false;  // a ByteLevel pre-tokenizer maps bytes to printable characters
   std::vector<DecodeStep> decoders_;

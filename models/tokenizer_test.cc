@@ -51,7 +51,9 @@ TEST_P(HfReferenceTest, IdsMatchAndDecodeRoundTrips) {
     const auto got = (*tok)->Encode(text);
     EXPECT_EQ(got, want) << flavour << " text: '" << text << "'";
     EXPECT_EQ((*tok)->Decode(got), c["decoded"].get<std::string>()) << text;
-    if (Normalize(text, NormalForm::kNFC) == text) {
+    // Byte-level and plain byte-fallback BPE give the text back whenever NFC leaves it alone
+    // (SentencePiece-style flavours add or drop a space around special tokens, as HF does).
+    if (Normalize(text, NormalForm::kNFC) == text && flavour != "llama" && flavour != "metaspace") {
       EXPECT_EQ((*tok)->Decode(got), text);
     }
     ++checked;
@@ -59,7 +61,8 @@ TEST_P(HfReferenceTest, IdsMatchAndDecodeRoundTrips) {
   EXPECT_EQ(checked, 20);
 }
 
-INSTANTIATE_TEST_SUITE_P(Flavours, HfReferenceTest, ::testing::Values("qwen2", "gpt2", "fallback"));
+INSTANTIATE_TEST_SUITE_P(Flavours, HfReferenceTest,
+                         ::testing::Values("qwen2", "gpt2", "fallback", "llama", "metaspace"));
 
 TEST(BpeTokenizerTest, SpecialIdsFromTokenizerConfig) {
   auto qwen = LoadTokenizer(DataDir() + "/qwen2");
@@ -126,11 +129,11 @@ TEST(BpeTokenizerTest, UnsupportedPartsAreNamed) {
   fs::create_directories(dir);
   std::ifstream in(DataDir() + "/qwen2/tokenizer.json");
   auto spec = nlohmann::json::parse(in);
-  spec["pre_tokenizer"] = {{"type", "Metaspace"}};
+  spec["pre_tokenizer"] = {{"type", "BertPreTokenizer"}};
   WriteFile(dir + "/tokenizer.json", spec.dump());
   WriteFile(dir + "/tokenizer_config.json", R"({"eos_token": "<|im_end|>"})");
   auto s = LoadTokenizer(dir).status();
-  EXPECT_NE(s.message().find("pre_tokenizer type 'Metaspace'"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("pre_tokenizer type 'BertPreTokenizer'"), std::string::npos) << s;
   fs::remove_all(dir);
 }
 
@@ -196,6 +199,53 @@ TEST(UnicodeRegexTest, WhitespaceIsOnigurumaStyle) {
   ASSERT_EQ(m.size(), 1u);
   EXPECT_EQ(m[0], (std::pair<size_t, size_t>{1, 4}));
   EXPECT_FALSE(UnicodeRegex::Compile("(").ok());
+}
+
+}  // namespace
+}  // namespace rlforge::models
+
+namespace rlforge::models {
+namespace {
+
+// The examples of docs/tokenizers.md.
+std::string DocsPage() {
+  std::ifstream in(std::string(RLFORGE_SOURCE_DIR_DEFAULT) + "/docs/tokenizers.md");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+TEST(TokenizerDocsTest, LoadExample) {
+  auto tok = LoadTokenizer(DataDir() + "/qwen2");
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  const std::string text = "<|im_start|>user\n12+30=<|im_end|>";
+  std::vector<int32_t> ids = (*tok)->Encode(text);
+  EXPECT_EQ((*tok)->Decode(ids), text);
+  EXPECT_EQ((*tok)->eos_id(), *(*tok)->TokenId("<|im_end|>"));
+  EXPECT_EQ(ids.front(), *(*tok)->TokenId("<|im_start|>"));
+  EXPECT_NE(DocsPage().find("(*tok)->Encode(\"<|im_start|>user\\n12+30=<|im_end|>\")"),
+            std::string::npos)
+      << "docs/tokenizers.md no longer shows this example";
+}
+
+TEST(TokenizerDocsTest, CharFormatExample) {
+  const std::string page = DocsPage();
+  const size_t a = page.find("```json\n");
+  ASSERT_NE(a, std::string::npos);
+  const size_t b = page.find("```", a + 8);
+  const std::string dir = TempDir("docs_char");
+  fs::create_directories(dir);
+  WriteFile(dir + "/tokenizer.json", page.substr(a + 8, b - a - 8));
+  auto tok = LoadTokenizer(dir);
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  EXPECT_EQ((*tok)->vocab_size(), 16);
+  EXPECT_EQ((*tok)->eos_id(), 2);
+  EXPECT_EQ((*tok)->Decode((*tok)->Encode("12+30=42<eos>")), "12+30=42<eos>");
+  EXPECT_EQ((*tok)->Encode("x"), std::vector<int32_t>{3});
+  auto made = MakeCharTokenizer("0123456789+-*= ");
+  ASSERT_TRUE(made.ok());
+  EXPECT_EQ((*made)->vocab_size(), 4 + 15);
+  fs::remove_all(dir);
 }
 
 }  // namespace

@@ -143,6 +143,25 @@ std::vector<std::pair<size_t, size_t>> UnicodeRegex::FindAll(std::string_view ut
   return out;
 }
 
+absl::StatusOr<bool> UnicodeRegex::Contains(std::string_view utf8, int32_t time_limit_ms) const {
+  const Utf16Text u = ToUtf16(utf8);
+  UErrorCode status = U_ZERO_ERROR;
+  std::unique_ptr<icu::RegexMatcher> m(impl_->pattern->matcher(u.text, status));
+  if (U_SUCCESS(status) && time_limit_ms > 0) m->setTimeLimit(time_limit_ms, status);
+  if (U_FAILURE(status)) {
+    return absl::InternalError(absl::StrCat("regex matcher: ", u_errorName(status)));
+  }
+  const bool found = m->find(status);
+  if (status == U_REGEX_TIME_OUT) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("regex gave up after its time limit (", time_limit_ms, " ms)"));
+  }
+  if (U_FAILURE(status)) {
+    return absl::InternalError(absl::StrCat("regex match: ", u_errorName(status)));
+  }
+  return found;
+}
+
 std::string Normalize(std::string_view utf8, NormalForm form) {
   UErrorCode status = U_ZERO_ERROR;
   const icu::Normalizer2* n = nullptr;

@@ -32,6 +32,10 @@ class UnicodeRegex {
   static absl::StatusOr<UnicodeRegex> Compile(std::string_view pattern);
   // Byte ranges [begin, end) of every non-overlapping, non-empty match, left to right.
   std::vector<std::pair<size_t, size_t>> FindAll(std::string_view utf8) const;
+  // Whether `utf8` contains a match, giving up after about `time_limit_ms` of matching work
+  // (ICU's step-based limit; 0: none). A give-up is an error, so a pathological pattern cannot
+  // spin forever.
+  absl::StatusOr<bool> Contains(std::string_view utf8, int32_t time_limit_ms) const;
 
  private:
   struct Impl;

@@ -7,9 +7,16 @@ to the original text. Three flavours cover the code paths:
             special tokens;
   gpt2      ByteLevel pre-tokenizer with its built-in GPT-2 regex;
   fallback  plain (not byte-level) BPE with byte_fallback and <0xXX> tokens, a small alphabet so
-            rare characters fall back to bytes; decoder ByteFallback + Fuse.
+            rare characters fall back to bytes; decoder ByteFallback + Fuse;
+  llama     SentencePiece-style BPE as Llama-2 / Mistral tokenizer.json files have it: normalizer
+            Prepend("▁") + Replace(" ", "▁"), no pre-tokenizer, byte fallback, unk, decoder
+            Replace + ByteFallback + Fuse + Strip;
+  metaspace the newer conversion: Metaspace pre-tokenizer and decoder (prepend_scheme first).
 Each is trained on tests/data/tokenizer/corpus.txt (written for this purpose) and saved as
 OUT/<flavour>/tokenizer.json + tokenizer_config.json; OUT/reference.json holds the texts and ids.
+
+With a small alphabet limit HF's trainer may break ties differently on a rerun (an equally
+valid tokenizer): tokenizer.json and reference.json are always committed together.
 
 Usage (the shared tooling venv; the product never needs it):
     /work/.venv-py/bin/python tools/make_tokenizer_fixtures.py tests/data/tokenizer
@@ -74,6 +81,23 @@ def train(flavour, corpus):
                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
         config = {"eos_token": {"content": "<|endoftext|>", "special": True},
                   "bos_token": "<|endoftext|>"}
+    elif flavour in ("llama", "metaspace"):
+        tok = Tokenizer(models.BPE(byte_fallback=True, unk_token="<unk>", fuse_unk=True))
+        if flavour == "llama":
+            tok.normalizer = normalizers.Sequence([normalizers.Prepend("\u2581"),
+                                                   normalizers.Replace(" ", "\u2581")])
+            tok.decoder = decoders.Sequence([decoders.Replace("\u2581", " "),
+                                             decoders.ByteFallback(), decoders.Fuse(),
+                                             decoders.Strip(" ", 1, 0)])
+        else:
+            tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581",
+                                                         prepend_scheme="first", split=True)
+            tok.decoder = decoders.Sequence([decoders.ByteFallback(), decoders.Metaspace(
+                replacement="\u2581", prepend_scheme="first", split=True)])
+        specials = ["<unk>", "<s>", "</s>"]
+        trainer = trainers.BpeTrainer(vocab_size=320, special_tokens=specials, show_progress=False,
+                                      limit_alphabet=80)
+        config = {"eos_token": "</s>", "bos_token": "<s>"}
     elif flavour == "fallback":
         tok = Tokenizer(models.BPE(byte_fallback=True))
         tok.pre_tokenizer = pre_tokenizers.Split(Regex(FALLBACK_PATTERN), behavior="isolated")
@@ -84,8 +108,10 @@ def train(flavour, corpus):
         config = {"eos_token": "</s>", "bos_token": "<s>", "pad_token": "<unk>"}
     else:
         raise ValueError(flavour)
-    tok.train_from_iterator([corpus], trainer=trainer)
-    if flavour == "fallback":
+    # Without a pre-tokenizer (llama) the whole corpus would be one word: train per line.
+    lines = corpus.split("\n") if flavour in ("llama", "metaspace") else [corpus]
+    tok.train_from_iterator(lines, trainer=trainer)
+    if flavour in ("fallback", "llama", "metaspace"):
         # Append the 256 byte tokens the way Llama-style vocabularies carry them.
         spec = json.loads(tok.to_str())
         vocab = spec["model"]["vocab"]
@@ -104,7 +130,7 @@ def main():
     with open(os.path.join(out, "corpus.txt"), encoding="utf-8") as f:
         corpus = f.read()
     reference = {}
-    for flavour in ["qwen2", "gpt2", "fallback"]:
+    for flavour in ["qwen2", "gpt2", "fallback", "llama", "metaspace"]:
         tok, config = train(flavour, corpus)
         d = os.path.join(out, flavour)
         os.makedirs(d, exist_ok=True)

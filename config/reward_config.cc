@@ -1,0 +1,135 @@
+// Schema of the `reward` section (see reward_options.h).
+#include "config/reward_config.h"
+
+#include <set>
+
+#include "absl/strings/str_cat.h"
+
+namespace rlforge {
+
+using config::CheckContext;
+using config::Schema;
+using config::SchemaBuilder;
+
+namespace {
+
+std::shared_ptr<const Schema> ParamsSection() {
+  SchemaBuilder<RewardParams> b("Parameters of one reward; each kind reads only its own.");
+  b.Choice("extract", &RewardParams::extract, {"auto", "answer_is", "boxed", "last_number", "full"},
+           "exact_answer, numeric: where the answer is in the response. auto: \\boxed{X}, else "
+           "'answer is X', else the whole response (numeric: else the last number).");
+  b.Bool("case_sensitive", &RewardParams::case_sensitive,
+         "exact_answer: compare case-sensitively (whitespace and trailing punctuation are always "
+         "normalised).");
+  b.Double("abs_tol", &RewardParams::abs_tol, "numeric: absolute tolerance.").Min(0);
+  b.Double("rel_tol", &RewardParams::rel_tol, "numeric: relative tolerance (of the reference).")
+      .Min(0);
+  b.String("pattern", &RewardParams::pattern,
+           "regex_format: the regex (ICU syntax) the response must contain; scores 1 or 0.");
+  b.Bool("full_match", &RewardParams::full_match,
+         "regex_format: the whole response must match, not just contain a match.");
+  b.Int("max_length", &RewardParams::max_length,
+        "length_penalty: the hard limit; longer responses score -1.")
+      .Min(0);
+  b.Int("buffer", &RewardParams::buffer,
+        "length_penalty: the penalty ramps linearly from 0 at max_length - buffer to -1 at "
+        "max_length (DAPO's soft overlong punishment); 0: a step at max_length.")
+      .Min(0);
+  b.Choice("unit", &RewardParams::unit, {"tokens", "chars"},
+           "length_penalty: measure responses in tokens (when the sample carries its token "
+           "count, else chars) or in Unicode characters.");
+  b.String("path", &RewardParams::path,
+           "plugin: shared library implementing reward/plugin_abi.h (relative to the working "
+           "directory).");
+  b.StringList("args", &RewardParams::args, "plugin: \"key=value\" strings for its create().");
+  return b.Build();
+}
+
+std::shared_ptr<const Schema> RewardItem() {
+  SchemaBuilder<RewardSpec> b("One reward.");
+  b.String("name", &RewardSpec::name, "Reported in metrics.jsonl as reward/<name>.").Required();
+  b.Choice("kind", &RewardSpec::kind,
+           {"exact_answer", "numeric", "regex_format", "length_penalty", "plugin"},
+           "The verifier; see docs/rewards.md.")
+      .Required();
+  b.Double("weight", &RewardSpec::weight, "Weight in the total reward (sum of weight x score).");
+  b.Double("timeout_s", &RewardSpec::timeout_s,
+           "Per-sample time limit; 0 uses reward.timeout_s. A sample that runs over is marked "
+           "failed, never scored 0.")
+      .Min(0);
+  b.Section("params", &RewardSpec::params, ParamsSection());
+  b.Check([](const RewardSpec& r, CheckContext& ctx) {
+    const RewardParams d;
+    const RewardParams& p = r.params;
+    auto only = [&](bool differs, const char* key, std::set<std::string> kinds) {
+      if (differs && !kinds.count(r.kind)) {
+        ctx.Error(absl::StrCat("params.", key), absl::StrCat("does not apply to kind ", r.kind));
+      }
+    };
+    only(p.extract != d.extract, "extract", {"exact_answer", "numeric"});
+    only(p.case_sensitive != d.case_sensitive, "case_sensitive", {"exact_answer"});
+    only(p.abs_tol != d.abs_tol, "abs_tol", {"numeric"});
+    only(p.rel_tol != d.rel_tol, "rel_tol", {"numeric"});
+    only(p.pattern != d.pattern, "pattern", {"regex_format"});
+    only(p.full_match != d.full_match, "full_match", {"regex_format"});
+    only(p.max_length != d.max_length, "max_length", {"length_penalty"});
+    only(p.buffer != d.buffer, "buffer", {"length_penalty"});
+    only(p.unit != d.unit, "unit", {"length_penalty"});
+    only(p.path != d.path, "path", {"plugin"});
+    only(p.args != d.args, "args", {"plugin"});
+    if (r.kind == "regex_format" && p.pattern.empty()) {
+      ctx.Error("params.pattern", "kind regex_format needs a pattern");
+    }
+    if (r.kind == "length_penalty" && p.max_length < 1) {
+      ctx.Error("params.max_length", "kind length_penalty needs max_length >= 1");
+    }
+    if (r.kind == "length_penalty" && p.buffer > p.max_length) {
+      ctx.Error("params.buffer", absl::StrCat("must not exceed max_length (", p.max_length, ")"));
+    }
+    if (r.kind == "plugin" && p.path.empty()) {
+      ctx.Error("params.path", "kind plugin needs the path of its shared library");
+    }
+    for (const auto& a : p.args) {
+      if (a.find('=') == std::string::npos || a.front() == '=') {
+        ctx.Error("params.args", absl::StrCat("'", a, "' is not key=value"));
+      }
+    }
+  });
+  return b.Build();
+}
+
+std::shared_ptr<const Schema> RewardSection() {
+  SchemaBuilder<RewardOptions> b(
+      "Reward workers score finished responses; the total is the weighted sum of the rewards, "
+      "each also reported under its own name.");
+  b.Int("workers", &RewardOptions::workers, "Reward worker processes.").Min(1).Max(1024);
+  b.Bool("external", &RewardOptions::external,
+         "Do not start the workers; wait for them to join with `rlforge actor --role reward`.");
+  b.Double("timeout_s", &RewardOptions::timeout_s,
+           "Per-sample time limit of every reward that does not set its own.")
+      .Min(0, false);
+  b.SectionList("rewards", &RewardOptions::rewards, RewardItem(),
+                "The rewards, computed for every sample.");
+  b.Check([](const RewardOptions& o, CheckContext& ctx) {
+    std::set<std::string> names;
+    for (size_t i = 0; i < o.rewards.size(); ++i) {
+      const std::string& n = o.rewards[i].name;
+      if (!names.insert(n).second) {
+        ctx.Error(absl::StrCat("rewards[", i, "].name"), absl::StrCat("'", n, "' is used twice"));
+      }
+      if (n.find_first_of(" /\t\n") != std::string::npos) {
+        ctx.Error(absl::StrCat("rewards[", i, "].name"),
+                  absl::StrCat("'", n, "' must not contain spaces or '/'"));
+      }
+    }
+  });
+  return b.Build();
+}
+
+}  // namespace
+
+void AddRewardSections(SchemaBuilder<JobConfig>& b) {
+  b.Section("reward", &JobConfig::reward, RewardSection());
+}
+
+}  // namespace rlforge

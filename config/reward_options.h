@@ -1,0 +1,42 @@
+// Job-file section `reward`: reward workers and the rewards they compute, combined with
+// weights. Schema and cross-key rules in reward_config.cc; semantics in docs/rewards.md.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace rlforge {
+
+// Parameters of one reward; each kind reads only its own (others left at their defaults).
+struct RewardParams {
+  // exact_answer, numeric: how the answer is found in the response.
+  std::string extract = "auto";  // auto | answer_is | boxed | last_number | full
+  bool case_sensitive = false;   // exact_answer
+  double abs_tol = 1e-6;         // numeric: |x - y| <= abs_tol + rel_tol * |y|
+  double rel_tol = 0.0;
+  std::string pattern;          // regex_format (ICU syntax, \p{L} etc.)
+  bool full_match = false;      // regex_format: the whole response must match
+  int64_t max_length = 0;       // length_penalty: DAPO soft overlong penalty
+  int64_t buffer = 0;           //   penalty ramps from 0 at max_length - buffer to -1 at max_length
+  std::string unit = "tokens";  // length_penalty: tokens (when the sample has them) | chars
+  std::string path;             // plugin: the shared library
+  std::vector<std::string> args;  // plugin: "key=value" strings passed to its create()
+};
+
+struct RewardSpec {
+  std::string name;  // reported in metrics as reward/<name>
+  std::string kind;  // exact_answer | numeric | regex_format | length_penalty | plugin
+  double weight = 1.0;
+  double timeout_s = 0;  // per sample; 0: reward.timeout_s
+  RewardParams params;
+};
+
+struct RewardOptions {
+  int64_t workers = 1;
+  bool external = false;
+  double timeout_s = 10;  // per sample, for rewards that do not set their own
+  std::vector<RewardSpec> rewards;
+};
+
+}  // namespace rlforge

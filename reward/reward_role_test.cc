@@ -1,0 +1,222 @@
+#include "reward/reward_role.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "rlforge_paths.h"
+
+namespace rlforge::reward {
+namespace {
+
+JobConfig LoadConfig(const std::string& yaml) {
+  LoadedJob j = LoadJobText(yaml, "job.yaml");
+  EXPECT_TRUE(j.ok()) << config::FormatErrors(j.errors);
+  return j.config;
+}
+
+// The request goes through protobuf bytes both ways, as it would over the wire.
+proto::WorkResult RoundTrip(Role& role, const proto::WorkRequest& request) {
+  proto::WorkRequest received;
+  EXPECT_TRUE(received.ParseFromString(request.SerializeAsString()));
+  auto reply = role.Handle(received, {});
+  EXPECT_TRUE(reply.ok()) << reply.status();
+  proto::WorkResult back;
+  EXPECT_TRUE(back.ParseFromString(reply->result.SerializeAsString()));
+  return back;
+}
+
+TEST(RewardRoleTest, ScoresABatchWithBuiltinsAndPlugin) {
+  const JobConfig c = LoadConfig(absl::StrCat(R"(
+job: {algorithm: echo}
+reward:
+  timeout_s: 5
+  rewards:
+    - {name: correct, kind: exact_answer, weight: 1.0}
+    - name: format
+      kind: regex_format
+      weight: 0.25
+      params: {pattern: "^The answer is"}
+    - name: keyword
+      kind: plugin
+      weight: 0.5
+      params: {path: ")",
+                                              RLFORGE_KEYWORD_PLUGIN, R"(", args: [keyword=answer]}
+    - name: faulty
+      kind: plugin
+      weight: 0.0
+      timeout_s: 0.3
+      params: {path: ")",
+                                              RLFORGE_FAULTY_PLUGIN, R"("}
+)"));
+  proto::Assignment a;
+  a.set_actor_id("reward-0");
+  auto role = RewardRole::Create(c, a);
+  ASSERT_TRUE(role.ok()) << role.status();
+
+  proto::WorkRequest req;
+  req.set_work_id(7);
+  auto* task = req.mutable_score();
+  for (const auto& [response, answer] : std::vector<std::pair<std::string, std::string>>{
+           {"The answer is 42.", "42"}, {"41", "42"}, {"fail", "42"}, {"hang", "1"}}) {
+    auto* s = task->add_samples();
+    s->set_prompt("What is 40 + 2?");
+    s->set_response(response);
+    s->set_answer(answer);
+    s->set_response_tokens(-1);
+  }
+  const proto::WorkResult r = RoundTrip(**role, req);
+  ASSERT_EQ(r.result_case(), proto::WorkResult::kScore);
+  const auto& sr = r.score();
+  ASSERT_EQ(sr.total_size(), 4);
+  EXPECT_TRUE(sr.ok(0));
+  EXPECT_DOUBLE_EQ(sr.total(0), 1.0 + 0.25 + 0.5);
+  EXPECT_TRUE(sr.ok(1));
+  EXPECT_DOUBLE_EQ(sr.total(1), 0.0);
+  // The faulty plugin's failure and timeout mark their samples even at weight 0.
+  EXPECT_FALSE(sr.ok(2));
+  EXPECT_TRUE(std::isnan(sr.total(2)));
+  EXPECT_NE(sr.error(2).find("reward 'faulty' on sample 2: error"), std::string::npos)
+      << sr.error(2);
+  EXPECT_FALSE(sr.ok(3));
+  EXPECT_NE(sr.error(3).find("timeout"), std::string::npos) << sr.error(3);
+  ASSERT_EQ(sr.rewards_size(), 4);
+  EXPECT_EQ(sr.rewards(1).name(), "format");
+  EXPECT_EQ(sr.rewards(1).values(0), 1.0);
+  EXPECT_EQ(sr.rewards(1).values(1), 0.0);
+  EXPECT_DOUBLE_EQ(r.metrics().at("reward/correct/mean"), 0.25);
+  EXPECT_EQ(r.metrics().at("reward/failed_samples"), 2);
+  EXPECT_EQ(r.metrics().at("reward/faulty/errors"), 2);
+  EXPECT_TRUE(r.metrics().contains("reward/time_s"));
+}
+
+TEST(RewardRoleTest, ControllerSideConversionsRoundTrip) {
+  const JobConfig c =
+      LoadConfig("job: {algorithm: echo}\nreward:\n  rewards:\n    - {name: c, kind: numeric}\n");
+  auto role = RewardRole::Create(c, {});
+  ASSERT_TRUE(role.ok());
+  proto::WorkRequest req;
+  // Not valid UTF-8: bytes fields carry it unchanged.
+  SamplesToProto({{"p", "= 5", "5", 2}, {"p", "\xff", "x", -1}}, req.mutable_score());
+  const proto::WorkResult r = RoundTrip(**role, req);
+  auto scores = ScoresFromProto(r.score(), 2);
+  ASSERT_TRUE(scores.ok()) << scores.status();
+  EXPECT_EQ(scores->total[0], 1.0);
+  EXPECT_FALSE(scores->ok[1]);
+  EXPECT_NE(scores->error[1].find("reference answer 'x' is not a number"), std::string::npos);
+  ASSERT_EQ(scores->rewards.size(), 1u);
+  EXPECT_EQ(scores->rewards[0].name, "c");
+  EXPECT_FALSE(scores->rewards[0].scores[1].ok());
+  EXPECT_EQ(scores->Metrics()["reward/failed_samples"], 1);
+  EXPECT_FALSE(ScoresFromProto(r.score(), 3).ok());
+}
+
+TEST(RewardRoleTest, RejectsOtherTasksAndBadConfigs) {
+  const JobConfig c = LoadConfig(
+      "job: {algorithm: echo}\nreward:\n  rewards:\n    - {name: c, kind: exact_answer}\n");
+  auto role = RewardRole::Create(c, {});
+  ASSERT_TRUE(role.ok());
+  proto::WorkRequest echo;
+  echo.mutable_echo();
+  EXPECT_FALSE((*role)->Handle(echo, {}).ok());
+
+  JobConfig bad = c;
+  bad.reward.rewards[0].kind = "plugin";
+  bad.reward.rewards[0].params.path = "/nonexistent.so";
+  auto s = RewardRole::Create(bad, {}).status();
+  EXPECT_NE(s.message().find("reward.rewards[0] (c): reward plugin /nonexistent.so"),
+            std::string::npos)
+      << s;
+}
+
+TEST(RewardConfigTest, ResolvedYamlRoundTrips) {
+  const JobConfig c = LoadConfig(R"(job: {algorithm: echo}
+reward:
+  timeout_s: 3
+  rewards:
+    - {name: correct, kind: numeric, weight: 2, params: {rel_tol: 0.01, extract: boxed}}
+    - {name: p, kind: plugin, params: {path: /x.so, args: ["a=1", "b=two words"]}}
+)");
+  const std::string text = ResolvedYaml(c);
+  const JobConfig again = LoadConfig(text);
+  EXPECT_EQ(ResolvedYaml(again), text);
+  ASSERT_EQ(again.reward.rewards.size(), 2u);
+  EXPECT_EQ(again.reward.rewards[0].params.extract, "boxed");
+  EXPECT_EQ(again.reward.rewards[1].params.args[1], "b=two words");
+}
+
+TEST(RewardConfigTest, ValidationNamesTheKey) {
+  LoadedJob j = LoadJobText(R"(job: {algorithm: echo}
+reward:
+  rewards:
+    - {name: a, kind: exact_answer, params: {pattern: "x"}}
+    - {name: a, kind: regex_format}
+    - {name: len, kind: length_penalty, params: {max_length: 4, buffer: 8}}
+    - {name: p, kind: plugin, params: {args: [novalue]}}
+)",
+                            "job.yaml");
+  const std::string errors = config::FormatErrors(j.errors);
+  EXPECT_NE(errors.find("reward.rewards[0].params.pattern: does not apply to kind exact_answer"),
+            std::string::npos)
+      << errors;
+  EXPECT_NE(errors.find("reward.rewards[1].name: 'a' is used twice"), std::string::npos) << errors;
+  EXPECT_NE(errors.find("reward.rewards[1].params.pattern: kind regex_format needs a pattern"),
+            std::string::npos)
+      << errors;
+  EXPECT_NE(errors.find("reward.rewards[2].params.buffer: must not exceed max_length (4)"),
+            std::string::npos)
+      << errors;
+  EXPECT_NE(errors.find("reward.rewards[3].params.path: kind plugin needs"), std::string::npos)
+      << errors;
+  EXPECT_NE(errors.find("reward.rewards[3].params.args: 'novalue' is not key=value"),
+            std::string::npos)
+      << errors;
+  EXPECT_NE(errors.find("job.yaml:"), std::string::npos) << errors;
+}
+
+}  // namespace
+}  // namespace rlforge::reward
+
+namespace rlforge::reward {
+namespace {
+
+// docs/rewards.md's configuration example, loaded and used as written (the plugin path is
+// relative to the source tree there; here it is the built library).
+TEST(RewardDocsTest, ConfigExample) {
+  std::ifstream in(std::string(RLFORGE_SOURCE_DIR_DEFAULT) + "/docs/rewards.md");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string page = ss.str();
+  const size_t a = page.find("```yaml\n");
+  ASSERT_NE(a, std::string::npos);
+  const size_t b = page.find("```", a + 8);
+  std::string yaml = page.substr(a + 8, b - a - 8);
+  const std::string doc_path = "build/reward/librlforge_keyword_reward.so";
+  const size_t at = yaml.find(doc_path);
+  ASSERT_NE(at, std::string::npos);
+  yaml.replace(at, doc_path.size(), RLFORGE_KEYWORD_PLUGIN);
+  const JobConfig c = LoadConfig("job: {algorithm: echo}\n" + yaml);
+  ASSERT_EQ(c.reward.rewards.size(), 5u);
+  auto role = RewardRole::Create(c, {});
+  ASSERT_TRUE(role.ok()) << role.status();
+  proto::WorkRequest req;
+  auto* s = req.mutable_score()->add_samples();
+  s->set_response("The answer is 42.");
+  s->set_answer("42");
+  s->set_response_tokens(5);
+  auto* wrong = req.mutable_score()->add_samples();
+  wrong->set_response("I think 41.5");
+  wrong->set_answer("42");
+  wrong->set_response_tokens(60);
+  const proto::WorkResult r = RoundTrip(**role, req);
+  ASSERT_TRUE(r.score().ok(0)) << r.score().error(0);
+  EXPECT_DOUBLE_EQ(r.score().total(0), 1.0 + 0.5 + 0.1 + 0.0 + 0.2);
+  // Wrong but close (numeric, tol 0.5), no format, 60 of 64 tokens: (48 - 60) / 16 = -0.75.
+  EXPECT_DOUBLE_EQ(r.score().total(1), 0.5 - 0.75);
+}
+
+}  // namespace
+}  // namespace rlforge::reward
