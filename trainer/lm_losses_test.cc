@@ -4,6 +4,8 @@
 
 #include <cmath>
 
+#include "trainer/lm_metrics.h"
+
 namespace rlforge {
 namespace {
 
@@ -200,6 +202,48 @@ TEST(LmLossesTest, PerTokenAdvantagesAreAccepted) {
   auto bad = ComputeLmPolicyLoss(in, opt);
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("advantages"), std::string::npos);
+}
+
+// The example of docs/lm_losses.md, kept compiling and passing here.
+TEST(LmLossesTest, DocExampleGrpoStep) {
+  torch::manual_seed(0);
+  const int64_t G = 4, B = 8, T = 5, V = 11;
+  auto logits = torch::randn({B, T, V}, torch::requires_grad());
+  auto tokens = torch::randint(0, V, {B, T}, torch::kLong);
+  auto mask = torch::ones({B, T});
+  auto rewards = torch::tensor({1.f, 0.f, 0.f, 1.f, 1.f, 1.f, 1.f, 1.f});
+  torch::Tensor old_logp, ref_logp;
+  {
+    torch::NoGradGuard no_grad;
+    old_logp = TokenLogprobs(logits, tokens).value();  // from the rollout-time policy
+    ref_logp = old_logp - 0.01;                        // from the frozen reference
+  }
+  // --- example begins
+  GroupAdvantageOptions adv_opt;
+  adv_opt.group_size = G;
+  GroupAdvantages adv = ComputeGroupAdvantages(rewards, adv_opt).value();
+  // DAPO dynamic sampling: drop groups whose rewards are all equal.
+  auto keep = adv.kept_indices;
+
+  LmPolicyLossOptions opt;
+  opt.clip.clip_low = 0.2;
+  opt.clip.clip_high = 0.28;  // clip-higher
+  opt.kl_beta = 0.04;
+  opt.kl_estimator = KlEstimator::kK3;
+  opt.aggregation = ParseLossAggregation("token-mean").value();
+  auto logp = TokenLogprobs(logits, tokens).value();
+  LmPolicyLossInput in{logp.index_select(0, keep), old_logp.index_select(0, keep),
+                       adv.advantages.index_select(0, keep), mask.index_select(0, keep),
+                       ref_logp.index_select(0, keep)};
+  LmPolicyLoss loss = ComputeLmPolicyLoss(in, opt).value();
+  loss.loss.backward();
+  // --- example ends
+  EXPECT_EQ(adv.num_degenerate, 1);
+  EXPECT_EQ(keep.size(0), 4);
+  EXPECT_NEAR(loss.kl, std::exp(-0.01) - 1 + 0.01, 1e-6);  // k3 at d = -0.01
+  EXPECT_EQ(loss.clipfrac_low + loss.clipfrac_high, 0.0);  // ratio 1: nothing clipped
+  EXPECT_TRUE(logits.grad().defined());
+  EXPECT_EQ(logits.grad()[5].abs().sum().item<float>(), 0.f);  // filtered sample
 }
 
 }  // namespace
