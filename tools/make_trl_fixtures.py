@@ -80,7 +80,7 @@ def grpo_inputs(gen):
     completion_mask = (torch.arange(T).unsqueeze(0) < lengths.unsqueeze(1)).to(torch.long)
     with torch.no_grad():
         logp = selective_log_softmax(logits, completion_ids)
-    old_logp = rounded(logp + 0.3 * torch.randn(B, T, generator=gen, dtype=DT))
+    old_logp = rounded(logp + 0.4 * torch.randn(B, T, generator=gen, dtype=DT))
     ref_logp = rounded(logp + 0.2 * torch.randn(B, T, generator=gen, dtype=DT))
     rewards = torch.randint(0, 3, (B,), generator=gen).to(DT)
     rewards[G:2 * G] = 1.0  # one group whose rewards are all equal
@@ -105,9 +105,9 @@ def trl_group_advantages(rewards, G):
     return (rewards - mean) / (std + 1e-4), torch.isclose(std, torch.zeros_like(std))
 
 
-def grpo_stub(loss_type, beta, eps_low, eps_high, max_completion_length, logits):
+def grpo_stub(loss_type, beta, eps_low, eps_high, max_completion_length, delta, logits):
     stub = types.SimpleNamespace()
-    stub.args = types.SimpleNamespace(delta=None, use_bias_correction_kl=False, steps_per_generation=1)
+    stub.args = types.SimpleNamespace(delta=delta, use_bias_correction_kl=False, steps_per_generation=1)
     stub.beta = beta
     stub.epsilon_low = eps_low
     stub.epsilon_high = eps_high
@@ -135,12 +135,15 @@ def grpo_stub(loss_type, beta, eps_low, eps_high, max_completion_length, logits)
 
 
 GRPO_CASES = [
-    # name, TRL loss_type, beta, eps_low, eps_high, max_completion_length
-    ("grpo_kl", "grpo", 0.04, 0.2, 0.28, 6),
-    ("bnpo", "bnpo", 0.0, 0.2, 0.2, 6),
-    ("dr_grpo_kl", "dr_grpo", 0.04, 0.2, 0.28, 8),
-    ("dapo", "dapo", 0.0, 0.2, 0.28, 6),
-    ("luspo_token", "luspo", 0.0, 0.2, 0.28, 6),
+    # name, TRL loss_type, beta, eps_low, eps_high, max_completion_length, delta
+    ("grpo_kl", "grpo", 0.04, 0.2, 0.28, 6, None),
+    ("bnpo", "bnpo", 0.0, 0.2, 0.2, 6, None),
+    ("dr_grpo_kl", "dr_grpo", 0.04, 0.2, 0.28, 8, None),
+    ("dapo", "dapo", 0.0, 0.2, 0.28, 6, None),
+    ("luspo_token", "luspo", 0.0, 0.2, 0.28, 6, None),
+    # TRL's two-sided clip `delta` (>= 1 + eps_high) caps the ratio of the unclipped term; for
+    # A > 0 the clipped term is then already the smaller, so it is exactly dual-clip with c = delta.
+    ("bnpo_delta", "bnpo", 0.0, 0.2, 0.28, 6, 1.5),
 ]
 
 
@@ -150,9 +153,9 @@ def grpo_fixture(gen):
     adv, std_zero = trl_group_advantages(x["rewards"], x["group_size"])
     prompt_ids = torch.zeros(B, x["prompt_len"], dtype=torch.long)
     cases = []
-    for name, loss_type, beta, lo, hi, max_len in GRPO_CASES:
+    for name, loss_type, beta, lo, hi, max_len, delta in GRPO_CASES:
         logits = x["logits"].clone().requires_grad_(True)
-        stub = grpo_stub(loss_type, beta, lo, hi, max_len, logits)
+        stub = grpo_stub(loss_type, beta, lo, hi, max_len, delta, logits)
         inputs = {
             "prompt_ids": prompt_ids,
             "prompt_mask": torch.ones_like(prompt_ids),
@@ -173,6 +176,7 @@ def grpo_fixture(gen):
             "epsilon_low": lo,
             "epsilon_high": hi,
             "max_completion_length": max_len,
+            "delta": delta,
             "loss": loss.item(),
             "grad_logits": tensor_json(logits.grad),
             "clip_low": m["clip_ratio/low_mean"][0],

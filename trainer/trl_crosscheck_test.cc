@@ -78,7 +78,7 @@ TEST(TrlCrosscheckTest, GrpoLossGradientAndMetricsMatchTrl) {
   auto old_logp = Tensor(g.at("old_logp"));
   auto ref_logp = Tensor(g.at("ref_logp"));
   auto adv = Tensor(g.at("advantages"));
-  ASSERT_GE(g.at("cases").size(), 5u);
+  ASSERT_GE(g.at("cases").size(), 6u);
   for (const auto& c : g.at("cases")) {
     const std::string name = c.at("name");
     SCOPED_TRACE(name);
@@ -88,6 +88,7 @@ TEST(TrlCrosscheckTest, GrpoLossGradientAndMetricsMatchTrl) {
     opt.clip.clip_low = c.at("epsilon_low").get<double>();
     opt.clip.clip_high = c.at("epsilon_high").get<double>();
     opt.kl_beta = c.at("beta").get<double>();
+    if (!c.at("delta").is_null()) opt.clip.dual_clip = c.at("delta").get<double>();
     opt.kl_estimator = KlEstimator::kK3;
     TrlGrpoMode mode = ModeFor(c.at("trl_loss_type"));
     opt.aggregation = mode.aggregation;
