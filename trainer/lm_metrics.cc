@@ -16,6 +16,11 @@ std::string ShapeString(at::IntArrayRef shape) {
   return s.str();
 }
 
+// Half-precision logits are reduced in float32; float32 and float64 in their own type.
+c10::ScalarType ReductionType(c10::ScalarType t) {
+  return t == torch::kHalf || t == torch::kBFloat16 ? torch::kFloat32 : t;
+}
+
 // Checks the [B, T] triple every token metric takes.
 absl::Status CheckTokenArgs(const torch::Tensor& logp, const torch::Tensor& old_logp,
                             const torch::Tensor& mask, std::string_view logp_name,
@@ -24,6 +29,56 @@ absl::Status CheckTokenArgs(const torch::Tensor& logp, const torch::Tensor& old_
   RETURN_IF_ERROR(CheckShape(old_logp, old_name, logp.sizes()));
   return CheckShape(mask, "mask", logp.sizes());
 }
+
+// logits[target] - logsumexp(logits) over [N, V] rows, chunk by chunk, with a hand-written
+// backward (d/dz = onehot(target) - softmax(z), per chunk, written into one gradient tensor).
+// Autograd through narrow + logsumexp would instead keep each chunk's float32 copy of
+// half-precision logits and build a full-size zero gradient per chunk.
+class ChunkedTokenLogprobs : public torch::autograd::Function<ChunkedTokenLogprobs> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor rows,
+                               torch::Tensor ids, int64_t chunk_rows) {
+    const int64_t N = rows.size(0);
+    const auto acc = ReductionType(rows.scalar_type());
+    auto out = torch::empty({N}, rows.options().dtype(acc));
+    auto lse = torch::empty({N}, rows.options().dtype(acc));
+    {
+      torch::NoGradGuard no_grad;
+      for (int64_t start = 0; start < N; start += chunk_rows) {
+        int64_t len = std::min(chunk_rows, N - start);
+        auto z = rows.narrow(0, start, len).to(acc);
+        auto l = torch::logsumexp(z, {1});
+        lse.narrow(0, start, len).copy_(l);
+        out.narrow(0, start, len)
+            .copy_(z.gather(1, ids.narrow(0, start, len).unsqueeze(1)).squeeze(1) - l);
+      }
+    }
+    ctx->save_for_backward({rows, ids, lse});
+    ctx->saved_data["chunk_rows"] = chunk_rows;
+    return out;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_out) {
+    auto saved = ctx->get_saved_variables();
+    const auto& rows = saved[0];
+    const auto& ids = saved[1];
+    const auto& lse = saved[2];
+    const int64_t chunk_rows = ctx->saved_data["chunk_rows"].toInt();
+    const int64_t N = rows.size(0);
+    auto g = grad_out[0].to(lse.scalar_type());
+    auto grad = torch::empty_like(rows, torch::MemoryFormat::Contiguous);
+    for (int64_t start = 0; start < N; start += chunk_rows) {
+      int64_t len = std::min(chunk_rows, N - start);
+      auto gc = g.narrow(0, start, len).unsqueeze(1);
+      auto z = rows.narrow(0, start, len).to(lse.scalar_type());
+      auto d = -(z - lse.narrow(0, start, len).unsqueeze(1)).exp() * gc;
+      d.scatter_add_(1, ids.narrow(0, start, len).unsqueeze(1), gc);
+      grad.narrow(0, start, len).copy_(d);
+    }
+    return {grad, torch::Tensor(), torch::Tensor()};
+  }
+};
 
 }  // namespace
 
@@ -76,23 +131,8 @@ absl::StatusOr<torch::Tensor> TokenLogprobs(const torch::Tensor& logits,
                                                      V, "), got range [", lo, ", ", hi, "]"));
     }
   }
-  const bool upcast =
-      logits.scalar_type() == torch::kHalf || logits.scalar_type() == torch::kBFloat16;
   auto rows = logits.reshape({B * T, V});
-  auto ids = targets.reshape({B * T, 1});
-  std::vector<torch::Tensor> parts;
-  for (int64_t start = 0; start < B * T; start += chunk_rows) {
-    int64_t len = std::min(chunk_rows, B * T - start);
-    auto z = rows.narrow(0, start, len);
-    if (upcast) z = z.to(torch::kFloat32);
-    auto picked = z.gather(1, ids.narrow(0, start, len)).squeeze(1);
-    parts.push_back(picked - torch::logsumexp(z, {1}));
-  }
-  if (parts.empty()) {
-    return torch::zeros({B, T},
-                        logits.options().dtype(upcast ? torch::kFloat32 : logits.scalar_type()));
-  }
-  return torch::cat(parts).reshape({B, T});
+  return ChunkedTokenLogprobs::apply(rows, targets.reshape({B * T}), chunk_rows).reshape({B, T});
 }
 
 absl::StatusOr<torch::Tensor> TokenEntropy(const torch::Tensor& logits, int64_t chunk_rows) {
@@ -104,20 +144,15 @@ absl::StatusOr<torch::Tensor> TokenEntropy(const torch::Tensor& logits, int64_t 
         absl::StrCat("TokenEntropy: chunk_rows: expected > 0, got ", chunk_rows));
   }
   const int64_t B = logits.size(0), T = logits.size(1), V = logits.size(2);
-  const bool upcast =
-      logits.scalar_type() == torch::kHalf || logits.scalar_type() == torch::kBFloat16;
+  const auto acc = ReductionType(logits.scalar_type());
   auto rows = logits.reshape({B * T, V});
   std::vector<torch::Tensor> parts;
   for (int64_t start = 0; start < B * T; start += chunk_rows) {
-    auto z = rows.narrow(0, start, std::min(chunk_rows, B * T - start));
-    if (upcast) z = z.to(torch::kFloat32);
+    auto z = rows.narrow(0, start, std::min(chunk_rows, B * T - start)).to(acc);
     auto p = torch::softmax(z, 1);
     parts.push_back(torch::logsumexp(z, {1}) - (p * z).sum(1));
   }
-  if (parts.empty()) {
-    return torch::zeros({B, T},
-                        logits.options().dtype(upcast ? torch::kFloat32 : logits.scalar_type()));
-  }
+  if (parts.empty()) return torch::zeros({B, T}, logits.options().dtype(acc));
   return torch::cat(parts).reshape({B, T});
 }
 

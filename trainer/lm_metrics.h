@@ -30,9 +30,11 @@ std::string DescribeShape(const torch::Tensor& t);
 torch::Tensor MaskedMean(const torch::Tensor& x, const torch::Tensor& mask);
 
 // log softmax(logits)[targets] [B, T], as logits[target] - logsumexp(logits), computed over
-// chunk_rows of the B*T rows at a time so no [B, T, V] log-softmax is ever materialised or
-// kept for backward (only logits itself is). Half/bfloat16 logits are reduced in float32 and
-// the result is float32. targets are int64 in [0, V).
+// chunk_rows of the B*T rows at a time, with its own backward (onehot - softmax, chunk by
+// chunk): no [B, T, V] log-softmax is materialised or kept, only logits itself and one
+// logsumexp per row; the backward allocates the logits' gradient once. Half/bfloat16 logits are
+// reduced in float32 and the result is float32. targets are int64 in [0, V). Divide logits by
+// the sampling temperature first. Not twice differentiable.
 absl::StatusOr<torch::Tensor> TokenLogprobs(const torch::Tensor& logits,
                                             const torch::Tensor& targets,
                                             int64_t chunk_rows = 1024);

@@ -48,6 +48,23 @@ TEST(LmMetricsTest, BFloat16LogitsAreReducedInFloat32) {
   EXPECT_TRUE(torch::allclose(got, ref, 1e-5, 1e-5));
 }
 
+TEST(LmMetricsTest, BFloat16GradientMatchesFloat32Reference) {
+  torch::manual_seed(4);
+  auto logits = torch::randn({2, 3, 40}).to(torch::kBFloat16).requires_grad_(true);
+  auto targets = torch::randint(0, 40, {2, 3}, torch::kLong);
+  TokenLogprobs(logits, targets, 4).value().sum().backward();
+  ASSERT_EQ(logits.grad().scalar_type(), torch::kBFloat16);
+  auto ref = logits.detach().to(torch::kFloat32).requires_grad_(true);
+  torch::log_softmax(ref, -1).gather(-1, targets.unsqueeze(-1)).sum().backward();
+  EXPECT_TRUE(torch::allclose(logits.grad().to(torch::kFloat32), ref.grad(), 1e-2, 1e-2));
+}
+
+TEST(LmMetricsTest, TokenLogprobsOfAnEmptyBatch) {
+  auto logits = torch::zeros({0, 3, 5}, torch::requires_grad());
+  auto out = TokenLogprobs(logits, torch::zeros({0, 3}, torch::kLong)).value();
+  EXPECT_EQ(out.sizes(), (std::vector<int64_t>{0, 3}));
+}
+
 TEST(LmMetricsTest, TokenLogprobsRejectsBadTargets) {
   auto logits = torch::zeros({1, 2, 4});
   auto bad = TokenLogprobs(logits, torch::tensor({{0, 4}}, torch::kLong));
