@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "config/control_config.h"
+#include "config/dashboard_config.h"
 
 namespace rlforge {
 
@@ -119,6 +120,7 @@ std::shared_ptr<const Schema> BuildJobSchema() {
   b.Section("trainer", &JobConfig::trainer, TrainerSection());
   b.Section("echo", &JobConfig::echo, EchoSection());
   AddControlSections(b);
+  AddDashboardSection(b);
   b.Check([](const JobConfig& c, config::CheckContext& ctx) {
     if (c.job.algorithm == "echo" && c.echo.workers < 1) {
       ctx.Error("echo.workers", "job.algorithm is echo, which needs at least 1 echo worker");

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "config/control_options.h"
+#include "config/dashboard_options.h"
 #include "config/loader.h"
 #include "config/schema.h"
 
@@ -76,6 +77,7 @@ struct JobConfig {
   PolicyOptions policy;
   PpoOptions ppo;
   WeightsOptions weights;
+  DashboardOptions dashboard;
 };
 
 // The schema of JobConfig (built once).

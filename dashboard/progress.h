@@ -1,0 +1,52 @@
+// The console's view of a run: one progress line per iteration.
+//
+// iteration record -> ProgressPrinter -> a redrawn bar (terminal) or plain lines (pipe, file)
+//
+// Plain lines are the stable, parseable format:
+//   [ppo] iter 3/10  1.2s  eta 2.8s  episodic_return=21.5  ...  rollout_s=0.1 ...
+// On a terminal the bar redraws in place (\r) and shows the key metrics only.
+// Single-threaded (the controller's loop).
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace rlforge::dashboard {
+
+class ProgressPrinter {
+ public:
+  // `out` is not owned. `width` 0 asks the terminal (when interactive).
+  ProgressPrinter(std::FILE* out, bool interactive, std::string label, int width = 0);
+
+  void Update(int64_t step, int64_t total, double elapsed_s,
+              const std::map<std::string, double>& metrics,
+              const std::map<std::string, double>& timings);
+  // Ends the bar's line so later output starts on a fresh one.
+  void Finish();
+
+  // The texts Update prints, for tests.
+  std::string PlainLine(int64_t step, int64_t total, double elapsed_s,
+                        const std::map<std::string, double>& metrics,
+                        const std::map<std::string, double>& timings) const;
+  std::string BarLine(int64_t step, int64_t total, double elapsed_s,
+                      const std::map<std::string, double>& metrics) const;
+
+  // The metrics a bar has room for, most telling first.
+  static std::vector<std::string> KeyMetrics(const std::map<std::string, double>& metrics,
+                                             size_t n);
+
+ private:
+  std::FILE* out_;
+  bool interactive_;
+  std::string label_;
+  int width_;
+  bool open_line_ = false;
+};
+
+// "42s", "3m07s", "1h02m".
+std::string FormatDuration(double seconds);
+
+}  // namespace rlforge::dashboard
