@@ -57,6 +57,7 @@ def main():
     ap.add_argument("--screenshot", required=True)
     ap.add_argument("--min-points", type=int, default=3, help="points every chart must show")
     ap.add_argument("--timeout", type=float, default=90)
+    ap.add_argument("--window", default="1400,1900", help="browser window WIDTH,HEIGHT")
     ap.add_argument("overrides", nargs="*",
                     default=["job.iterations=40", "echo.requests_per_iteration=1",
                              "echo.payload_bytes=4096", "echo.work_micros=250000"])
@@ -96,7 +97,7 @@ def main():
         opts = webdriver.ChromeOptions()
         opts.binary_location = chromium
         for a in ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                  "--window-size=1400,1900", "--hide-scrollbars"]:
+                  f"--window-size={args.window}", "--hide-scrollbars"]:
             opts.add_argument(a)
         driver = webdriver.Chrome(service=Service(driver_bin), options=opts)
         driver.get(url)
