@@ -10,7 +10,7 @@ namespace rlforge::dashboard {
 namespace {
 
 int64_t LatestStep(const Snapshot& s) {
-  return s.iterations.empty() ? 0 : s.iterations.back().value("step", int64_t{0});
+  return s.iterations.empty() ? 0 : s.iterations.back()->value("step", int64_t{0});
 }
 
 double ElapsedSeconds(const Snapshot& s) {
@@ -87,14 +87,15 @@ nlohmann::json StatusJson(const Snapshot& s) {
   j["elapsed_s"] = elapsed;
   nlohmann::json eta = nullptr;
   if (!s.iterations.empty() && step > 0 && s.info.total_iterations >= step) {
-    double run_s = s.iterations.back()["timings"].value("elapsed_s", 0.0);
+    double run_s =
+        s.iterations.back()->value("timings", nlohmann::json::object()).value("elapsed_s", 0.0);
     eta = run_s / static_cast<double>(step) * static_cast<double>(s.info.total_iterations - step);
   }
   j["eta_s"] = eta;
   nlohmann::json latest = nlohmann::json::object();
   if (!s.iterations.empty()) {
-    latest["metrics"] = s.iterations.back().value("metrics", nlohmann::json::object());
-    latest["timings"] = s.iterations.back().value("timings", nlohmann::json::object());
+    latest["metrics"] = s.iterations.back()->value("metrics", nlohmann::json::object());
+    latest["timings"] = s.iterations.back()->value("timings", nlohmann::json::object());
   }
   j["latest"] = latest;
   nlohmann::json actors = {{"total", s.actors.size()}};
@@ -107,7 +108,9 @@ nlohmann::json StatusJson(const Snapshot& s) {
 }
 
 nlohmann::json MetricsJson(const Snapshot& s) {
-  return {{"records", s.iterations}, {"dropped", s.iterations_dropped}};
+  nlohmann::json records = nlohmann::json::array();
+  for (const auto& r : s.iterations) records.push_back(*r);
+  return {{"records", records}, {"dropped", s.iterations_dropped}};
 }
 
 nlohmann::json ActorsJson(const Snapshot& s) {
@@ -151,7 +154,7 @@ std::string PrometheusText(const Snapshot& s) {
   w.Family("rlforge_uptime_seconds", "gauge", "Seconds since the controller started.");
   w.Sample("rlforge_uptime_seconds", "", ElapsedSeconds(s));
   if (!s.iterations.empty()) {
-    const nlohmann::json& last = s.iterations.back();
+    const nlohmann::json& last = *s.iterations.back();
     for (const char* part : {"metrics", "timings"}) {
       if (!last.contains(part)) continue;
       for (const auto& [k, v] : last[part].items()) {

@@ -27,8 +27,10 @@ void RunState::SetState(const std::string& state, const std::string& message) {
 }
 
 void RunState::AddIteration(nlohmann::json record) {
+  int64_t step = record.value("step", int64_t{0});
+  auto held = std::make_shared<const nlohmann::json>(std::move(record));
   std::lock_guard<std::mutex> lock(mu_);
-  iterations_.push_back(std::move(record));
+  iterations_.push_back({step, std::move(held)});
   while (iterations_.size() > max_iterations_) {
     iterations_.pop_front();
     ++iterations_dropped_;
@@ -61,10 +63,11 @@ Snapshot RunState::Take(int64_t since_step, size_t max_records) const {
   // Records are in step order: find the first one after since_step from the back.
   size_t first = iterations_.size();
   while (first > 0 && iterations_.size() - first < max_records &&
-         iterations_[first - 1].value("step", int64_t{0}) > since_step) {
+         iterations_[first - 1].step > since_step) {
     --first;
   }
-  s.iterations.assign(iterations_.begin() + static_cast<std::ptrdiff_t>(first), iterations_.end());
+  s.iterations.reserve(iterations_.size() - first);
+  for (size_t i = first; i < iterations_.size(); ++i) s.iterations.push_back(iterations_[i].record);
   s.iterations_dropped = iterations_dropped_;
   s.actors = actors_;
   s.drops = drops_;

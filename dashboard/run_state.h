@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -59,10 +60,11 @@ struct Snapshot {
   RunInfo info;
   std::string state = "starting";
   std::string message;
-  int64_t now_us = 0;                      // when the copy was taken (state's clock)
-  int64_t start_us = 0;                    // when the state was created
-  std::vector<nlohmann::json> iterations;  // metrics.jsonl records, step order
-  int64_t iterations_dropped = 0;          // older records no longer held
+  int64_t now_us = 0;    // when the copy was taken (state's clock)
+  int64_t start_us = 0;  // when the state was created
+  // metrics.jsonl records in step order; shared and immutable, so a copy is cheap.
+  std::vector<std::shared_ptr<const nlohmann::json>> iterations;
+  int64_t iterations_dropped = 0;  // older records no longer held
   std::vector<ActorRow> actors;
   std::map<std::string, uint64_t> drops;  // refused messages by reason
   std::vector<SampleRow> samples;
@@ -94,7 +96,11 @@ class RunState {
   RunInfo info_;
   std::string state_ = "starting";
   std::string message_;
-  std::deque<nlohmann::json> iterations_;
+  struct Held {
+    int64_t step;
+    std::shared_ptr<const nlohmann::json> record;
+  };
+  std::deque<Held> iterations_;
   int64_t iterations_dropped_ = 0;
   std::vector<ActorRow> actors_;
   std::map<std::string, uint64_t> drops_;

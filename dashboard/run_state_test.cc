@@ -22,11 +22,11 @@ TEST(RunStateTest, TakeSinceReturnsOnlyLaterStepsAndKeepsTheLatestWhenFull) {
   for (int64_t s = 1; s <= 5; ++s) state.AddIteration(Record(s, 10.0 * static_cast<double>(s)));
   Snapshot all = state.Take();
   ASSERT_EQ(all.iterations.size(), 3u);
-  EXPECT_EQ(all.iterations.front()["step"], 3);
+  EXPECT_EQ((*all.iterations.front())["step"], 3);
   EXPECT_EQ(all.iterations_dropped, 2);
   Snapshot later = state.Take(4);
   ASSERT_EQ(later.iterations.size(), 1u);
-  EXPECT_EQ(later.iterations[0]["step"], 5);
+  EXPECT_EQ((*later.iterations[0])["step"], 5);
   EXPECT_EQ(state.Take(-1, 1).iterations.size(), 1u);
   EXPECT_EQ(state.Take(-1, 0).iterations.size(), 0u);
   state.AddSamples({{1, "p1", "r1", 1}, {2, "p2", "r2", 0}, {3, "p3", "r3", 1}});
