@@ -143,8 +143,12 @@ std::string NewJobId(const std::string& name) {
   return absl::StrFormat("%s-%08x", name, rd());
 }
 
-void SetUpControllerLog(const RunDirectory& dir, const std::string& level) {
-  auto console = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
+// On a terminal, log lines print above the progress bar rather than into it.
+void SetUpControllerLog(const RunDirectory& dir, const std::string& level,
+                        const std::shared_ptr<dashboard::ProgressPrinter>& progress,
+                        bool interactive) {
+  spdlog::sink_ptr console = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
+  if (interactive) console = dashboard::MakeBarAwareSink(console, progress);
   auto file = std::make_shared<spdlog::sinks::basic_file_sink_mt>(dir.LogPath("controller"));
   auto logger =
       std::make_shared<spdlog::logger>("controller", spdlog::sinks_init_list{console, file});
@@ -207,7 +211,9 @@ int RunJob(const JobConfig& config, const RunOptions& options) {
     std::fprintf(stderr, "error: %s\n", std::string(dir.status().message()).c_str());
     return 1;
   }
-  SetUpControllerLog(*dir, config.job.log_level);
+  auto progress = std::make_shared<dashboard::ProgressPrinter>(stdout, options.interactive,
+                                                               config.job.algorithm);
+  SetUpControllerLog(*dir, config.job.log_level, progress, options.interactive);
   spdlog::info("run directory {}", dir->path());
   StatusWriter status_file(&*dir, &config);
   absl::Status written = dir->WriteFile("config.resolved.yaml", ResolvedYaml(config));
@@ -307,11 +313,10 @@ int RunJob(const JobConfig& config, const RunOptions& options) {
     status_file.Write("running", "");
     spdlog::info("all {} actors registered; running {}", controller.actors().All().size(),
                  config.job.algorithm);
-    dashboard::ProgressPrinter progress(stdout, options.interactive, config.job.algorithm);
     Context job_ctx(&controller, &config, &*dir,
-                    {&*metrics, &run_state, tensorboard.get(), &progress});
+                    {&*metrics, &run_state, tensorboard.get(), progress.get()});
     status = (*algorithm)->Run(job_ctx);
-    progress.Finish();
+    progress->Finish();
   }
   controller.Shutdown(status.ok() ? "job finished" : std::string(status.message()));
   PublishActors(controller, &run_state);

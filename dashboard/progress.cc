@@ -83,9 +83,11 @@ std::string ProgressPrinter::BarLine(int64_t step, int64_t total, double elapsed
 void ProgressPrinter::Update(int64_t step, int64_t total, double elapsed_s,
                              const std::map<std::string, double>& metrics,
                              const std::map<std::string, double>& timings) {
+  std::lock_guard<std::mutex> lock(mu_);
   if (interactive_) {
-    // \r then clear-to-end: redraw in place; log lines may have moved the cursor.
-    std::fprintf(out_, "\r\033[K%s", BarLine(step, total, elapsed_s, metrics).c_str());
+    // \r then clear-to-end: redraw in place.
+    last_bar_ = BarLine(step, total, elapsed_s, metrics);
+    std::fprintf(out_, "\r\033[K%s", last_bar_.c_str());
     open_line_ = true;
   } else {
     std::fprintf(out_, "%s\n", PlainLine(step, total, elapsed_s, metrics, timings).c_str());
@@ -94,9 +96,51 @@ void ProgressPrinter::Update(int64_t step, int64_t total, double elapsed_s,
 }
 
 void ProgressPrinter::Finish() {
+  std::lock_guard<std::mutex> lock(mu_);
   if (open_line_) std::fprintf(out_, "\n");
   open_line_ = false;
+  last_bar_.clear();
   std::fflush(out_);
+}
+
+void ProgressPrinter::WithBarHidden(const std::function<void()>& write) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (open_line_) {
+    std::fprintf(out_, "\r\033[K");
+    std::fflush(out_);
+  }
+  write();
+  if (open_line_) {
+    std::fprintf(out_, "%s", last_bar_.c_str());
+    std::fflush(out_);
+  }
+}
+
+namespace {
+
+class BarAwareSink final : public spdlog::sinks::sink {
+ public:
+  BarAwareSink(spdlog::sink_ptr inner, std::shared_ptr<ProgressPrinter> progress)
+      : inner_(std::move(inner)), progress_(std::move(progress)) {}
+  void log(const spdlog::details::log_msg& msg) override {
+    progress_->WithBarHidden([&] { inner_->log(msg); });
+  }
+  void flush() override { inner_->flush(); }
+  void set_pattern(const std::string& pattern) override { inner_->set_pattern(pattern); }
+  void set_formatter(std::unique_ptr<spdlog::formatter> f) override {
+    inner_->set_formatter(std::move(f));
+  }
+
+ private:
+  spdlog::sink_ptr inner_;
+  std::shared_ptr<ProgressPrinter> progress_;
+};
+
+}  // namespace
+
+spdlog::sink_ptr MakeBarAwareSink(spdlog::sink_ptr inner,
+                                  std::shared_ptr<ProgressPrinter> progress) {
+  return std::make_shared<BarAwareSink>(std::move(inner), std::move(progress));
 }
 
 }  // namespace rlforge::dashboard

@@ -41,6 +41,24 @@ TEST(ProgressTest, TerminalBarRedrawsInPlaceAndFitsTheWidth) {
   EXPECT_LT(p.BarLine(1, 3, 1, {{"episodic_return", 1}, {"entropy", 2}}).size(), 40u);
 }
 
+TEST(ProgressTest, OtherOutputPrintsAboveTheBar) {
+  char* buf = nullptr;
+  size_t len = 0;
+  std::FILE* f = open_memstream(&buf, &len);
+  {
+    ProgressPrinter p(f, true, "echo", 60);
+    p.Update(1, 2, 1.0, {}, {});
+    p.WithBarHidden([&] { std::fprintf(f, "a log line\n"); });
+    p.Finish();
+    p.WithBarHidden([&] { std::fprintf(f, "after\n"); });
+  }
+  std::fclose(f);
+  std::string out(buf, len);
+  free(buf);
+  std::string bar = "[echo] [############............] 1/2  50%  1s  eta 1s";
+  EXPECT_EQ(out, "\r\033[K" + bar + "\r\033[Ka log line\n" + bar + "\nafter\n");
+}
+
 TEST(ProgressTest, KeyMetricsPutLearningSignalsFirst) {
   auto keys =
       ProgressPrinter::KeyMetrics({{"a", 1}, {"entropy", 1}, {"episodic_return", 1}, {"z", 1}}, 3);

@@ -2,6 +2,7 @@
 
 #include <httplib.h>
 
+#include <chrono>
 #include <thread>
 
 #include "absl/strings/match.h"
@@ -109,8 +110,14 @@ absl::StatusOr<std::unique_ptr<DashboardServer>> DashboardServer::Start(
                                                options.host, ":", options.port,
                                                " (in use, or not an address of this host)"));
   }
+  // Idle keep-alive connections hold a pool thread each: let them go quickly.
+  impl->server.set_keep_alive_timeout(2);
   Impl* raw = impl.get();
   impl->thread = std::thread([raw] { raw->server.listen_after_bind(); });
+  // stop() before the loop runs would be lost and the join would hang: wait for it.
+  for (int i = 0; i < 2000 && !impl->server.is_running(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   return std::unique_ptr<DashboardServer>(new DashboardServer(std::move(impl)));
 }
 

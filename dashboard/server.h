@@ -27,7 +27,7 @@ struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 0;  // 0: a free one
   std::string token;
-  int threads = 4;
+  int threads = 8;
 };
 
 class DashboardServer {
