@@ -136,6 +136,13 @@ TEST(ServerTest, ServesTheApiAndRefusesMissingTokens) {
   auto page = HttpGet(base, "/", "tok");
   ASSERT_TRUE(page.ok());
   EXPECT_NE(page->body.find("<canvas"), std::string::npos);
+  state.AddSamples({{1, "2+2=", "4", 1.0}});
+  auto samples = HttpGet(base, "/api/samples", "tok");
+  ASSERT_TRUE(samples.ok());
+  nlohmann::json sj = nlohmann::json::parse(samples->body);
+  ASSERT_EQ(sj["samples"].size(), 1u);
+  EXPECT_EQ(sj["samples"][0]["response"], "4");
+  EXPECT_EQ(sj["samples"][0]["reward"], 1.0);
   auto bad = HttpGet(base, "/api/metrics?since=x", "tok");
   ASSERT_TRUE(bad.ok());
   EXPECT_EQ(bad->status, 400);

@@ -140,11 +140,15 @@ absl::StatusOr<std::string> StatusText(const std::string& target, const std::str
   nlohmann::json file = nlohmann::json::parse(ReadAll(dir / "status.json"), nullptr, false);
   std::string url = file.is_object() ? file.value("dashboard_url", "") : "";
   std::string state = file.is_object() ? file.value("state", "") : "";
+  std::string note;
   if (!url.empty() && (state == "running" || state == "starting")) {
     auto live = FromUrl(url, token);
     if (live.ok()) return live;
+    note = absl::StrCat("note       live dashboard not read: ", live.status().message(), "\n");
   }
-  return FromRunDir(dir);
+  auto text = FromRunDir(dir);
+  if (!text.ok()) return text;
+  return *text + note;
 }
 
 }  // namespace rlforge::dashboard
