@@ -98,7 +98,9 @@ class Context final : public JobContext {
 };
 
 // Copies the registry for the dashboard (on the loop thread).
-void PublishActors(const Controller& c, dashboard::RunState* state) {
+using ActorMetrics = std::map<std::string, std::map<std::string, double>>;  // by actor id
+
+void PublishActors(const Controller& c, const ActorMetrics& metrics, dashboard::RunState* state) {
   std::vector<dashboard::ActorRow> rows;
   for (const ActorInfo* a : c.actors().All()) {
     dashboard::ActorRow r;
@@ -114,6 +116,7 @@ void PublishActors(const Controller& c, dashboard::RunState* state) {
     r.current_work_id = a->current_work_id;
     r.policy_version = a->policy_version;
     r.works_done = a->works_done;
+    if (auto it = metrics.find(a->id); it != metrics.end()) r.metrics = it->second;
     rows.push_back(std::move(r));
   }
   const DropStats& d = c.drops();
@@ -260,13 +263,17 @@ int RunJob(const JobConfig& config, const RunOptions& options) {
   run_state.SetInfo({dir->name(), config.job.algorithm, co.job_id, dir->path(), ShownConfig(config),
                      config.job.iterations});
   status_file.set_state(&run_state);
-  PublishActors(controller, &run_state);
+  ActorMetrics actor_metrics;
+  controller.set_metrics_sink([&](const std::string& actor, const proto::Metrics& m) {
+    for (const auto& [k, v] : m.values()) actor_metrics[actor][k] = v;
+  });
+  PublishActors(controller, actor_metrics, &run_state);
   int64_t last_publish_us = 0;
   controller.set_pump_observer([&] {
     int64_t now = RealClock::Get()->NowMicros();
     if (now - last_publish_us < 200'000) return;
     last_publish_us = now;
-    PublishActors(controller, &run_state);
+    PublishActors(controller, actor_metrics, &run_state);
   });
   std::unique_ptr<dashboard::DashboardServer> server;
   if (config.dashboard.enabled) {
@@ -309,7 +316,7 @@ int RunJob(const JobConfig& config, const RunOptions& options) {
   });
   if (status.ok()) status = controller.WaitForActors();
   if (status.ok()) {
-    PublishActors(controller, &run_state);
+    PublishActors(controller, actor_metrics, &run_state);
     status_file.Write("running", "");
     spdlog::info("all {} actors registered; running {}", controller.actors().All().size(),
                  config.job.algorithm);
@@ -319,7 +326,7 @@ int RunJob(const JobConfig& config, const RunOptions& options) {
     progress->Finish();
   }
   controller.Shutdown(status.ok() ? "job finished" : std::string(status.message()));
-  PublishActors(controller, &run_state);
+  PublishActors(controller, actor_metrics, &run_state);
   int code = ExitCodeFor(status, options.stop);
   if (status.ok()) {
     spdlog::info("job finished; results in {}", dir->path());

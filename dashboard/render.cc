@@ -127,7 +127,8 @@ nlohmann::json ActorsJson(const Snapshot& s) {
                    {"current_work", a.current_work_id},
                    {"policy_version", a.policy_version},
                    {"works_done", a.works_done},
-                   {"external", a.external}});
+                   {"external", a.external},
+                   {"metrics", a.metrics}});
   }
   return out;
 }
@@ -193,6 +194,13 @@ std::string PrometheusText(const Snapshot& s) {
   w.Family("rlforge_actor_restarts_total", "counter", "Times the actor was restarted.");
   for (const ActorRow& a : s.actors) {
     w.Sample("rlforge_actor_restarts_total", ActorLabels(a), a.restarts);
+  }
+  w.Family("rlforge_actor_metric", "gauge", "Latest value an actor reported, by name.");
+  for (const ActorRow& a : s.actors) {
+    for (const auto& [name, v] : a.metrics) {
+      w.Sample("rlforge_actor_metric", absl::StrCat(ActorLabels(a), ",name=\"", Escape(name), "\""),
+               v);
+    }
   }
   w.Family("rlforge_dropped_messages_total", "counter",
            "Messages the controller refused, by reason.");

@@ -36,6 +36,7 @@ struct ActorRow {
   uint64_t current_work_id = 0;
   int64_t policy_version = -1;
   uint64_t works_done = 0;
+  std::map<std::string, double> metrics;  // the actor's latest Metrics message
 };
 
 // A recent sample of a language job.

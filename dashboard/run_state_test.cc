@@ -80,6 +80,7 @@ TEST(RenderTest, PrometheusTextHasTypedFamiliesAndRoleRankLabels) {
   a.works_done = 7;
   a.policy_version = 3;
   a.last_heard_us = clock.NowMicros();
+  a.metrics["queue_depth"] = 2;
   state.SetActors({a}, {{"malformed", 0}});
   std::string text = PrometheusText(state.Take(-1, 1));
   EXPECT_NE(text.find("# TYPE rlforge_iteration gauge\nrlforge_iteration 3\n"), std::string::npos)
@@ -90,6 +91,9 @@ TEST(RenderTest, PrometheusTextHasTypedFamiliesAndRoleRankLabels) {
   EXPECT_NE(text.find("# TYPE rlforge_actor_works_done_total counter\n"
                       "rlforge_actor_works_done_total{role=\"rollout\",rank=\"1\"} 7\n"),
             std::string::npos);
+  EXPECT_NE(text.find("rlforge_actor_metric{role=\"rollout\",rank=\"1\",name=\"queue_depth\"} 2\n"),
+            std::string::npos)
+      << text;
   EXPECT_NE(text.find("rlforge_dropped_messages_total{reason=\"malformed\"} 0\n"),
             std::string::npos);
   // Every sample line is `name{labels} value` or `name value`.
@@ -101,6 +105,20 @@ TEST(RenderTest, PrometheusTextHasTypedFamiliesAndRoleRankLabels) {
     EXPECT_NE(line.find(' '), std::string::npos) << line;
   }
   EXPECT_EQ(PrometheusName("loss/policy-2"), "loss_policy_2");
+}
+
+TEST(ServerTest, APortInUseIsAnErrorNamingTheKeys) {
+  FakeClock clock;
+  RunState state(&clock, 10, 10);
+  auto first = DashboardServer::Start(ServerOptions{}, &state);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ServerOptions o;
+  o.port = (*first)->port();
+  auto second = DashboardServer::Start(o, &state);
+  ASSERT_FALSE(second.ok());
+  EXPECT_NE(second.status().message().find("dashboard.host/dashboard.port: cannot bind"),
+            std::string::npos)
+      << second.status();
 }
 
 TEST(ServerTest, TokenMatchesOnlyTheExactToken) {

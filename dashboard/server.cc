@@ -99,6 +99,12 @@ absl::StatusOr<std::unique_ptr<DashboardServer>> DashboardServer::Start(
             "text/plain");
         return httplib::Server::HandlerResponse::Handled;
       });
+  // httplib's default adds SO_REUSEPORT, which would let a second run share a
+  // fixed port silently; keep SO_REUSEADDR only, so a taken port is an error.
+  impl->server.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
   AddRoutes(impl->server, state);
   if (options.port == 0) {
     impl->port = impl->server.bind_to_any_port(options.host);
