@@ -6,6 +6,7 @@
 //   rlforge actor --role R --connect ADDR     join a running job as one actor
 //   rlforge sim-server --env ID --num-envs N --bind ADDR   serve built-in envs over sim_bridge
 //   rlforge config-docs [--write FILE]        print (or update) the config key reference
+//   rlforge status RUN_DIR_OR_URL [--token T] print a run's state (files or live dashboard)
 //
 // Exit codes: 0 success, 1 the job failed, 2 bad usage or bad config,
 // 128+N stopped by signal N.
@@ -23,8 +24,10 @@
 #include "actors/actor_runtime.h"
 #include "common/logging.h"
 #include "common/status.h"
+#include "config/dashboard_config.h"
 #include "config/job_config.h"
 #include "controller/job_runner.h"
+#include "dashboard/status_command.h"
 #include "launch/process_launcher.h"
 #include "sim_bridge/sim_server.h"
 
@@ -71,6 +74,12 @@ int CmdRun(const std::string& path, const std::vector<std::string>& overrides, b
 int CmdValidate(const std::string& path, const std::vector<std::string>& overrides) {
   rlforge::LoadedJob job;
   if (!LoadOrReport(path, overrides, &job)) return 2;
+  auto token =
+      rlforge::ResolveDashboardToken(job.config.dashboard, std::getenv("RLFORGE_DASHBOARD_TOKEN"));
+  if (!token.ok()) {
+    std::fprintf(stderr, "%s: %s\n", path.c_str(), rlforge::Msg(token.status()).c_str());
+    return 2;
+  }
   std::printf("%s: ok (algorithm %s, run directory %s/%s)\n", path.c_str(),
               job.config.job.algorithm.c_str(), job.config.job.run_root.c_str(),
               job.config.job.name.c_str());
@@ -103,6 +112,20 @@ int CmdConfigDocs(const std::string& write_path) {
   out << doc;
   std::printf("updated %s\n", write_path.c_str());
   return out ? 0 : 1;
+}
+
+int CmdStatus(const std::string& target, std::string token) {
+  if (token.empty()) {
+    const char* env = std::getenv("RLFORGE_DASHBOARD_TOKEN");
+    if (env != nullptr) token = env;
+  }
+  auto text = rlforge::dashboard::StatusText(target, token);
+  if (!text.ok()) {
+    std::fprintf(stderr, "error: %s\n", rlforge::Msg(text.status()).c_str());
+    return 1;
+  }
+  std::printf("%s", text->c_str());
+  return 0;
 }
 
 int CmdSimServer(const std::string& env_id, int num_envs, int max_steps, const std::string& bind) {
@@ -184,6 +207,14 @@ int main(int argc, char** argv) {
   auto* docs = app.add_subcommand("config-docs", "Print the reference of every job-file key");
   docs->add_option("--write", write_path, "Update the generated part of this markdown file");
 
+  std::string status_target, status_token;
+  auto* stat =
+      app.add_subcommand("status", "Print a run's state: a run directory or dashboard URL");
+  stat->add_option("target", status_target, "Run directory, or http://HOST:PORT of its dashboard")
+      ->required();
+  stat->add_option("--token", status_token,
+                   "Dashboard token (default: the environment's RLFORGE_DASHBOARD_TOKEN)");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -199,6 +230,7 @@ int main(int argc, char** argv) {
   if (*validate) return CmdValidate(job_path, overrides);
   if (*act) return CmdActor(actor, log_level);
   if (*docs) return CmdConfigDocs(write_path);
+  if (*stat) return CmdStatus(status_target, status_token);
   if (*simsrv) return CmdSimServer(sim_env, sim_num_envs, sim_max_steps, sim_bind);
   return 2;
 }

@@ -6,6 +6,7 @@
 #include "config/control_config.h"
 #include "config/engine_config.h"
 #include "config/reward_config.h"
+#include "config/dashboard_config.h"
 
 namespace rlforge {
 
@@ -123,6 +124,7 @@ std::shared_ptr<const Schema> BuildJobSchema() {
   AddControlSections(b);
   AddEngineSection(b);
   AddRewardSections(b);
+  AddDashboardSection(b);
   b.Check([](const JobConfig& c, config::CheckContext& ctx) {
     if (c.job.algorithm == "echo" && c.echo.workers < 1) {
       ctx.Error("echo.workers", "job.algorithm is echo, which needs at least 1 echo worker");

@@ -11,6 +11,7 @@
 
 #include "config/control_options.h"
 #include "config/engine_options.h"
+#include "config/dashboard_options.h"
 #include "config/loader.h"
 #include "config/reward_options.h"
 #include "config/schema.h"
@@ -80,6 +81,7 @@ struct JobConfig {
   WeightsOptions weights;
   EngineOptions engine;
   RewardOptions reward;
+  DashboardOptions dashboard;
 };
 
 // The schema of JobConfig (built once).

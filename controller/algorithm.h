@@ -13,6 +13,7 @@
 #include "config/job_config.h"
 #include "controller/controller.h"
 #include "controller/run_directory.h"
+#include "dashboard/run_state.h"
 
 namespace rlforge {
 
@@ -31,6 +32,9 @@ struct IterationRecord {
   std::map<std::string, double> metrics;
 };
 
+// One generated sample of a language job, for the dashboard's recent-samples table.
+using SampleRecord = dashboard::SampleRow;
+
 class JobContext {
  public:
   virtual ~JobContext() = default;
@@ -41,6 +45,8 @@ class JobContext {
   virtual absl::Status EndIteration(const IterationRecord& record) = 0;
   // For progress and ETA, when the algorithm derives its length (default job.iterations).
   virtual void SetTotalIterations(int64_t total) = 0;
+  // Recent samples shown by the dashboard (bounded by dashboard.max_samples).
+  virtual void AddSamples(const std::vector<SampleRecord>& samples) {}
 };
 
 class Algorithm {

@@ -172,8 +172,9 @@ absl::Status Controller::Pump(int timeout_ms) {
     }
     r = transport_->Receive(0);
   }
-  if (!drained) return absl::OkStatus();
-  return CheckHealth();
+  absl::Status health = drained ? CheckHealth() : absl::OkStatus();
+  if (pump_observer_) pump_observer_();
+  return health;
 }
 
 Message Controller::NewMessage() const {

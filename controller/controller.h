@@ -100,6 +100,9 @@ class Controller {
   void set_metrics_sink(std::function<void(const std::string&, const proto::Metrics&)> sink) {
     metrics_sink_ = std::move(sink);
   }
+  // Called on the loop thread after every Pump (at most every poll_ms while
+  // waiting), so observers such as the dashboard can copy the registry.
+  void set_pump_observer(std::function<void()> observer) { pump_observer_ = std::move(observer); }
 
  private:
   struct Pending {
@@ -133,6 +136,7 @@ class Controller {
   DropStats drops_;
   bool shutting_down_ = false;
   std::function<void(const std::string&, const proto::Metrics&)> metrics_sink_;
+  std::function<void()> pump_observer_;
 };
 
 }  // namespace rlforge

@@ -2,18 +2,25 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/clock.h"
 #include "common/logging.h"
 #include "common/status.h"
+#include "config/dashboard_config.h"
 #include "controller/algorithm.h"
 #include "controller/controller.h"
 #include "controller/run_directory.h"
+#include "dashboard/progress.h"
+#include "dashboard/run_state.h"
+#include "dashboard/server.h"
+#include "dashboard/tensorboard_writer.h"
 #include "launch/process_launcher.h"
 #include "proto/zmq_transport.h"
 #include "spdlog/sinks/basic_file_sink.h"
@@ -23,18 +30,32 @@ namespace rlforge {
 
 namespace {
 
+// Where each iteration goes: metrics.jsonl, the dashboard, TensorBoard, the console.
+struct IterationSinks {
+  MetricsLog* log = nullptr;
+  dashboard::RunState* state = nullptr;
+  dashboard::EventFileWriter* tensorboard = nullptr;  // may be null
+  dashboard::ProgressPrinter* progress = nullptr;
+};
+
 class Context final : public JobContext {
  public:
-  Context(Controller* c, const JobConfig* cfg, const RunDirectory* dir, MetricsLog* log)
+  Context(Controller* c, const JobConfig* cfg, const RunDirectory* dir, IterationSinks sinks)
       : controller_(c),
         config_(cfg),
         dir_(dir),
-        log_(log),
+        sinks_(sinks),
         start_us_(RealClock::Get()->NowMicros()) {}
   Controller& controller() override { return *controller_; }
   const JobConfig& config() const override { return *config_; }
   const RunDirectory& run_dir() const override { return *dir_; }
-  void SetTotalIterations(int64_t total) override { total_ = total; }
+  void SetTotalIterations(int64_t total) override {
+    total_ = total;
+    sinks_.state->SetTotalIterations(total);
+  }
+  void AddSamples(const std::vector<SampleRecord>& samples) override {
+    sinks_.state->AddSamples(samples);
+  }
 
   absl::Status EndIteration(const IterationRecord& rec) override {
     double elapsed = static_cast<double>(RealClock::Get()->NowMicros() - start_us_) * 1e-6;
@@ -43,36 +64,94 @@ class Context final : public JobContext {
     j["metrics"] = rec.metrics;
     j["timings"] = rec.timings;
     j["timings"]["elapsed_s"] = elapsed;
-    RETURN_IF_ERROR(log_->Append(j));
+    RETURN_IF_ERROR(sinks_.log->Append(j));
+    sinks_.state->AddIteration(j);
+    WriteTensorBoard(rec, elapsed);
     int64_t total = total_ > 0 ? total_ : config_->job.iterations;
-    double eta = rec.step > 0 ? elapsed / static_cast<double>(rec.step) *
-                                    static_cast<double>(total - rec.step)
-                              : 0;
-    std::string line = absl::StrFormat("[%s] iter %d/%d  %.1fs  eta %.1fs", config_->job.algorithm,
-                                       rec.step, total, elapsed, eta);
-    for (const auto& [k, v] : rec.metrics) absl::StrAppendFormat(&line, "  %s=%.4g", k, v);
-    for (const auto& [k, v] : rec.timings) absl::StrAppendFormat(&line, "  %s=%.4g", k, v);
-    std::printf("%s\n", line.c_str());
-    std::fflush(stdout);
+    sinks_.progress->Update(rec.step, total, elapsed, rec.metrics, rec.timings);
     return absl::OkStatus();
   }
 
  private:
+  // TensorBoard is a convenience copy of metrics.jsonl: a failing write warns
+  // once and stops the copy rather than the run.
+  void WriteTensorBoard(const IterationRecord& rec, double elapsed) {
+    if (sinks_.tensorboard == nullptr) return;
+    std::map<std::string, double> scalars;
+    for (const auto& [k, v] : rec.metrics) scalars["metrics/" + k] = v;
+    for (const auto& [k, v] : rec.timings) scalars["timings/" + k] = v;
+    scalars["timings/elapsed_s"] = elapsed;
+    absl::Status s =
+        sinks_.tensorboard->WriteScalars(rec.step, dashboard::WallTimeSeconds(), scalars);
+    if (!s.ok()) {
+      spdlog::warn("TensorBoard events stop here: {}", Msg(s));
+      sinks_.tensorboard = nullptr;
+    }
+  }
+
   Controller* controller_;
   const JobConfig* config_;
   const RunDirectory* dir_;
-  MetricsLog* log_;
+  IterationSinks sinks_;
   int64_t start_us_;
   int64_t total_ = 0;
 };
+
+// Copies the registry for the dashboard (on the loop thread).
+using ActorMetrics = std::map<std::string, std::map<std::string, double>>;  // by actor id
+
+void PublishActors(const Controller& c, const ActorMetrics& metrics, dashboard::RunState* state) {
+  std::vector<dashboard::ActorRow> rows;
+  for (const ActorInfo* a : c.actors().All()) {
+    dashboard::ActorRow r;
+    r.id = a->id;
+    r.role = a->role;
+    r.rank = a->rank;
+    r.external = a->external;
+    r.state = ActorStateName(a->state);
+    r.host = a->host;
+    r.pid = a->pid ? a->pid : a->launched_pid;
+    r.last_heard_us = a->last_heard_us;
+    r.restarts = a->restarts;
+    r.current_work_id = a->current_work_id;
+    r.policy_version = a->policy_version;
+    r.works_done = a->works_done;
+    if (auto it = metrics.find(a->id); it != metrics.end()) r.metrics = it->second;
+    rows.push_back(std::move(r));
+  }
+  const DropStats& d = c.drops();
+  state->SetActors(std::move(rows), {{"malformed", d.malformed},
+                                     {"wrong_version", d.wrong_version},
+                                     {"oversized", d.oversized},
+                                     {"unknown_sender", d.unknown_sender},
+                                     {"wrong_job", d.wrong_job},
+                                     {"duplicate_results", d.duplicate_results}});
+}
+
+// The resolved config as the dashboard shows it: without the token.
+std::string ShownConfig(const JobConfig& config) {
+  JobConfig copy = config;
+  if (!copy.dashboard.token.empty()) copy.dashboard.token = "(hidden)";
+  return ResolvedYaml(copy);
+}
+
+std::string HostName() {
+  char buf[256] = {};
+  if (gethostname(buf, sizeof(buf) - 1) != 0) return "localhost";
+  return buf;
+}
 
 std::string NewJobId(const std::string& name) {
   std::random_device rd;
   return absl::StrFormat("%s-%08x", name, rd());
 }
 
-void SetUpControllerLog(const RunDirectory& dir, const std::string& level) {
-  auto console = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
+// On a terminal, log lines print above the progress bar rather than into it.
+void SetUpControllerLog(const RunDirectory& dir, const std::string& level,
+                        const std::shared_ptr<dashboard::ProgressPrinter>& progress,
+                        bool interactive) {
+  spdlog::sink_ptr console = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
+  if (interactive) console = dashboard::MakeBarAwareSink(console, progress);
   auto file = std::make_shared<spdlog::sinks::basic_file_sink_mt>(dir.LogPath("controller"));
   auto logger =
       std::make_shared<spdlog::logger>("controller", spdlog::sinks_init_list{console, file});
@@ -82,10 +161,29 @@ void SetUpControllerLog(const RunDirectory& dir, const std::string& level) {
   spdlog::set_default_logger(logger);
 }
 
-void WriteStatus(const RunDirectory& dir, const std::string& state, const std::string& message) {
-  nlohmann::json j{{"state", state}, {"message", message}, {"pid", getpid()}};
-  dir.WriteFile("status.json", j.dump(2) + "\n").IgnoreError();
-}
+// status.json and the dashboard's run state, kept in step.
+class StatusWriter {
+ public:
+  StatusWriter(const RunDirectory* dir, const JobConfig* config) : dir_(dir), config_(config) {}
+  void set_state(dashboard::RunState* state) { state_ = state; }
+  void set_dashboard_url(std::string url) { url_ = std::move(url); }
+  void Write(const std::string& state, const std::string& message) const {
+    nlohmann::json j{{"state", state},
+                     {"message", message},
+                     {"pid", getpid()},
+                     {"algorithm", config_->job.algorithm}};
+    if (!url_.empty()) j["dashboard_url"] = url_;
+    if (state_ != nullptr) j["total"] = state_->Take(-1, 0).info.total_iterations;
+    dir_->WriteFile("status.json", j.dump(2) + "\n").IgnoreError();
+    if (state_ != nullptr) state_->SetState(state, message);
+  }
+
+ private:
+  const RunDirectory* dir_;
+  const JobConfig* config_;
+  dashboard::RunState* state_ = nullptr;
+  std::string url_;
+};
 
 // Where local children connect: a wildcard bind is reached over loopback.
 std::string LocalConnectAddress(const std::string& endpoint) {
@@ -106,20 +204,28 @@ int ExitCodeFor(const absl::Status& s, const std::atomic<int>* stop) {
 }  // namespace
 
 int RunJob(const JobConfig& config, const RunOptions& options) {
+  auto token = ResolveDashboardToken(config.dashboard, std::getenv("RLFORGE_DASHBOARD_TOKEN"));
+  if (!token.ok()) {
+    std::fprintf(stderr, "error: %s\n", Msg(token.status()).c_str());
+    return 2;
+  }
   auto dir = RunDirectory::Create(config.job.run_root, config.job.name);
   if (!dir.ok()) {
     std::fprintf(stderr, "error: %s\n", std::string(dir.status().message()).c_str());
     return 1;
   }
-  SetUpControllerLog(*dir, config.job.log_level);
+  auto progress = std::make_shared<dashboard::ProgressPrinter>(stdout, options.interactive,
+                                                               config.job.algorithm);
+  SetUpControllerLog(*dir, config.job.log_level, progress, options.interactive);
   spdlog::info("run directory {}", dir->path());
+  StatusWriter status_file(&*dir, &config);
   absl::Status written = dir->WriteFile("config.resolved.yaml", ResolvedYaml(config));
   auto metrics = MetricsLog::Open(dir->path() + "/metrics.jsonl");
   auto algorithm = CreateAlgorithm(config);
   for (const absl::Status& s : {written, metrics.status(), algorithm.status()}) {
     if (!s.ok()) {
       spdlog::error("{}", Msg(s));
-      WriteStatus(*dir, "failed", std::string(s.message()));
+      status_file.Write("failed", std::string(s.message()));
       return 1;
     }
   }
@@ -131,7 +237,7 @@ int RunJob(const JobConfig& config, const RunOptions& options) {
       ctx, absl::StrCat("tcp://", config.controller.host, ":", config.controller.port), zo);
   if (!transport.ok()) {
     spdlog::error("controller.host/controller.port: {}", Msg(transport.status()));
-    WriteStatus(*dir, "failed", std::string(transport.status().message()));
+    status_file.Write("failed", std::string(transport.status().message()));
     return 1;
   }
   spdlog::info("controller listening on {}", (*transport)->endpoint());
@@ -150,7 +256,54 @@ int RunJob(const JobConfig& config, const RunOptions& options) {
   for (const RoleRequirement& r : (*algorithm)->Roles()) {
     controller.ExpectRole(r.role, r.count, r.external);
   }
-  WriteStatus(*dir, "starting", "");
+
+  // The dashboard reads a copy of the run that the loop refreshes (at most every 200 ms).
+  dashboard::RunState run_state(RealClock::Get(), static_cast<size_t>(config.dashboard.max_points),
+                                static_cast<size_t>(config.dashboard.max_samples));
+  run_state.SetInfo({dir->name(), config.job.algorithm, co.job_id, dir->path(), ShownConfig(config),
+                     config.job.iterations});
+  status_file.set_state(&run_state);
+  ActorMetrics actor_metrics;
+  controller.set_metrics_sink([&](const std::string& actor, const proto::Metrics& m) {
+    for (const auto& [k, v] : m.values()) actor_metrics[actor][k] = v;
+  });
+  PublishActors(controller, actor_metrics, &run_state);
+  int64_t last_publish_us = 0;
+  controller.set_pump_observer([&] {
+    int64_t now = RealClock::Get()->NowMicros();
+    if (now - last_publish_us < 200'000) return;
+    last_publish_us = now;
+    PublishActors(controller, actor_metrics, &run_state);
+  });
+  std::unique_ptr<dashboard::DashboardServer> server;
+  if (config.dashboard.enabled) {
+    dashboard::ServerOptions so;
+    so.host = config.dashboard.host;
+    so.port = static_cast<int>(config.dashboard.port);
+    so.token = *token;
+    auto started = dashboard::DashboardServer::Start(so, &run_state);
+    if (!started.ok()) {
+      spdlog::error("{}", Msg(started.status()));
+      status_file.Write("failed", std::string(started.status().message()));
+      return 1;
+    }
+    server = std::move(*started);
+    status_file.set_dashboard_url(server->url());
+    spdlog::info("dashboard at {}{}", server->url(),
+                 token->empty() ? "" : " (needs the token: add ?token=TOKEN)");
+  }
+  std::unique_ptr<dashboard::EventFileWriter> tensorboard;
+  if (config.dashboard.tensorboard) {
+    auto tb =
+        dashboard::EventFileWriter::Create(dir->path(), dashboard::WallTimeSeconds(), HostName());
+    if (tb.ok()) {
+      tensorboard = std::move(*tb);
+    } else {
+      spdlog::warn("no TensorBoard events: {}", Msg(tb.status()));
+    }
+  }
+
+  status_file.Write("starting", "");
   std::string connect = LocalConnectAddress((*transport)->endpoint());
   absl::Status status = controller.LaunchAll([&](const ActorInfo& a) {
     ProcessSpec spec;
@@ -166,28 +319,42 @@ int RunJob(const JobConfig& config, const RunOptions& options) {
   });
   if (status.ok()) status = controller.WaitForActors();
   if (status.ok()) {
-    WriteStatus(*dir, "running", "");
+    PublishActors(controller, actor_metrics, &run_state);
+    status_file.Write("running", "");
     spdlog::info("all {} actors registered; running {}", controller.actors().All().size(),
                  config.job.algorithm);
-    Context job_ctx(&controller, &config, &*dir, &*metrics);
+    Context job_ctx(&controller, &config, &*dir,
+                    {&*metrics, &run_state, tensorboard.get(), progress.get()});
     status = (*algorithm)->Run(job_ctx);
+    progress->Finish();
   }
   controller.Shutdown(status.ok() ? "job finished" : std::string(status.message()));
+  PublishActors(controller, actor_metrics, &run_state);
   int code = ExitCodeFor(status, options.stop);
   if (status.ok()) {
     spdlog::info("job finished; results in {}", dir->path());
-    WriteStatus(*dir, "finished", "");
+    status_file.Write("finished", "");
   } else if (code > 128) {
     spdlog::warn("job stopped: {}; results so far in {}", Msg(status), dir->path());
-    WriteStatus(*dir, "interrupted", std::string(status.message()));
+    status_file.Write("interrupted", std::string(status.message()));
   } else {
     spdlog::error("job failed: {}", Msg(status));
     spdlog::error("run directory: {}", dir->path());
-    WriteStatus(*dir, "failed", std::string(status.message()));
+    status_file.Write("failed", std::string(status.message()));
   }
   if (controller.drops().total() > 0) {
     spdlog::warn("the controller dropped {} bad message(s) during the run",
                  controller.drops().total());
+  }
+  if (server != nullptr && config.dashboard.linger_s > 0) {
+    spdlog::info("dashboard stays up for {} s at {} (dashboard.linger_s; Ctrl-C ends it)",
+                 config.dashboard.linger_s, server->url());
+    int64_t until =
+        RealClock::Get()->NowMicros() + static_cast<int64_t>(config.dashboard.linger_s * 1e6);
+    while (RealClock::Get()->NowMicros() < until &&
+           (options.stop == nullptr || options.stop->load() == 0)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
   }
   return code;
 }

@@ -15,6 +15,7 @@ RLFORGE_PACKAGES=(
   nlohmann-json3-dev libcpp-httplib-dev libspdlog-dev libcli11-dev libmujoco-dev
   libicu-dev
   python3 python3-zmq python3-protobuf
+  chromium chromium-driver python3-selenium
 )
 
 rlforge_missing_packages() {

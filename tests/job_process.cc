@@ -1,7 +1,5 @@
 #include "tests/job_process.h"
 
-#include "rlforge_paths.h"
-
 #include <signal.h>
 #include <unistd.h>
 
@@ -11,6 +9,8 @@
 #include <regex>
 #include <sstream>
 #include <thread>
+
+#include "rlforge_paths.h"
 
 namespace rlforge::testing {
 
@@ -91,5 +91,13 @@ std::vector<int> ActorPids(const std::string& output) {
 }
 
 bool ProcessExists(int pid) { return kill(pid, 0) == 0; }
+
+std::vector<nlohmann::json> ReadMetricsJsonl(const std::string& run_dir) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(run_dir + "/metrics.jsonl");
+  std::string line;
+  while (std::getline(in, line)) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
 
 }  // namespace rlforge::testing

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "launch/process_launcher.h"
+#include "nlohmann/json.hpp"
 
 namespace rlforge::testing {
 
@@ -46,5 +47,8 @@ std::pair<int, std::string> RunRlforge(const std::vector<std::string>& args, dou
 // Pids the controller reported starting ("started echo-0 (pid 123)").
 std::vector<int> ActorPids(const std::string& controller_output);
 bool ProcessExists(int pid);
+
+// The records of <run_dir>/metrics.jsonl, in order.
+std::vector<nlohmann::json> ReadMetricsJsonl(const std::string& run_dir);
 
 }  // namespace rlforge::testing

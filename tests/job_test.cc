@@ -18,14 +18,6 @@ namespace fs = std::filesystem;
 
 std::string EchoConfig() { return SourceDir() + "/configs/echo.yaml"; }
 
-std::vector<nlohmann::json> ReadMetrics(const std::string& run_dir) {
-  std::vector<nlohmann::json> out;
-  std::ifstream in(run_dir + "/metrics.jsonl");
-  std::string line;
-  while (std::getline(in, line)) out.push_back(nlohmann::json::parse(line));
-  return out;
-}
-
 void ExpectAllGone(const std::vector<int>& pids) {
   for (int pid : pids) EXPECT_FALSE(ProcessExists(pid)) << "actor pid " << pid << " survived";
 }
@@ -45,7 +37,7 @@ TEST(JobTest, EchoJobRoundTripsTensorsAndShutsDownCleanly) {
   EXPECT_TRUE(fs::exists(dir + "/logs/echo-1.log"));
   EXPECT_TRUE(fs::exists(dir + "/logs/controller.log"));
   EXPECT_NE(ReadFile(dir + "/logs/echo-1.log").find("registered as echo-1"), std::string::npos);
-  auto metrics = ReadMetrics(dir);
+  auto metrics = ReadMetricsJsonl(dir);
   ASSERT_EQ(metrics.size(), 4u);
   double trips = 0;
   for (size_t i = 0; i < metrics.size(); ++i) {
@@ -122,7 +114,7 @@ TEST(JobTest, SigintEndsEveryChildAndKeepsTheRunDirectory) {
     ExpectAllGone(pids);
     std::string dir = root + "/i";
     EXPECT_NE(ReadFile(dir + "/status.json").find("\"interrupted\""), std::string::npos);
-    auto metrics = ReadMetrics(dir);  // every line still parses
+    auto metrics = ReadMetricsJsonl(dir);  // every line still parses
     EXPECT_GE(metrics.size(), 3u);
     EXPECT_NE(ReadFile(dir + "/logs/echo-0.log").find("shutdown requested"), std::string::npos);
   }
@@ -145,7 +137,7 @@ TEST(JobTest, ExternalActorsJoinByAddress) {
   EXPECT_EQ(*code, 0) << job.Output();
   EXPECT_EQ(a.Wait(10), 0) << a.Output();
   EXPECT_EQ(b.Wait(10), 0) << b.Output();
-  EXPECT_EQ(ReadMetrics(root + "/x").size(), 3u);
+  EXPECT_EQ(ReadMetricsJsonl(root + "/x").size(), 3u);
 }
 
 TEST(JobTest, ActorForAnotherRoleIsRefusedWithReason) {

@@ -13,18 +13,10 @@ namespace {
 
 std::string CartPole() { return SourceDir() + "/configs/ppo_cartpole.yaml"; }
 
-std::vector<nlohmann::json> Metrics(const std::string& dir) {
-  std::vector<nlohmann::json> out;
-  std::ifstream in(dir + "/metrics.jsonl");
-  std::string line;
-  while (std::getline(in, line)) out.push_back(nlohmann::json::parse(line));
-  return out;
-}
-
 // metrics.jsonl without the wall-clock-dependent part.
 std::string Reproducible(const std::string& dir) {
   std::string s;
-  for (auto& r : Metrics(dir)) {
+  for (auto& r : ReadMetricsJsonl(dir)) {
     r.erase("timings");
     s += r.dump() + "\n";
   }
@@ -43,7 +35,7 @@ TEST(PpoTest, CartPoleReachesTheSolvedReturn) {
   std::string root = FreshDir("ppo_solve");
   auto [code, out] = RunJob(root, "s", {"ppo.stop_when_solved=true"});
   ASSERT_EQ(code, 0) << out;
-  auto m = Metrics(root + "/s");
+  auto m = ReadMetricsJsonl(root + "/s");
   ASSERT_FALSE(m.empty());
   const auto& last = m.back()["metrics"];
   ASSERT_TRUE(last.contains("solved_at_step")) << out;
@@ -97,7 +89,7 @@ TEST(PpoTest, TwoRolloutWorkersShareTheBatch) {
   auto [code, out] =
       RunJob(root, "w", {"ppo.total_steps=4096", "rollout.workers=2", "env.num_envs=4"});
   ASSERT_EQ(code, 0) << out;
-  auto m = Metrics(root + "/w");
+  auto m = ReadMetricsJsonl(root + "/w");
   ASSERT_FALSE(m.empty());
   EXPECT_EQ(m[0]["metrics"]["env_steps"].get<double>(), 2 * 4 * 32);
   EXPECT_TRUE(std::ifstream(root + "/w/logs/rollout-1.log").good());
@@ -113,7 +105,7 @@ TEST(PpoTest, PurePythonEnvTrainsOverSimBridge) {
   ASSERT_EQ(code, 0) << out;
   EXPECT_NE(ReadFile(root + "/py/logs/sim-0.log").find("serving PyCartPole-v0 x 8"),
             std::string::npos);
-  auto m = Metrics(root + "/py");
+  auto m = ReadMetricsJsonl(root + "/py");
   ASSERT_GT(m.size(), 20u);
   double first = m[5]["metrics"]["episodic_return"], last = m.back()["metrics"]["episodic_return"];
   EXPECT_GT(last, first + 50) << "the policy must improve against the Python env";
