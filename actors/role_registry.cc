@@ -4,6 +4,7 @@
 #include "common/strings.h"
 #include "rollout/control_rollout_role.h"
 #include "trainer/ppo_trainer_role.h"
+#include "trainer/sft_trainer_role.h"
 
 namespace rlforge {
 
@@ -27,6 +28,7 @@ absl::StatusOr<std::unique_ptr<Role>> MakeRollout(const JobConfig& c, const prot
 
 absl::StatusOr<std::unique_ptr<Role>> MakeTrainer(const JobConfig& c, const proto::Assignment& a) {
   if (c.job.algorithm == "ppo") return std::make_unique<PpoTrainerRole>(c, a);
+  if (c.job.algorithm == "sft") return std::make_unique<SftTrainerRole>(c, a);
   return absl::InvalidArgumentError(
       absl::StrCat("job.algorithm ", c.job.algorithm, " has no trainer role"));
 }

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "config/control_config.h"
+#include "config/lm_config.h"
 
 namespace rlforge {
 
@@ -17,9 +18,9 @@ std::shared_ptr<const Schema> JobSection() {
   b.String("name", &JobOptions::name,
            "Run name; the run directory is job.run_root/job.name. Default: the job file's "
            "name. An existing directory gets a numeric suffix.");
-  b.Choice("algorithm", &JobOptions::algorithm, {"echo", "ppo"},
-           "The training loop: `ppo` (control policies in simulators) or `echo` (the "
-           "transport self-test).")
+  b.Choice("algorithm", &JobOptions::algorithm, {"echo", "ppo", "sft"},
+           "The training loop: `ppo` (control policies in simulators), `sft` (supervised "
+           "fine-tuning of a language model) or `echo` (the transport self-test).")
       .Required();
   b.Int("seed", &JobOptions::seed, "Seed for every random choice in the job.").Min(0);
   b.Int("iterations", &JobOptions::iterations, "Iterations of the training loop.").Min(1);
@@ -119,6 +120,7 @@ std::shared_ptr<const Schema> BuildJobSchema() {
   b.Section("trainer", &JobConfig::trainer, TrainerSection());
   b.Section("echo", &JobConfig::echo, EchoSection());
   AddControlSections(b);
+  AddLmSections(b);
   b.Check([](const JobConfig& c, config::CheckContext& ctx) {
     if (c.job.algorithm == "echo" && c.echo.workers < 1) {
       ctx.Error("echo.workers", "job.algorithm is echo, which needs at least 1 echo worker");

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "config/control_options.h"
+#include "config/lm_options.h"
 #include "config/loader.h"
 #include "config/schema.h"
 
@@ -76,6 +77,9 @@ struct JobConfig {
   PolicyOptions policy;
   PpoOptions ppo;
   WeightsOptions weights;
+  ModelOptions model;
+  DataOptions data;
+  SftOptions sft;
 };
 
 // The schema of JobConfig (built once).
