@@ -113,28 +113,39 @@ int main(int argc, char** argv) {
     auto inputs = tokens.narrow(1, 0, s.seq), targets = tokens.narrow(1, 1, s.seq);
     auto pos = torch::arange(s.seq, torch::kInt64).view({1, s.seq}).expand({s.batch, s.seq});
     auto seg = torch::zeros({s.batch, s.seq}, torch::kInt64);
-    std::vector<double> times;
+    std::vector<double> times, fwd, bwd, upd;
     for (int i = 0; i < steps + 1; ++i) {  // the first step warms up
       auto t0 = std::chrono::steady_clock::now();
       opt.ZeroGrad();
       auto logits = model->Logits(model->Hidden(inputs, pos, seg));
       auto loss = torch::nn::functional::cross_entropy(logits.reshape({-1, s.config.vocab_size}),
                                                        targets.reshape({-1}));
+      double t_fwd = Seconds(t0);
       loss.backward();
+      double t_bwd = Seconds(t0) - t_fwd;
       opt.ClipGradNorm(1.0);
       opt.Step();
-      if (i > 0) times.push_back(Seconds(t0));
+      if (i > 0) {
+        times.push_back(Seconds(t0));
+        fwd.push_back(t_fwd);
+        bwd.push_back(t_bwd);
+        upd.push_back(times.back() - t_fwd - t_bwd);
+      }
     }
-    std::sort(times.begin(), times.end());
-    double median = times[times.size() / 2];
+    auto med = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      return v[v.size() / 2];
+    };
+    double median = med(times);
     double flops = StepFlops(s);
     std::printf(
         "{\"impl\": \"rlforge\", \"size\": \"%s\", \"params\": %ld, \"batch\": %ld, \"seq\": %ld, "
         "\"threads\": %d, \"step_s\": %.4f, \"flops_per_step\": %.4g, \"achieved_flops\": %.4g, "
-        "\"matmul_peak_flops\": %.4g, \"share_of_peak\": %.3f}\n",
+        "\"matmul_peak_flops\": %.4g, \"share_of_peak\": %.3f, \"forward_s\": %.4f, "
+        "\"backward_s\": %.4f, \"optimizer_s\": %.4f}\n",
         size.c_str(), static_cast<long>(rlforge::models::ParameterCount(s.config)),
         static_cast<long>(s.batch), static_cast<long>(s.seq), threads, median, flops,
-        flops / median, peak, flops / median / peak);
+        flops / median, peak, flops / median / peak, med(fwd), med(bwd), med(upd));
     std::fflush(stdout);
   }
   return 0;

@@ -69,7 +69,8 @@ class Block(nn.Module):
         p = torch.softmax(s / math.sqrt(self.d) + mask, -1)
         out = (p @ v.unsqueeze(2)).reshape(B, HEADS, T, self.d).transpose(1, 2).reshape(B, T, -1)
         x = x + self.o(out)
-        return x + self.down(F.silu(self.gate(self.ln2(x))) * self.up(self.ln2(x)))
+        h2 = self.ln2(x)
+        return x + self.down(F.silu(self.gate(h2)) * self.up(h2))
 
 
 class Model(nn.Module):
@@ -120,12 +121,15 @@ def time_steps(model, steps, vocab):
         out = model(inp)
         logits = out.logits if hasattr(out, "logits") else out
         loss = F.cross_entropy(logits.reshape(-1, vocab), tgt.reshape(-1))
+        t1 = time.perf_counter()
         loss.backward()
+        t2 = time.perf_counter()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         if i > 0:
-            times.append(time.perf_counter() - t0)
-    return sorted(times)[len(times) // 2]
+            times.append((time.perf_counter() - t0, t1 - t0, t2 - t1, time.perf_counter() - t2))
+    times.sort()
+    return times[len(times) // 2]
 
 
 def main():
@@ -156,7 +160,7 @@ def main():
         n = sum(p.numel() for p in model.parameters())
         dense = n - cfg["vocab"] * cfg["hidden"]
         flops = step_flops(cfg, dense)
-        t_pt = time_steps(model, args.steps, cfg["vocab"])
+        t_pt, *split_pt = time_steps(model, args.steps, cfg["vocab"])
         t_hf = None
         if not args.no_hf:
             try:
@@ -166,15 +170,17 @@ def main():
                     intermediate_size=cfg["inter"], num_hidden_layers=cfg["layers"],
                     num_attention_heads=HEADS, num_key_value_heads=KV_HEADS,
                     max_position_embeddings=1024, attn_implementation="eager"))
-                t_hf = time_steps(hf, args.steps, cfg["vocab"])
+                t_hf = time_steps(hf, args.steps, cfg["vocab"])[0]
             except ImportError:
                 pass
         rows.append((r, n, flops, t_pt, t_hf))
         print(f"{r['size']}: {n / 1e6:.1f}M params (rlforge counts {r['params'] / 1e6:.1f}M)")
         print(f"  rlforge  step {r['step_s'] * 1e3:8.1f} ms  {r['achieved_flops'] / 1e9:6.1f} "
-              f"GFLOP/s  {100 * r['share_of_peak']:5.1f}% of its matmul peak")
+              f"GFLOP/s  {100 * r['share_of_peak']:5.1f}% of its matmul peak  (fwd/bwd/opt "
+              f"{r['forward_s'] * 1e3:.0f}/{r['backward_s'] * 1e3:.0f}/{r['optimizer_s'] * 1e3:.0f} ms)")
         print(f"  PyTorch  step {t_pt * 1e3:8.1f} ms  {flops / t_pt / 1e9:6.1f} GFLOP/s  "
-              f"{100 * flops / t_pt / peak:5.1f}% of its matmul peak")
+              f"{100 * flops / t_pt / peak:5.1f}% of its matmul peak  (fwd/bwd/opt "
+              f"{split_pt[0] * 1e3:.0f}/{split_pt[1] * 1e3:.0f}/{split_pt[2] * 1e3:.0f} ms)")
         if t_hf:
             print(f"  HF Llama step {t_hf * 1e3:8.1f} ms  {flops / t_hf / 1e9:6.1f} GFLOP/s")
         print(f"  rlforge / PyTorch time: {r['step_s'] / t_pt:.2f}x" +
