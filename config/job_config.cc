@@ -5,8 +5,10 @@
 #include "absl/strings/str_cat.h"
 #include "config/control_config.h"
 #include "config/engine_config.h"
+#include "config/grpo_config.h"
 #include "config/reward_config.h"
 #include "config/dashboard_config.h"
+#include "config/lm_config.h"
 
 namespace rlforge {
 
@@ -20,9 +22,9 @@ std::shared_ptr<const Schema> JobSection() {
   b.String("name", &JobOptions::name,
            "Run name; the run directory is job.run_root/job.name. Default: the job file's "
            "name. An existing directory gets a numeric suffix.");
-  b.Choice("algorithm", &JobOptions::algorithm, {"echo", "ppo"},
-           "The training loop: `ppo` (control policies in simulators) or `echo` (the "
-           "transport self-test).")
+  b.Choice("algorithm", &JobOptions::algorithm, {"echo", "ppo", "sft", "grpo"},
+           "The training loop: `ppo` (control policies in simulators), `sft` (supervised "
+           "fine-tuning of a language model), `grpo` (RL of a language model on a verifiable task) or `echo` (the transport self-test).")
       .Required();
   b.Int("seed", &JobOptions::seed, "Seed for every random choice in the job.").Min(0);
   b.Int("iterations", &JobOptions::iterations, "Iterations of the training loop.").Min(1);
@@ -123,8 +125,10 @@ std::shared_ptr<const Schema> BuildJobSchema() {
   b.Section("echo", &JobConfig::echo, EchoSection());
   AddControlSections(b);
   AddEngineSection(b);
+  AddGrpoSection(b);
   AddRewardSections(b);
   AddDashboardSection(b);
+  AddLmSections(b);
   b.Check([](const JobConfig& c, config::CheckContext& ctx) {
     if (c.job.algorithm == "echo" && c.echo.workers < 1) {
       ctx.Error("echo.workers", "job.algorithm is echo, which needs at least 1 echo worker");

@@ -11,7 +11,9 @@
 
 #include "config/control_options.h"
 #include "config/engine_options.h"
+#include "config/grpo_options.h"
 #include "config/dashboard_options.h"
+#include "config/lm_options.h"
 #include "config/loader.h"
 #include "config/reward_options.h"
 #include "config/schema.h"
@@ -80,8 +82,12 @@ struct JobConfig {
   PpoOptions ppo;
   WeightsOptions weights;
   EngineOptions engine;
+  GrpoOptions grpo;
   RewardOptions reward;
   DashboardOptions dashboard;
+  ModelOptions model;
+  DataOptions data;
+  SftOptions sft;
 };
 
 // The schema of JobConfig (built once).

@@ -42,8 +42,10 @@ void FlatAdamW::Step() {
   v_.mul_(o.beta2).addcmul_(grad_, grad_, 1.0 - o.beta2);
   double bias1 = 1.0 - std::pow(o.beta1, static_cast<double>(steps_));
   double bias2 = 1.0 - std::pow(o.beta2, static_cast<double>(steps_));
-  auto denom = (v_.sqrt() / std::sqrt(bias2)).add_(o.eps);
-  data_.addcdiv_(m_, denom, -o.lr / bias1);
+  // Into a kept buffer: a fresh one per step costs page faults over the whole model.
+  if (!denom_.defined()) denom_ = torch::empty_like(v_);
+  torch::sqrt_out(denom_, v_).div_(std::sqrt(bias2)).add_(o.eps);
+  data_.addcdiv_(m_, denom_, -o.lr / bias1);
 }
 
 }  // namespace rlforge

@@ -36,7 +36,7 @@ class FlatAdamW {
  private:
   Options options_;
   std::vector<torch::Tensor> params_;
-  torch::Tensor data_, grad_, m_, v_;
+  torch::Tensor data_, grad_, m_, v_, denom_;
   int64_t steps_ = 0;
 };
 

@@ -1,0 +1,165 @@
+// Schemas of the language-model sections (see lm_options.h).
+#include "config/lm_config.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace rlforge {
+
+using config::CheckContext;
+using config::Schema;
+using config::SchemaBuilder;
+
+namespace {
+
+std::shared_ptr<const Schema> ModelSection() {
+  SchemaBuilder<ModelOptions> b(
+      "The language model: a Hugging Face checkpoint directory, or a Llama/Qwen2-family model "
+      "built from scratch with a char-level tokenizer over the data's characters.");
+  b.String("path", &ModelOptions::path,
+           "Checkpoint directory (config.json, model.safetensors or shards + index, "
+           "tokenizer.json); empty: build from scratch with the sizes below.");
+  b.Choice("architecture", &ModelOptions::architecture, {"LlamaForCausalLM", "Qwen2ForCausalLM"},
+           "From scratch: the family (Qwen2 adds qkv bias).");
+  b.Int("hidden_size", &ModelOptions::hidden_size, "From scratch: model width.").Min(8).Max(16384);
+  b.Int("intermediate_size", &ModelOptions::intermediate_size, "From scratch: SwiGLU width.")
+      .Min(1)
+      .Max(65536);
+  b.Int("num_hidden_layers", &ModelOptions::num_hidden_layers, "From scratch: layers.")
+      .Min(1)
+      .Max(256);
+  b.Int("num_attention_heads", &ModelOptions::num_attention_heads, "From scratch: query heads.")
+      .Min(1)
+      .Max(256);
+  b.Int("num_key_value_heads", &ModelOptions::num_key_value_heads,
+        "From scratch: key/value heads (grouped-query attention); divides the query heads.")
+      .Min(1)
+      .Max(256);
+  b.Int("max_position_embeddings", &ModelOptions::max_position_embeddings,
+        "From scratch: longest sequence.")
+      .Min(1);
+  b.Double("rope_theta", &ModelOptions::rope_theta, "From scratch: RoPE base.").Min(1);
+  b.Bool("tie_word_embeddings", &ModelOptions::tie_word_embeddings,
+         "From scratch: share the input embedding and the output head.");
+  b.Choice("dtype", &ModelOptions::dtype, {"float32", "bfloat16"},
+           "Parameter dtype while training and in saved checkpoints.");
+  b.Check([](const ModelOptions& m, CheckContext& ctx) {
+    if (!m.path.empty()) return;
+    if (m.hidden_size % m.num_attention_heads != 0) {
+      ctx.Error("hidden_size", absl::StrCat(m.hidden_size,
+                                            " is not a multiple of "
+                                            "num_attention_heads (",
+                                            m.num_attention_heads, ")"));
+    } else if ((m.hidden_size / m.num_attention_heads) % 2 != 0) {
+      ctx.Error("hidden_size", "hidden_size / num_attention_heads must be even (RoPE)");
+    }
+    if (m.num_attention_heads % m.num_key_value_heads != 0) {
+      ctx.Error("num_key_value_heads",
+                absl::StrCat(m.num_key_value_heads, " does not divide num_attention_heads (",
+                             m.num_attention_heads, ")"));
+    }
+  });
+  return b.Build();
+}
+
+std::shared_ptr<const Schema> DataSection() {
+  SchemaBuilder<DataOptions> b(
+      "Prompts and targets of language-model jobs: the built-in arithmetic task (disjoint train "
+      "and held-out splits) or JSONL files.");
+  b.Choice("source", &DataOptions::source, {"arithmetic", "jsonl"},
+           "arithmetic: generated problems (prompt \"12+345=\", response \"357\"); jsonl: "
+           "train_path / heldout_path.");
+  b.String("train_path", &DataOptions::train_path,
+           "source jsonl: training lines {\"prompt\": ..., \"response\": ...}.");
+  b.String("heldout_path", &DataOptions::heldout_path,
+           "source jsonl: held-out lines, scored by exact match of the greedy response.");
+  b.Int("train_examples", &DataOptions::train_examples,
+        "source arithmetic: training examples generated per epoch (reshuffled each epoch).")
+      .Min(1);
+  b.Int("heldout_examples", &DataOptions::heldout_examples,
+        "Held-out examples scored at each evaluation (at most the file's size for jsonl).")
+      .Min(1);
+  b.Int("min_digits", &DataOptions::min_digits, "source arithmetic: fewest digits per operand.")
+      .Min(1)
+      .Max(18);
+  b.Int("max_digits", &DataOptions::max_digits, "source arithmetic: most digits per operand.")
+      .Min(1)
+      .Max(18);
+  b.StringList("ops", &DataOptions::ops, "source arithmetic: operators, any of +, -, *.");
+  b.Choice("style", &DataOptions::style, {"plain", "question"},
+           "source arithmetic: \"12+345=\" -> \"357\", or \"What is 12 + 345?\" -> "
+           "\"The answer is 357.\"");
+  b.String("prompt_template", &DataOptions::prompt_template,
+           "How a prompt is wrapped: none, chatml, or a custom text with {system} and {user}.");
+  b.String("system_prompt", &DataOptions::system_prompt, "System text for the prompt template.");
+  b.Check([](const DataOptions& d, CheckContext& ctx) {
+    if (d.min_digits > d.max_digits) {
+      ctx.Error("min_digits", absl::StrCat(d.min_digits, " exceeds max_digits ", d.max_digits));
+    }
+    if (d.source == "jsonl" && (d.train_path.empty() || d.heldout_path.empty())) {
+      ctx.Error("source", "jsonl needs data.train_path and data.heldout_path");
+    }
+    if (d.source != "jsonl" && (!d.train_path.empty() || !d.heldout_path.empty())) {
+      ctx.Error("train_path", "only used with data.source: jsonl");
+    }
+    for (const auto& op : d.ops) {
+      if (op != "+" && op != "-" && op != "*") {
+        ctx.Error("ops", absl::StrCat("unknown operator '", op, "' (use +, - or *)"));
+      }
+    }
+    if (d.ops.empty()) ctx.Error("ops", "needs at least one operator");
+  });
+  return b.Build();
+}
+
+std::shared_ptr<const Schema> SftSection() {
+  SchemaBuilder<SftOptions> b(
+      "Supervised fine-tuning (`job.algorithm: sft`): packed prompt+response rows, loss on "
+      "response tokens only, AdamW with the trainer section's schedule.");
+  b.Int("steps", &SftOptions::steps, "Optimiser steps to train for.").Min(1);
+  b.Int("seq_len", &SftOptions::seq_len,
+        "Packed row length in tokens; examples are packed whole, positions restart per example.")
+      .Min(2);
+  b.Int("batch_rows", &SftOptions::batch_rows, "Packed rows per micro-batch.").Min(1);
+  b.Int("grad_accum", &SftOptions::grad_accum,
+        "Micro-batches per optimiser step (the loss is the mean over all their response tokens).")
+      .Min(1);
+  b.Int("steps_per_iteration", &SftOptions::steps_per_iteration,
+        "Optimiser steps per metrics.jsonl record.")
+      .Min(1);
+  b.Int("eval_every", &SftOptions::eval_every,
+        "Optimiser steps between held-out exact-match evaluations; 0: only at the end.")
+      .Min(0);
+  b.Int("max_new_tokens", &SftOptions::max_new_tokens, "Greedy generation budget per answer.")
+      .Min(1);
+  b.Int("save_every", &SftOptions::save_every,
+        "Optimiser steps between HF-format checkpoints; 0: only at the end.")
+      .Min(0);
+  return b.Build();
+}
+
+}  // namespace
+
+void AddLmSections(SchemaBuilder<JobConfig>& b) {
+  b.Section("model", &JobConfig::model, ModelSection());
+  b.Section("data", &JobConfig::data, DataSection());
+  b.Section("sft", &JobConfig::sft, SftSection());
+  b.Check([](const JobConfig& c, CheckContext& ctx) {
+    if (c.job.algorithm != "sft") return;
+    if (c.trainer.ranks != 1) ctx.Error("trainer.ranks", "SFT uses one trainer rank");
+    if (c.model.path.empty() && c.sft.seq_len > c.model.max_position_embeddings) {
+      ctx.Error("sft.seq_len",
+                absl::StrCat(c.sft.seq_len, " exceeds model.max_position_embeddings ",
+                             c.model.max_position_embeddings));
+    }
+    if (c.sft.eval_every > 0 && c.sft.eval_every % c.sft.steps_per_iteration != 0) {
+      ctx.Error("sft.eval_every", absl::StrCat("must be a multiple of sft.steps_per_iteration (",
+                                               c.sft.steps_per_iteration, ")"));
+    }
+    if (c.sft.save_every > 0 && c.sft.save_every % c.sft.steps_per_iteration != 0) {
+      ctx.Error("sft.save_every", absl::StrCat("must be a multiple of sft.steps_per_iteration (",
+                                               c.sft.steps_per_iteration, ")"));
+    }
+  });
+}
+
+}  // namespace rlforge

@@ -1,0 +1,84 @@
+#include "controller/sft_algorithm.h"
+
+#include <chrono>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/status.h"
+
+namespace rlforge {
+
+namespace {
+
+double Since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+// Wall-clock figures go to timings, the rest to metrics (reproducible for a seed).
+void Record(const WorkOutcome& o, IterationRecord& rec) {
+  for (const auto& [k, v] : o.result.metrics()) {
+    bool timing = absl::EndsWith(k, "_s") || absl::EndsWith(k, "_per_s");
+    (timing ? rec.timings : rec.metrics)[k] = v;
+  }
+}
+
+}  // namespace
+
+absl::Status SftAlgorithm::Run(JobContext& ctx) {
+  Controller& c = ctx.controller();
+  const std::string trainer = "trainer-0";
+  const SftOptions& s = config_.sft;
+  const int64_t iterations = (s.steps + s.steps_per_iteration - 1) / s.steps_per_iteration;
+  ctx.SetTotalIterations(iterations);
+
+  proto::WorkRequest init;
+  init.mutable_sft_init();
+  ASSIGN_OR_RETURN(uint64_t init_id, c.Submit(trainer, std::move(init)));
+  ASSIGN_OR_RETURN(WorkOutcome ready, c.Await(init_id));
+  const auto& im = ready.result.metrics();
+  spdlog::info("SFT: {:.0f} parameters, vocab {:.0f}, {:.0f} packed rows per epoch, {} steps",
+               im.count("parameters") ? im.at("parameters") : 0.0,
+               im.count("vocab_size") ? im.at("vocab_size") : 0.0,
+               im.count("train_rows") ? im.at("train_rows") : 0.0, s.steps);
+
+  int64_t step = 0;
+  for (int64_t it = 1; it <= iterations; ++it) {
+    auto t_iter = std::chrono::steady_clock::now();
+    IterationRecord rec;
+    rec.step = it;
+    const int64_t n = std::min(s.steps_per_iteration, s.steps - step);
+    proto::WorkRequest train;
+    train.mutable_sft_train()->set_first_step(step);
+    train.mutable_sft_train()->set_num_steps(n);
+    train.mutable_sft_train()->set_total_steps(s.steps);
+    ASSIGN_OR_RETURN(uint64_t tid, c.Submit(trainer, std::move(train)));
+    ASSIGN_OR_RETURN(WorkOutcome trained, c.Await(tid));
+    Record(trained, rec);
+    step += n;
+    rec.metrics["optimizer_step"] = static_cast<double>(step);
+    const bool last = step >= s.steps;
+
+    if (last || (s.eval_every > 0 && step % s.eval_every == 0)) {
+      proto::WorkRequest eval;
+      eval.mutable_lm_evaluate()->set_max_examples(config_.data.heldout_examples);
+      ASSIGN_OR_RETURN(uint64_t eid, c.Submit(trainer, std::move(eval)));
+      ASSIGN_OR_RETURN(WorkOutcome scored, c.Await(eid));
+      Record(scored, rec);
+    }
+    if (last || (s.save_every > 0 && step % s.save_every == 0)) {
+      proto::WorkRequest save;
+      std::string dir = absl::StrCat(ctx.run_dir().path(), "/checkpoints/step_", step);
+      save.mutable_lm_save()->set_dir(dir);
+      ASSIGN_OR_RETURN(uint64_t sid, c.Submit(trainer, std::move(save)));
+      ASSIGN_OR_RETURN(WorkOutcome saved, c.Await(sid));
+      Record(saved, rec);
+      spdlog::info("checkpoint {}", dir);
+    }
+    rec.timings["iteration_s"] = Since(t_iter);
+    RETURN_IF_ERROR(ctx.EndIteration(rec));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace rlforge

@@ -1,0 +1,25 @@
+// SftAlgorithm: supervised fine-tuning of a language model on prompt/response data.
+//
+// SftInit -> per iteration: SftTrain (sft.steps_per_iteration optimiser steps)
+//   -> every sft.eval_every steps and at the end: LmEvaluate (held-out exact match)
+//   -> every sft.save_every steps and at the end: LmSave (runs/<name>/checkpoints/step_<N>/)
+//   -> metrics.jsonl: loss, lr, grad_norm, heldout_accuracy, ...
+// The work happens in the trainer actor (trainer/sft_trainer_role.h); the controller
+// drives the schedule and records it.
+#pragma once
+
+#include "controller/algorithm.h"
+
+namespace rlforge {
+
+class SftAlgorithm final : public Algorithm {
+ public:
+  explicit SftAlgorithm(const JobConfig& config) : config_(config) {}
+  std::vector<RoleRequirement> Roles() const override { return {{"trainer", 1, false}}; }
+  absl::Status Run(JobContext& ctx) override;
+
+ private:
+  JobConfig config_;
+};
+
+}  // namespace rlforge

@@ -1,0 +1,151 @@
+#include "rollout/lm_rollout_role.h"
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "models/actor_critic.h"
+#include "models/hf_checkpoint.h"
+#include "proto/lm_groups.h"
+
+namespace rlforge {
+
+namespace {
+
+double Since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+}  // namespace
+
+EngineSettings EngineSettingsFor(const EngineOptions& o, const models::TransformerConfig& m) {
+  EngineSettings s;
+  s.block_size = o.block_size;
+  s.max_batch = o.max_batch;
+  s.max_tokens_per_step = o.max_tokens_per_step;
+  s.prefix_sharing = o.prefix_sharing;
+  s.weight_update = o.weight_update;
+  s.num_blocks = o.num_blocks;
+  if (s.num_blocks == 0) {
+    const double block_bytes = 2.0 * m.num_hidden_layers * o.block_size * m.num_key_value_heads *
+                               m.head_dim * sizeof(float);
+    s.num_blocks = std::max<int64_t>(1, static_cast<int64_t>(o.kv_memory_mb * 1048576.0 /
+                                                             block_bytes));
+  }
+  return s;
+}
+
+absl::StatusOr<std::unique_ptr<Role>> LmRolloutRole::Create(const JobConfig& config,
+                                                            const proto::Assignment& assignment) {
+  if (config.model.path.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model.path: job.algorithm ", config.job.algorithm,
+        " starts from a checkpoint (e.g. the SFT stage's runs/<name>/checkpoints/step_<N>)"));
+  }
+  std::unique_ptr<LmRolloutRole> role(new LmRolloutRole());
+  if (config.trainer.threads > 0) torch::set_num_threads(static_cast<int>(config.trainer.threads));
+  try {
+    ASSIGN_OR_RETURN(role->tokenizer_, models::LoadTokenizer(config.model.path));
+    ASSIGN_OR_RETURN(models::Transformer model,
+                     models::LoadHfModel(config.model.path, torch::kFloat32));
+    model->eval();
+    EngineSettings s = EngineSettingsFor(config.engine, model->config());
+    const models::Tokenizer* tok = role->tokenizer_.get();
+    s.detokenize = [tok](const std::vector<int32_t>& ids) { return tok->Decode(ids); };
+    role->flat_.resize(static_cast<size_t>(FlatSize(*model)));
+    role->engine_ = std::make_unique<LlmEngine>(model, s, 0);
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("libtorch: ", e.what()));
+  }
+  return std::unique_ptr<Role>(std::move(role));
+}
+
+absl::StatusOr<WorkReply> LmRolloutRole::Handle(const proto::WorkRequest& request,
+                                                std::vector<TensorFrame> tensors) {
+  try {
+    switch (request.task_case()) {
+      case proto::WorkRequest::kLmGenerate:
+        return Generate(request.lm_generate(), tensors);
+      case proto::WorkRequest::kLoadWeights:
+        return Load(request.load_weights(), tensors);
+      default:
+        return absl::InvalidArgumentError("the LM rollout worker takes lm_generate and "
+                                          "load_weights work");
+    }
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("libtorch: ", e.what()));
+  }
+}
+
+absl::StatusOr<WorkReply> LmRolloutRole::Generate(const proto::LmGenerate& task,
+                                                  const std::vector<TensorFrame>& tensors) {
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSIGN_OR_RETURN(std::vector<LmGroup> prompts, GroupsFromFrames(tensors, false, 0));
+  for (const LmGroup& p : prompts) {
+    GenerationRequest r;
+    r.id = static_cast<uint64_t>(p.request_id);
+    r.prompt = p.prompt;
+    r.n = task.n();
+    r.params.temperature = task.temperature();
+    r.params.top_p = task.top_p();
+    r.params.top_k = task.top_k();
+    r.params.max_tokens = task.max_tokens();
+    r.params.seed = task.seed() ^ (static_cast<uint64_t>(p.request_id) * 0x9E3779B97F4A7C15ull);
+    r.params.stop_token_ids = {tokenizer_->eos_id()};
+    RETURN_IF_ERROR(engine_->Submit(std::move(r)));
+  }
+  const EngineStats before = engine_->stats();
+  std::vector<LmGroup> done;
+  while (engine_->HasUnfinished() && static_cast<int64_t>(done.size()) < task.min_groups()) {
+    RETURN_IF_ERROR(engine_->Step());
+    for (FinishedGroup& f : engine_->TakeFinished()) {
+      LmGroup g;
+      g.request_id = static_cast<int64_t>(f.request_id);
+      g.prompt = std::move(f.prompt);
+      for (GeneratedSample& s : f.samples) {
+        LmSample out;
+        out.tokens = std::move(s.tokens);
+        out.logprobs = std::move(s.logprobs);
+        out.versions = std::move(s.versions);
+        out.stopped = s.finish_reason == "stop";
+        g.samples.push_back(std::move(out));
+      }
+      done.push_back(std::move(g));
+    }
+  }
+  const EngineStats& after = engine_->stats();
+  WorkReply reply;
+  reply.tensors = GroupsToFrames(done, true);
+  auto& m = *reply.result.mutable_metrics();
+  m["generate_s"] = Since(t0);
+  m["generated_tokens"] = static_cast<double>(after.generated_tokens - before.generated_tokens);
+  m["engine_steps"] = static_cast<double>(after.steps - before.steps);
+  m["preemptions"] = static_cast<double>(after.preemptions - before.preemptions);
+  m["in_flight"] = engine_->HasUnfinished() ? 1 : 0;
+  return reply;
+}
+
+absl::StatusOr<WorkReply> LmRolloutRole::Load(const proto::LoadWeights& load,
+                                              const std::vector<TensorFrame>& tensors) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const proto::WeightsReady& w = load.weights();
+  const uint64_t layout = LayoutHash(*engine_->model());
+  if (w.location() == "inline") {
+    const TensorFrame* f = FindFrame(tensors, "weights");
+    if (f == nullptr || f->nbytes() != flat_.size() * sizeof(float)) {
+      return absl::InvalidArgumentError("inline weights missing or of the wrong size");
+    }
+    std::memcpy(flat_.data(), f->data(), f->nbytes());
+  } else {
+    RETURN_IF_ERROR(reader_.Read(w, layout, flat_.data()));
+  }
+  engine_->RequestWeightUpdate(
+      [this](models::Transformer& model) { LoadFlat(*model, flat_.data()); }, w.version());
+  // Idle engine: a step with nothing to run applies the update now.
+  if (!engine_->HasUnfinished()) RETURN_IF_ERROR(engine_->Step());
+  WorkReply reply;
+  (*reply.result.mutable_metrics())["load_s"] = Since(t0);
+  return reply;
+}
+
+}  // namespace rlforge

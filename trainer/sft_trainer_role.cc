@@ -1,0 +1,318 @@
+#include "trainer/sft_trainer_role.h"
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/status.h"
+#include "controller/arith_task.h"
+#include "controller/jsonl_dataset.h"
+#include "models/greedy_generate.h"
+#include "models/hf_checkpoint.h"
+#include "trainer/lr_schedule.h"
+
+namespace rlforge {
+
+namespace {
+
+double Since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+absl::StatusOr<ArithmeticTask> MakeTask(const DataOptions& d) {
+  ArithmeticOptions o;
+  o.min_digits = d.min_digits;
+  o.max_digits = d.max_digits;
+  o.ops = d.ops;
+  o.style = d.style;
+  return ArithmeticTask::Create(o);
+}
+
+std::string Trim(const std::string& s) {
+  size_t b = s.find_first_not_of(" \t\r\n"), e = s.find_last_not_of(" \t\r\n");
+  return b == std::string::npos ? "" : s.substr(b, e - b + 1);
+}
+
+}  // namespace
+
+SftTrainerRole::SftTrainerRole(const JobConfig& config, const proto::Assignment& assignment)
+    : config_(config), assignment_(assignment) {}
+
+absl::StatusOr<WorkReply> SftTrainerRole::Handle(const proto::WorkRequest& request,
+                                                 std::vector<TensorFrame> tensors) {
+  try {
+    switch (request.task_case()) {
+      case proto::WorkRequest::kSftInit:
+        return Init();
+      case proto::WorkRequest::kSftTrain:
+        return Train(request.sft_train());
+      case proto::WorkRequest::kLmEvaluate:
+        return Evaluate(request.lm_evaluate());
+      case proto::WorkRequest::kLmSave:
+        return Save(request.lm_save());
+      default:
+        return absl::InvalidArgumentError(
+            "the SFT trainer takes sft_init, sft_train, lm_evaluate and lm_save work");
+    }
+  } catch (const std::exception& e) {  // libtorch reports through exceptions: stop them here
+    return absl::InternalError(absl::StrCat("libtorch: ", e.what()));
+  }
+}
+
+absl::StatusOr<std::vector<PromptExample>> SftTrainerRole::TrainExamples(int64_t epoch) const {
+  const DataOptions& d = config_.data;
+  const uint64_t seed = static_cast<uint64_t>(config_.job.seed);
+  std::vector<PromptExample> out;
+  if (d.source == "jsonl") {
+    out = file_train_;
+  } else {
+    ASSIGN_OR_RETURN(ArithmeticTask task, MakeTask(d));
+    out = task.Examples(seed, Split::kTrain, static_cast<uint64_t>(epoch * d.train_examples),
+                        static_cast<size_t>(d.train_examples));
+  }
+  std::mt19937_64 rng(seed * 1000003 + static_cast<uint64_t>(epoch));
+  std::shuffle(out.begin(), out.end(), rng);
+  return out;
+}
+
+absl::StatusOr<WorkReply> SftTrainerRole::Init() {
+  if (config_.trainer.threads > 0)
+    torch::set_num_threads(static_cast<int>(config_.trainer.threads));
+  torch::manual_seed(static_cast<uint64_t>(config_.job.seed));
+  const DataOptions& d = config_.data;
+  const ModelOptions& m = config_.model;
+  ASSIGN_OR_RETURN(models::PromptTemplate tmpl, models::PromptTemplate::Create(d.prompt_template));
+  template_ = tmpl;
+
+  // Held-out set (and, for jsonl, the training file).
+  if (d.source == "jsonl") {
+    ASSIGN_OR_RETURN(file_train_, ReadPromptJsonl(d.train_path, JsonlFormat::kSft));
+    ASSIGN_OR_RETURN(heldout_, ReadPromptJsonl(d.heldout_path, JsonlFormat::kSft));
+    if (file_train_.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(d.train_path, ": no examples"));
+    }
+    if (static_cast<int64_t>(heldout_.size()) > d.heldout_examples) {
+      heldout_.resize(static_cast<size_t>(d.heldout_examples));
+    }
+  } else {
+    ASSIGN_OR_RETURN(ArithmeticTask task, MakeTask(d));
+    heldout_ = task.Examples(static_cast<uint64_t>(config_.job.seed), Split::kHeldout, 0,
+                             static_cast<size_t>(d.heldout_examples));
+  }
+
+  if (!m.path.empty()) {
+    ASSIGN_OR_RETURN(tokenizer_, models::LoadTokenizer(m.path));
+    ASSIGN_OR_RETURN(models::Transformer loaded, models::LoadHfModel(m.path, torch::kFloat32));
+    model_ = loaded;
+  } else {
+    // A char-level vocabulary over every character the data and template can produce.
+    ASSIGN_OR_RETURN(auto first, TrainExamples(0));
+    std::vector<std::string> texts = {tmpl.Apply(d.system_prompt, ""), tmpl.end_of_turn(),
+                                      "0123456789+-*="};
+    for (const auto* set : {&first, &heldout_}) {
+      for (const auto& e : *set) {
+        texts.push_back(e.prompt);
+        texts.push_back(e.response);
+      }
+    }
+    ASSIGN_OR_RETURN(tokenizer_, models::MakeCharTokenizer(CollectAlphabet(texts)));
+    models::TransformerConfig c;
+    c.architecture = m.architecture;
+    c.vocab_size = tokenizer_->vocab_size();
+    c.hidden_size = m.hidden_size;
+    c.intermediate_size = m.intermediate_size;
+    c.num_hidden_layers = m.num_hidden_layers;
+    c.num_attention_heads = m.num_attention_heads;
+    c.num_key_value_heads = m.num_key_value_heads;
+    c.head_dim = m.hidden_size / m.num_attention_heads;
+    c.max_position_embeddings = m.max_position_embeddings;
+    c.rope_theta = m.rope_theta;
+    c.attention_bias = m.architecture == "Qwen2ForCausalLM";
+    c.tie_word_embeddings = m.tie_word_embeddings;
+    c.bos_token_id = tokenizer_->bos_id();
+    c.eos_token_id = tokenizer_->eos_id();
+    RETURN_IF_ERROR(models::ValidateConfig(c, "model"));
+    model_ = models::Transformer(c);
+  }
+  if ((*model_)->config().vocab_size < tokenizer_->vocab_size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(m.path, ": the tokenizer has ", tokenizer_->vocab_size(),
+                     " tokens but the model only ", (*model_)->config().vocab_size));
+  }
+  (*model_)->train();
+  FlatAdamW::Options o;
+  o.lr = config_.trainer.lr;
+  o.beta1 = config_.trainer.adam_beta1;
+  o.beta2 = config_.trainer.adam_beta2;
+  o.eps = config_.trainer.adam_eps;
+  o.weight_decay = config_.trainer.weight_decay;
+  optimizer_ = std::make_unique<FlatAdamW>((*model_)->parameters(), o);
+  RETURN_IF_ERROR(NextEpoch());
+
+  WorkReply reply;
+  auto& metrics = *reply.result.mutable_metrics();
+  int64_t params = 0;
+  for (const auto& p : (*model_)->parameters()) params += p.numel();
+  metrics["parameters"] = static_cast<double>(params);
+  metrics["vocab_size"] = static_cast<double>(tokenizer_->vocab_size());
+  metrics["train_rows"] = static_cast<double>(rows_.size());
+  metrics["heldout_examples"] = static_cast<double>(heldout_.size());
+  return reply;
+}
+
+absl::Status SftTrainerRole::NextEpoch() {
+  ++epoch_;
+  ASSIGN_OR_RETURN(auto examples, TrainExamples(epoch_));
+  std::vector<TokenizedExample> tokenized;
+  tokenized.reserve(examples.size());
+  for (const auto& e : examples) {
+    tokenized.push_back(TokenizeExample(*tokenizer_, *template_, config_.data.system_prompt, e));
+  }
+  PackStats stats;
+  rows_ = PackExamples(tokenized, config_.sft.seq_len, tokenizer_->pad_id(), &stats);
+  truncated_ += stats.truncated;
+  next_row_ = 0;
+  if (rows_.empty()) return absl::InvalidArgumentError("the training data packs into no rows");
+  return absl::OkStatus();
+}
+
+const PackedRow& SftTrainerRole::NextRow() {
+  if (next_row_ >= rows_.size()) {
+    auto s = NextEpoch();  // cannot fail after the first epoch packed
+    (void)s;
+  }
+  return rows_[next_row_++];
+}
+
+absl::StatusOr<WorkReply> SftTrainerRole::Train(const proto::SftTrain& task) {
+  if (!model_) return absl::FailedPreconditionError("sft_train before sft_init");
+  if (task.first_step() != steps_done_) {
+    return absl::FailedPreconditionError(absl::StrCat("sft_train from step ", task.first_step(),
+                                                      " but the trainer is at step ", steps_done_));
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  const SftOptions& s = config_.sft;
+  const int64_t R = s.batch_rows, T = s.seq_len;
+  auto& model = *model_;
+  double loss_sum = 0, tokens = 0, norm_sum = 0, lr = 0;
+  for (int64_t k = 0; k < task.num_steps(); ++k) {
+    // Gather the step's micro-batches first: the loss is a mean over all their tokens.
+    // Copies: a new epoch repacks rows_.
+    std::vector<std::vector<PackedRow>> micro(static_cast<size_t>(s.grad_accum));
+    int64_t loss_tokens = 0;
+    for (auto& mb : micro) {
+      for (int64_t r = 0; r < R; ++r) {
+        mb.push_back(NextRow());
+        loss_tokens += mb.back().loss_tokens;
+      }
+    }
+    optimizer_->ZeroGrad();
+    double step_loss = 0;
+    for (const auto& mb : micro) {
+      auto tok = torch::empty({R, T}, torch::kInt64), pos = torch::empty({R, T}, torch::kInt64),
+           seg = torch::empty({R, T}, torch::kInt64), tgt = torch::empty({R, T}, torch::kInt64);
+      for (int64_t r = 0; r < R; ++r) {
+        const PackedRow& row = mb[r];
+        std::copy(row.tokens.begin(), row.tokens.end(), tok.data_ptr<int64_t>() + r * T);
+        std::copy(row.positions.begin(), row.positions.end(), pos.data_ptr<int64_t>() + r * T);
+        std::copy(row.segments.begin(), row.segments.end(), seg.data_ptr<int64_t>() + r * T);
+        std::copy(row.targets.begin(), row.targets.end(), tgt.data_ptr<int64_t>() + r * T);
+      }
+      auto logits = model->Logits(model->Hidden(tok, pos, seg));
+      auto loss =
+          torch::nn::functional::cross_entropy(logits.view({R * T, -1}), tgt.view({-1}),
+                                               torch::nn::functional::CrossEntropyFuncOptions()
+                                                   .ignore_index(kIgnoreTarget)
+                                                   .reduction(torch::kSum));
+      auto scaled = loss / static_cast<double>(std::max<int64_t>(1, loss_tokens));
+      scaled.backward();
+      step_loss += scaled.item<double>();
+    }
+    double norm = config_.trainer.max_grad_norm > 0
+                      ? optimizer_->ClipGradNorm(config_.trainer.max_grad_norm)
+                      : optimizer_->flat_grad().norm().item<double>();
+    lr = ScheduledLearningRate(config_.trainer, steps_done_, task.total_steps());
+    optimizer_->set_lr(lr);
+    optimizer_->Step();
+    ++steps_done_;
+    loss_sum += step_loss;
+    norm_sum += norm;
+    tokens += static_cast<double>(loss_tokens);
+  }
+  double n = static_cast<double>(std::max<int64_t>(1, task.num_steps()));
+  WorkReply reply;
+  auto& metrics = *reply.result.mutable_metrics();
+  metrics["loss"] = loss_sum / n;
+  metrics["grad_norm"] = norm_sum / n;
+  metrics["lr"] = lr;
+  metrics["response_tokens"] = tokens;
+  metrics["epoch"] = static_cast<double>(epoch_);
+  metrics["truncated_examples"] = static_cast<double>(truncated_);
+  double secs = Since(t0);
+  metrics["train_s"] = secs;
+  metrics["rows_per_s"] = n * static_cast<double>(R * s.grad_accum) / secs;
+  return reply;
+}
+
+absl::StatusOr<WorkReply> SftTrainerRole::Evaluate(const proto::LmEvaluate& task) {
+  if (!model_) return absl::FailedPreconditionError("lm_evaluate before sft_init");
+  auto t0 = std::chrono::steady_clock::now();
+  auto& model = *model_;
+  model->eval();
+  size_t n = heldout_.size();
+  if (task.max_examples() > 0) n = std::min(n, static_cast<size_t>(task.max_examples()));
+  models::GreedyOptions o;
+  o.max_new_tokens = config_.sft.max_new_tokens;
+  o.stop_tokens = {tokenizer_->eos_id()};
+  int64_t correct = 0;
+  const size_t chunk = 128;
+  for (size_t begin = 0; begin < n; begin += chunk) {
+    size_t end = std::min(n, begin + chunk);
+    std::vector<std::vector<int32_t>> prompts;
+    for (size_t i = begin; i < end; ++i) {
+      prompts.push_back(
+          EncodePrompt(*tokenizer_, *template_, config_.data.system_prompt, heldout_[i].prompt));
+    }
+    auto outs = models::GreedyGenerate(model, prompts, o);
+    for (size_t i = begin; i < end; ++i) {
+      auto ids = outs[i - begin];
+      if (!ids.empty() && ids.back() == tokenizer_->eos_id()) ids.pop_back();
+      std::string text = tokenizer_->Decode(ids);
+      const std::string& eot = template_->end_of_turn();
+      if (!eot.empty() && text.size() >= eot.size() &&
+          text.compare(text.size() - eot.size(), eot.size(), eot) == 0) {
+        text.resize(text.size() - eot.size());
+      }
+      if (Trim(text) == Trim(heldout_[i].response)) ++correct;
+    }
+  }
+  model->train();
+  WorkReply reply;
+  auto& metrics = *reply.result.mutable_metrics();
+  metrics["heldout_accuracy"] = n ? static_cast<double>(correct) / static_cast<double>(n) : 0.0;
+  metrics["heldout_examples"] = static_cast<double>(n);
+  metrics["eval_s"] = Since(t0);
+  return reply;
+}
+
+absl::StatusOr<WorkReply> SftTrainerRole::Save(const proto::LmSave& task) {
+  if (!model_) return absl::FailedPreconditionError("lm_save before sft_init");
+  auto t0 = std::chrono::steady_clock::now();
+  if (config_.model.dtype == "bfloat16") {
+    models::Transformer copy((*model_)->config());
+    models::CopyParameters(*model_, copy);
+    copy->to(torch::kBFloat16);
+    RETURN_IF_ERROR(models::SaveHfModel(copy, task.dir()));
+  } else {
+    RETURN_IF_ERROR(models::SaveHfModel(*model_, task.dir()));
+  }
+  RETURN_IF_ERROR(models::SaveTokenizer(*tokenizer_, task.dir()));
+  WorkReply reply;
+  (*reply.result.mutable_metrics())["save_s"] = Since(t0);
+  return reply;
+}
+
+}  // namespace rlforge

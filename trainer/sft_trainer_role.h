@@ -1,0 +1,57 @@
+// The trainer actor for supervised fine-tuning of a language model.
+//
+// SftInit -> tokenizer + model (HF dir or from scratch) + FlatAdamW + data
+// SftTrain(first, n) -> n optimiser steps over packed micro-batches (grad accumulation,
+//   warm-up + decay schedule, clipping) -> loss per response token, lr, grad norm
+// LmEvaluate -> greedy generation on held-out prompts -> exact-match accuracy
+// LmSave(dir) -> Hugging Face checkpoint + tokenizer files
+//
+// Training runs in fp32 (master weights); model.dtype sets the saved checkpoint's dtype.
+// Data order is a pure function of (job.seed, epoch): each epoch reshuffles (arithmetic:
+// draws fresh problems) and repacks.
+#pragma once
+
+#include <memory>
+#include <optional>
+
+#include "actors/role.h"
+#include "controller/prompt_example.h"
+#include "models/chat_template.h"
+#include "models/tokenizer.h"
+#include "models/transformer.h"
+#include "trainer/flat_adamw.h"
+#include "trainer/sft_data.h"
+
+namespace rlforge {
+
+class SftTrainerRole final : public Role {
+ public:
+  SftTrainerRole(const JobConfig& config, const proto::Assignment& assignment);
+  absl::StatusOr<WorkReply> Handle(const proto::WorkRequest& request,
+                                   std::vector<TensorFrame> tensors) override;
+  int64_t policy_version() const override { return steps_done_; }
+
+ private:
+  absl::StatusOr<WorkReply> Init();
+  absl::StatusOr<WorkReply> Train(const proto::SftTrain& task);
+  absl::StatusOr<WorkReply> Evaluate(const proto::LmEvaluate& task);
+  absl::StatusOr<WorkReply> Save(const proto::LmSave& task);
+  absl::StatusOr<std::vector<PromptExample>> TrainExamples(int64_t epoch) const;
+  absl::Status NextEpoch();
+  const PackedRow& NextRow();
+
+  JobConfig config_;
+  proto::Assignment assignment_;
+  std::unique_ptr<models::Tokenizer> tokenizer_;
+  std::optional<models::PromptTemplate> template_;
+  std::optional<models::Transformer> model_;
+  std::unique_ptr<FlatAdamW> optimizer_;
+  std::vector<PromptExample> file_train_, heldout_;
+  std::vector<PackedRow> rows_;
+  size_t next_row_ = 0;
+  int64_t epoch_ = -1;
+  int64_t steps_done_ = 0;
+  int64_t truncated_ = 0;
+};
+
+}  // namespace rlforge
