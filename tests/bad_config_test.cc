@@ -51,7 +51,9 @@ std::vector<BadCase> Cases() {
       {"bad_choice",
        "job:\n  algorithm: ecko\n",
        {},
-       {"@:2:3: job.algorithm: expected one of echo, ppo; got 'ecko' (did you mean echo?)"}},
+       // The list of algorithms grows; check its start, the place and the hint.
+       {"@:2:3: job.algorithm: expected one of echo, ppo, ",
+        "got 'ecko' (did you mean echo?)"}},
       {"bad_bool",
        "job:\n  algorithm: echo\necho:\n  external: yes\n",
        {},
