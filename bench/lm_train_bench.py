@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """One LM training step (forward, backward, AdamW): rlforge (libtorch) vs PyTorch eager.
 
-    /work/.venv-py/bin/python bench/lm_train_bench.py --build build --threads 2
+    /work/.venv-py/bin/python bench/lm_train_bench.py --build build --threads 1
 
 Both sides train the same Llama-style model (GQA 8/4 heads, SwiGLU, RMSNorm, RoPE,
 untied head) at ~10M and ~50M parameters on batch 4 x 256 tokens with cross-entropy,
@@ -135,7 +135,7 @@ def time_steps(model, steps, vocab):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default="build")
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--sizes", nargs="+", default=["10m", "50m"])
     ap.add_argument("--no-hf", action="store_true", help="skip transformers' LlamaForCausalLM")
