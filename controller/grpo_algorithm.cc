@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <map>
 
 #include "absl/strings/match.h"
@@ -57,6 +58,12 @@ struct TaskText {
 
 absl::StatusOr<TaskText> LoadTaskText(const JobConfig& c) {
   TaskText t;
+  if (c.model.path.empty() || !std::filesystem::is_directory(c.model.path)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model.path: '", c.model.path,
+        "' is not a checkpoint directory; GRPO starts from one (e.g. run "
+        "configs/sft_arith.yaml first: runs/sft_arith/checkpoints/step_700)"));
+  }
   ASSIGN_OR_RETURN(t.tokenizer, models::LoadTokenizer(c.model.path));
   ASSIGN_OR_RETURN(models::PromptTemplate tmpl,
                    models::PromptTemplate::Create(c.data.prompt_template));
