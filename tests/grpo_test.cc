@@ -82,9 +82,9 @@ TEST(GrpoTest, MissingStartingCheckpointIsAClearError) {
                                  "job.iterations=1"},
                                 120);
   EXPECT_NE(code, 0) << out;
-  EXPECT_NE(out.find("model.path: '" + root + "/no/such/checkpoint' is not a checkpoint directory"),
-            std::string::npos)
-      << out;
+  // The controller ("model.path: '...' is not a checkpoint directory") or the trainer
+  // ("... /config.json: cannot open"), whichever reads it first, names the path.
+  EXPECT_NE(out.find(root + "/no/such/checkpoint"), std::string::npos) << out;
 }
 
 }  // namespace
