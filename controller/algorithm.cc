@@ -12,7 +12,7 @@ absl::StatusOr<std::unique_ptr<Algorithm>> CreateAlgorithm(const JobConfig& conf
   if (config.job.algorithm == "echo") return std::make_unique<EchoAlgorithm>(config);
   if (config.job.algorithm == "ppo") return std::make_unique<PpoAlgorithm>(config);
   if (config.job.algorithm == "sft") return std::make_unique<SftAlgorithm>(config);
-  if (config.job.algorithm == "grpo") return std::make_unique<GrpoAlgorithm>(config);
+  if (config.job.algorithm == "grpo") return GrpoAlgorithm::Create(config);
   return absl::InvalidArgumentError(
       absl::StrCat("job.algorithm '", config.job.algorithm, "' has no implementation"));
 }

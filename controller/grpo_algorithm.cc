@@ -58,12 +58,6 @@ struct TaskText {
 
 absl::StatusOr<TaskText> LoadTaskText(const JobConfig& c) {
   TaskText t;
-  if (c.model.path.empty() || !std::filesystem::is_directory(c.model.path)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "model.path: '", c.model.path,
-        "' is not a checkpoint directory; GRPO starts from one (e.g. run "
-        "configs/sft_arith.yaml first: runs/sft_arith/checkpoints/step_700)"));
-  }
   ASSIGN_OR_RETURN(t.tokenizer, models::LoadTokenizer(c.model.path));
   ASSIGN_OR_RETURN(models::PromptTemplate tmpl,
                    models::PromptTemplate::Create(c.data.prompt_template));
@@ -237,6 +231,18 @@ void RewardStats(Scored& s, double count, std::map<std::string, double>& metrics
 }
 
 }  // namespace
+
+absl::StatusOr<std::unique_ptr<Algorithm>> GrpoAlgorithm::Create(const JobConfig& config) {
+  // Checked here, before any actor starts: otherwise the trainer, the rollout worker and
+  // the controller race to report the same missing checkpoint, each in its own words.
+  if (config.model.path.empty() || !std::filesystem::is_directory(config.model.path)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model.path: '", config.model.path,
+        "' is not a checkpoint directory; GRPO starts from one (e.g. run "
+        "configs/sft_arith.yaml first: runs/sft_arith/checkpoints/step_700)"));
+  }
+  return std::unique_ptr<Algorithm>(new GrpoAlgorithm(config));
+}
 
 absl::Status GrpoAlgorithm::Run(JobContext& ctx) {
   Controller& ctl = ctx.controller();

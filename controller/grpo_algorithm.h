@@ -16,13 +16,15 @@ namespace rlforge {
 
 class GrpoAlgorithm final : public Algorithm {
  public:
-  explicit GrpoAlgorithm(const JobConfig& config) : config_(config) {}
+  // Fails, naming model.path, when there is no checkpoint to start from.
+  static absl::StatusOr<std::unique_ptr<Algorithm>> Create(const JobConfig& config);
   std::vector<RoleRequirement> Roles() const override {
     return {{"trainer", 1, false}, {"rollout", 1, false}, {"reward", 1, false}};
   }
   absl::Status Run(JobContext& ctx) override;
 
  private:
+  explicit GrpoAlgorithm(const JobConfig& config) : config_(config) {}
   JobConfig config_;
 };
 

@@ -3,21 +3,12 @@
 // the trainer, the rollout engine and a reward worker as separate processes.
 #include <gtest/gtest.h>
 
-#include <fstream>
 
 #include "nlohmann/json.hpp"
 #include "tests/job_process.h"
 
 namespace rlforge::testing {
 namespace {
-
-std::vector<nlohmann::json> Metrics(const std::string& dir) {
-  std::vector<nlohmann::json> out;
-  std::ifstream in(dir + "/metrics.jsonl");
-  std::string line;
-  while (std::getline(in, line)) out.push_back(nlohmann::json::parse(line));
-  return out;
-}
 
 std::string Grpo() { return SourceDir() + "/configs/grpo_arith.yaml"; }
 
@@ -40,7 +31,7 @@ TEST(GrpoTest, ArithJobGeneratesScoresTrainsAndSyncsWeightsEveryIteration) {
        "grpo.eval_every=2", "grpo.eval_examples=8", "trainer.lr=1e-3"},
       300);
   ASSERT_EQ(code, 0) << out;
-  auto m = Metrics(root + "/g");
+  auto m = ReadMetricsJsonl(root + "/g");
   ASSERT_EQ(m.size(), 4u) << out;  // the start evaluation, then 3 iterations
   for (int step : {0, 2, 3}) {
     const auto& r = m[step]["metrics"];
@@ -82,9 +73,11 @@ TEST(GrpoTest, MissingStartingCheckpointIsAClearError) {
                                  "job.iterations=1"},
                                 120);
   EXPECT_NE(code, 0) << out;
-  // The controller ("model.path: '...' is not a checkpoint directory") or the trainer
-  // ("... /config.json: cannot open"), whichever reads it first, names the path.
-  EXPECT_NE(out.find(root + "/no/such/checkpoint"), std::string::npos) << out;
+  // Refused before any actor starts, so no actor reports it first in other words.
+  EXPECT_NE(out.find("model.path: '" + root + "/no/such/checkpoint' is not a checkpoint directory"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("started trainer-0"), std::string::npos) << out;
 }
 
 }  // namespace

@@ -11,21 +11,13 @@
 namespace rlforge::testing {
 namespace {
 
-std::vector<nlohmann::json> Metrics(const std::string& dir) {
-  std::vector<nlohmann::json> out;
-  std::ifstream in(dir + "/metrics.jsonl");
-  std::string line;
-  while (std::getline(in, line)) out.push_back(nlohmann::json::parse(line));
-  return out;
-}
-
 std::string Tiny() { return SourceDir() + "/configs/sft_tiny.yaml"; }
 
 TEST(SftTest, TinyArithmeticJobTrainsEvaluatesAndSavesHfCheckpoints) {
   std::string root = FreshDir("sft_tiny");
   auto [code, out] = RunRlforge({"run", Tiny(), "job.run_root=" + root, "job.name=t"}, 300);
   ASSERT_EQ(code, 0) << out;
-  auto m = Metrics(root + "/t");
+  auto m = ReadMetricsJsonl(root + "/t");
   ASSERT_EQ(m.size(), 3u) << out;  // 12 steps / 4 per iteration
   EXPECT_LT(m.back()["metrics"]["loss"].get<double>(), m.front()["metrics"]["loss"].get<double>());
   EXPECT_EQ(m.back()["metrics"]["optimizer_step"].get<double>(), 12);
@@ -73,7 +65,7 @@ TEST(SftTest, JsonlDataAndFineTuningFromACheckpoint) {
                   "data.heldout_path=" + root + "/heldout.jsonl"},
                  300);
   ASSERT_EQ(code, 0) << out;
-  auto m = Metrics(root + "/ft");
+  auto m = ReadMetricsJsonl(root + "/ft");
   ASSERT_FALSE(m.empty());
   EXPECT_EQ(m.back()["metrics"]["heldout_examples"].get<double>(), 2);
   EXPECT_TRUE(std::filesystem::exists(root + "/ft/checkpoints/step_12/model.safetensors"));
