@@ -1,10 +1,11 @@
 // Env steps/s through sim_bridge against the same envs stepped in-process.
 //
 // For each env: 64 envs in-process vs 64 envs in one `rlforge sim-server`
-// process (ipc socket), and 128 in-process vs 2 servers x 64 (which step in
-// parallel). "+policy" rows add what a rollout worker does per step: one
-// batched forward of the 64x64 MLP actor-critic over all envs. Rounds are
-// interleaved so machine noise hits every variant alike.
+// process, and 128 in-process vs 2 servers x 64 (which step in parallel),
+// each over ZeroMQ on a Unix socket (ipc://) and over shared memory (shm://). "+policy" rows add
+// what a rollout worker does per step: one batched forward of the 64x64 MLP actor-critic, pipelined
+// over servers as the worker does it (see Measure). Rounds are interleaved so machine noise hits
+// every variant alike.
 //
 //   build/bench/sim_bridge_bench [--steps 2000] [--rounds 3] [--rlforge build/rlforge]
 #include <unistd.h>
@@ -26,32 +27,63 @@ namespace {
 
 using rlforge::sim::VectorEnv;
 
-// Steps `env` `steps` times (random actions, optional policy forward); returns env steps/s.
-double Measure(VectorEnv& env, int steps, rlforge::ActorCritic* policy) {
+// Steps `env` `steps` times with random actions; returns env steps/s. With a
+// policy, pipelined, it runs the rollout worker's loop with sim.pipeline on
+// (rollout/control_rollout_role.cc): group by group, the batched forward for
+// one group overlaps the others' steps (one group in-process, one per server
+// remotely); not pipelined, one forward over every env, then one Step.
+double Measure(VectorEnv& env, int steps, rlforge::ActorCritic* policy, bool pipelined = true) {
   std::vector<float> obs;
   std::vector<int64_t> seeds(env.num_envs());
   for (int i = 0; i < env.num_envs(); ++i) seeds[i] = i;
   if (!env.Reset(seeds, &obs).ok()) std::abort();
   const auto& spec = env.spec();
-  int n = env.num_envs();
+  const int n = env.num_envs();
+  const int64_t osz = spec.observation.flat_size(), asz = spec.action.flat_size();
   std::mt19937_64 rng(1);
   std::vector<int64_t> da(n);
-  std::vector<float> ca(n * spec.action.flat_size());
+  std::vector<float> ca(n * asz);
+  auto draw = [&](int first, int count) {
+    for (int i = first; i < first + count; ++i) {
+      da[i] = static_cast<int64_t>(rng() % std::max<int64_t>(spec.action.n, 1));
+      for (int64_t k = 0; k < asz; ++k) ca[i * asz + k] = (rng() % 2000) / 1000.0f - 1.0f;
+    }
+  };
+  auto actions = [&](int first) {
+    return spec.action.is_discrete() ? static_cast<const void*>(da.data() + first)
+                                     : static_cast<const void*>(ca.data() + first * asz);
+  };
   rlforge::sim::StepOutput out;
   torch::InferenceMode guard;
   auto t0 = std::chrono::steady_clock::now();
-  for (int t = 0; t < steps; ++t) {
-    if (policy != nullptr) {
-      auto o = torch::from_blob(out.obs.empty() ? obs.data() : out.obs.data(),
-                                {n, spec.observation.flat_size()}, torch::kFloat32);
-      auto r = (*policy)->Forward(o);
-      (void)r.value.data_ptr<float>();
+  if (policy == nullptr || !pipelined) {
+    for (int t = 0; t < steps; ++t) {
+      if (policy != nullptr) {
+        auto r = (*policy)->Forward(torch::from_blob(obs.data(), {n, osz}));
+        (void)r.value.data_ptr<float>();
+      }
+      draw(0, n);
+      if (!env.Step(actions(0), &out).ok()) std::abort();
+      obs = out.obs;
     }
-    for (auto& a : da) a = static_cast<int64_t>(rng() % std::max<int64_t>(spec.action.n, 1));
-    for (auto& a : ca) a = static_cast<float>((rng() % 2000) / 1000.0 - 1.0);
-    const void* act = spec.action.is_discrete() ? static_cast<const void*>(da.data())
-                                                : static_cast<const void*>(ca.data());
-    if (!env.Step(act, &out).ok()) std::abort();
+  } else {
+    const int groups = env.num_groups();
+    for (int t = 0; t < steps; ++t) {
+      for (int g = 0; g < groups; ++g) {
+        const int off = env.group_offset(g), m = env.group_size(g);
+        if (t > 0) {
+          if (!env.EndStep(g, &out).ok()) std::abort();
+          std::copy(out.obs.begin(), out.obs.end(), obs.begin() + off * osz);
+        }
+        auto r = (*policy)->Forward(torch::from_blob(obs.data() + off * osz, {m, osz}));
+        (void)r.value.data_ptr<float>();
+        draw(off, m);
+        if (!env.BeginStep(g, actions(off)).ok()) std::abort();
+      }
+    }
+    for (int g = 0; g < groups; ++g) {
+      if (!env.EndStep(g, &out).ok()) std::abort();
+    }
   }
   double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return static_cast<double>(steps) * n / s;
@@ -72,29 +104,38 @@ int main(int argc, char** argv) {
       bin = argv[i + 1];
   }
   torch::set_num_threads(1);
+  setvbuf(stdout, nullptr, _IOLBF, 0);
   std::printf("env steps/s, 64 envs per server, %d steps x %d interleaved rounds\n", steps, rounds);
-  std::printf("%-13s %-8s %12s %12s %12s %12s %9s %9s\n", "env", "policy", "inproc-64", "1 server",
-              "inproc-128", "2 servers", "ovh-1", "ovh-2");
+  std::printf("%-12s %-8s %-4s %10s %10s %10s %10s %10s %7s %7s %7s\n", "env", "policy", "via",
+              "inproc-64", "1 server", "inproc-128", "2 servers", "2 piped", "ovh-1", "ovh-2",
+              "ovh-2p");
   for (const std::string id : {"CartPole-v1", "Acrobot-v1", "Pendulum-v1"}) {
     rlforge::LocalProcessLauncher launcher;
-    std::vector<rlforge::sim::SimServerAddress> addrs;
-    for (int k = 0; k < 2; ++k) {
-      std::string ep = "ipc:///tmp/rlforge-bench-" + std::to_string(getpid()) + "-" +
-                       std::to_string(k) + ".sock";
-      auto pid = launcher.Start({"sim",
-                                 {bin, "sim-server", "--env", id, "--num-envs", "64", "--bind", ep},
-                                 "/tmp/rlforge-bench-sim.log",
-                                 {}});
-      if (!pid.ok()) {
-        std::fprintf(stderr, "cannot start %s: %s\n", bin.c_str(),
-                     rlforge::Msg(pid.status()).c_str());
-        return 2;
-      }
-      addrs.push_back({"sim-" + std::to_string(k), ep});
-    }
     zmq::context_t ctx;
-    auto one = rlforge::sim::RemoteVectorEnv::Connect(ctx, {addrs[0]}, {}).value();
-    auto two = rlforge::sim::RemoteVectorEnv::Connect(ctx, addrs, {}).value();
+    // Per transport: one server for the 1-server case, two for the 2-server
+    // case (an shm server takes one client).
+    std::map<std::string, std::unique_ptr<VectorEnv>> one, two;
+    for (const std::string via : {"ipc", "shm"}) {
+      std::vector<rlforge::sim::SimServerAddress> addrs;
+      for (int k = 0; k < 3; ++k) {
+        std::string tag = std::to_string(getpid()) + "-" + id + "-" + via + std::to_string(k);
+        std::string ep = via == "shm" ? "shm://rlforge-bench-" + tag
+                                      : "ipc:///tmp/rlforge-bench-" + tag + ".sock";
+        auto pid =
+            launcher.Start({"sim",
+                            {bin, "sim-server", "--env", id, "--num-envs", "64", "--bind", ep},
+                            "/tmp/rlforge-bench-sim.log",
+                            {}});
+        if (!pid.ok()) {
+          std::fprintf(stderr, "cannot start %s: %s\n", bin.c_str(),
+                       rlforge::Msg(pid.status()).c_str());
+          return 2;
+        }
+        addrs.push_back({"sim-" + std::to_string(k), ep});
+      }
+      one[via] = rlforge::sim::RemoteVectorEnv::Connect(ctx, {addrs[0]}, {}).value();
+      two[via] = rlforge::sim::RemoteVectorEnv::Connect(ctx, {addrs[1], addrs[2]}, {}).value();
+    }
     auto local64 = rlforge::sim::LocalVectorEnv::Create(id, 64).value();
     auto local128 = rlforge::sim::LocalVectorEnv::Create(id, 128).value();
     rlforge::ActorCriticOptions po;
@@ -106,16 +147,24 @@ int main(int argc, char** argv) {
       rlforge::ActorCritic* p = with_policy ? &policy : nullptr;
       std::map<std::string, double> best;
       for (int r = 0; r < rounds; ++r) {
-        auto keep = [&](const char* k, double v) { best[k] = std::max(best[k], v); };
+        auto keep = [&](const std::string& k, double v) { best[k] = std::max(best[k], v); };
         keep("l64", Measure(*local64, steps, p));
-        keep("r1", Measure(*one, steps, p));
         keep("l128", Measure(*local128, steps, p));
-        keep("r2", Measure(*two, steps, p));
+        for (const std::string via : {"ipc", "shm"}) {
+          keep("r1" + via, Measure(*one[via], steps, p));
+          keep("r2" + via, Measure(*two[via], steps, p, /*pipelined=*/false));
+          if (p != nullptr) keep("r2p" + via, Measure(*two[via], steps, p, /*pipelined=*/true));
+        }
       }
-      std::printf("%-13s %-8s %12.0f %12.0f %12.0f %12.0f %8.1f%% %8.1f%%\n", id.c_str(),
-                  with_policy ? "+policy" : "none", best["l64"], best["r1"], best["l128"],
-                  best["r2"], 100 * (1 - best["r1"] / best["l64"]),
-                  100 * (1 - best["r2"] / best["l128"]));
+      for (const std::string via : {"ipc", "shm"}) {
+        double piped = best["r2p" + via];
+        std::printf("%-12s %-8s %-4s %10.0f %10.0f %10.0f %10.0f %10.0f %6.1f%% %6.1f%% %6.1f%%\n",
+                    id.c_str(), with_policy ? "+policy" : "none", via.c_str(), best["l64"],
+                    best["r1" + via], best["l128"], best["r2" + via], piped,
+                    100 * (1 - best["r1" + via] / best["l64"]),
+                    100 * (1 - best["r2" + via] / best["l128"]),
+                    with_policy ? 100 * (1 - piped / best["l128"]) : 0.0);
+      }
     }
   }
   return 0;

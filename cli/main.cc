@@ -200,7 +200,10 @@ int main(int argc, char** argv) {
   simsrv->add_option("--env", sim_env, "Env id, e.g. CartPole-v1")->required();
   simsrv->add_option("--num-envs", sim_num_envs, "Envs in the batch")->check(CLI::PositiveNumber);
   simsrv->add_option("--max-episode-steps", sim_max_steps, "Time limit; 0 keeps the env's own");
-  simsrv->add_option("--bind", sim_bind, "Address, e.g. tcp://127.0.0.1:5555 or ipc:///tmp/s.sock")
+  simsrv
+      ->add_option("--bind", sim_bind,
+                   "Address, e.g. tcp://127.0.0.1:5555, ipc:///tmp/s.sock or shm://name (one "
+                   "client, same host)")
       ->required();
 
   std::string write_path;

@@ -48,6 +48,16 @@ std::shared_ptr<const Schema> SimSection() {
   b.Double("start_timeout_s", &SimOptions::start_timeout_s,
            "How long a server may take to answer its first request.")
       .Min(0, false);
+  b.Choice("transport", &SimOptions::transport, {"auto", "shm", "ipc"},
+           "backend server: how workers reach the servers the controller starts. shm: shared "
+           "memory (same host, the built-in server; ~10x less overhead than ipc); ipc: ZeroMQ "
+           "on a Unix socket (any sim_bridge server); auto: shm for the built-in server, ipc "
+           "for a sim.command.");
+  b.Bool("pipeline", &SimOptions::pipeline,
+         "With several servers per worker, step them one by one so the policy computes one "
+         "server's actions while the others step; hides slow envs' step time. false: one "
+         "forward over all envs, then all servers step (better for envs cheaper than the "
+         "policy).");
   return b.Build();
 }
 
@@ -159,6 +169,11 @@ void AddControlSections(SchemaBuilder<JobConfig>& b) {
     }
     if (c.sim.backend != "server" && !c.sim.command.empty()) {
       ctx.Error("sim.command", "only used with sim.backend: server");
+    }
+    if (c.sim.transport == "shm" && !c.sim.command.empty()) {
+      ctx.Error("sim.transport",
+                "shm is spoken by the built-in `rlforge sim-server` only; a sim.command server "
+                "(e.g. the Python package) speaks ZeroMQ: use ipc or auto");
     }
     int64_t batch = c.rollout.workers * c.env.num_envs * c.rollout.steps_per_iteration;
     if (c.ppo.minibatches > batch) {

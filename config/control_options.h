@@ -21,6 +21,8 @@ struct SimOptions {
   std::vector<std::string> addresses;  // backend external: running servers
   double step_timeout_s = 30;
   double start_timeout_s = 60;
+  std::string transport = "auto";  // backend server: auto | shm | ipc
+  bool pipeline = true;            // step servers one by one, overlapping the policy
 };
 
 struct RolloutOptions {

@@ -70,8 +70,12 @@ PpoAlgorithm::StartSimServers(JobContext& ctx) {
         per_worker[w].emplace_back(name, sim.addresses[idx]);
         continue;
       }
-      // A Unix socket: no port to race for, and faster than TCP on one host.
-      std::string endpoint = absl::StrCat("ipc:///tmp/rlforge-", getpid(), "-", name, ".sock");
+      // Same host by construction: shared memory for the built-in server, else
+      // a Unix socket (no port to race for, and faster than TCP).
+      bool shm = sim.transport == "shm" || (sim.transport == "auto" && sim.command.empty());
+      std::string endpoint =
+          shm ? absl::StrCat("shm://rlforge-", getpid(), "-", name)
+              : absl::StrCat("ipc:///tmp/rlforge-", getpid(), "-", name, ".sock");
       ProcessSpec spec;
       spec.name = name;
       spec.log_path = ctx.run_dir().LogPath(name);

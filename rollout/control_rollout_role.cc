@@ -170,43 +170,64 @@ absl::StatusOr<WorkReply> ControlRolloutRole::Rollout(const proto::RolloutTask& 
   else
     cactions.resize(T * N * A);
   std::vector<uint8_t> term(T * N), trunc(T * N), valid(T * N);
-  std::vector<int64_t> step_discrete;
-  std::vector<float> step_learner, step_env;
   sim::StepOutput out;
   WorkReply reply;
   proto::RolloutResult* result = reply.result.mutable_rollout();
   double policy_s = 0, env_s = 0;
   torch::InferenceMode guard;
-  for (int64_t t = 0; t < T; ++t) {
+  // With sim.pipeline the envs step group by group (a group is one sim
+  // server's envs): while group g steps, the policy acts for group g+1, so a
+  // step costs only what the policy does not hide. Groups are contiguous and
+  // visited in order, so the sampler draws in the same order as one batch.
+  // Otherwise one group of every env, stepped with one Step.
+  const bool pipelined = config_.sim.pipeline && envs_->num_groups() > 1;
+  const int G = pipelined ? envs_->num_groups() : 1;
+  std::vector<std::vector<int64_t>> g_discrete(G);  // actions in flight, per group
+  std::vector<std::vector<float>> g_learner(G), g_env(G);
+  const void* step_actions = nullptr;  // not pipelined: the batch's, until observe()
+  auto act = [&](int64_t t, int g) -> absl::Status {
     auto c0 = std::chrono::steady_clock::now();
-    std::memcpy(obs.data() + t * N * O, obs_.data(), N * O * sizeof(float));
-    auto obs_t = torch::from_blob(obs_.data(), {N, O}, torch::kFloat32);
-    auto pout = model_->Forward(obs_t);
-    Sample(pout, &step_discrete, &step_learner, &step_env);
+    const int64_t off = pipelined ? envs_->group_offset(g) : 0;
+    const int64_t n = pipelined ? envs_->group_size(g) : N;
+    float* o = obs_.data() + off * O;
+    std::memcpy(obs.data() + (t * N + off) * O, o, n * O * sizeof(float));
+    auto pout = model_->Forward(torch::from_blob(o, {n, O}, torch::kFloat32));
+    Sample(pout, &g_discrete[g], &g_learner[g], &g_env[g]);
     torch::Tensor act_t = spec_.discrete()
-                              ? torch::from_blob(step_discrete.data(), {N}, torch::kLong)
-                              : torch::from_blob(step_learner.data(), {N, A}, torch::kFloat32);
+                              ? torch::from_blob(g_discrete[g].data(), {n}, torch::kLong)
+                              : torch::from_blob(g_learner[g].data(), {n, A}, torch::kFloat32);
     auto lp = model_->LogProb(pout, act_t).contiguous();
     auto v = pout.value.contiguous();
-    std::memcpy(logp.data() + t * N, lp.data_ptr<float>(), N * sizeof(float));
-    std::memcpy(values.data() + t * N, v.data_ptr<float>(), N * sizeof(float));
+    std::memcpy(logp.data() + t * N + off, lp.data_ptr<float>(), n * sizeof(float));
+    std::memcpy(values.data() + t * N + off, v.data_ptr<float>(), n * sizeof(float));
     if (spec_.discrete()) {
-      std::copy(step_discrete.begin(), step_discrete.end(), dactions.begin() + t * N);
+      std::copy(g_discrete[g].begin(), g_discrete[g].end(), dactions.begin() + t * N + off);
     } else {
-      std::copy(step_learner.begin(), step_learner.end(), cactions.begin() + t * N * A);
+      std::copy(g_learner[g].begin(), g_learner[g].end(), cactions.begin() + (t * N + off) * A);
     }
     auto c1 = std::chrono::steady_clock::now();
-    const void* env_act = spec_.discrete() ? static_cast<const void*>(step_discrete.data())
-                                           : static_cast<const void*>(step_env.data());
-    absl::Status s = envs_->Step(env_act, &out);
-    if (!s.ok()) return Annotate(s, absl::StrCat("envs at ", envs_->location()));
-    env_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - c1).count();
     policy_s += std::chrono::duration<double>(c1 - c0).count();
-    for (int64_t i = 0; i < N; ++i) {
-      rewards[t * N + i] = static_cast<float>(out.reward[i]);
-      term[t * N + i] = out.terminated[i];
-      trunc[t * N + i] = out.truncated[i];
-      valid[t * N + i] = out.reset[i] ? 0 : 1;
+    const void* env_act = spec_.discrete() ? static_cast<const void*>(g_discrete[g].data())
+                                           : static_cast<const void*>(g_env[g].data());
+    if (pipelined) {
+      absl::Status s = envs_->BeginStep(g, env_act);
+      env_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - c1).count();
+      return s;
+    }
+    step_actions = env_act;  // stepped as one batch by observe()
+    return absl::OkStatus();
+  };
+  auto observe = [&](int64_t t, int g) -> absl::Status {
+    auto c0 = std::chrono::steady_clock::now();
+    RETURN_IF_ERROR(pipelined ? envs_->EndStep(g, &out) : envs_->Step(step_actions, &out));
+    env_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
+    const int64_t off = pipelined ? envs_->group_offset(g) : 0;
+    const int64_t n = pipelined ? envs_->group_size(g) : N;
+    for (int64_t i = 0; i < n; ++i) {
+      rewards[t * N + off + i] = static_cast<float>(out.reward[i]);
+      term[t * N + off + i] = out.terminated[i];
+      trunc[t * N + off + i] = out.truncated[i];
+      valid[t * N + off + i] = out.reset[i] ? 0 : 1;
     }
     for (const auto& e : out.episodes) {
       proto::EpisodeStat* ep = result->add_episodes();
@@ -214,7 +235,25 @@ absl::StatusOr<WorkReply> ControlRolloutRole::Rollout(const proto::RolloutTask& 
       ep->set_episode_return(e.episode_return);
       ep->set_length(e.length);
     }
-    obs_ = out.obs;
+    std::memcpy(obs_.data() + off * O, out.obs.data(), n * O * sizeof(float));
+    return absl::OkStatus();
+  };
+  auto at = [&](const absl::Status& s) {
+    return Annotate(s, absl::StrCat("envs at ", envs_->location()));
+  };
+  for (int64_t t = 0; t < T; ++t) {
+    for (int g = 0; g < G; ++g) {
+      if (t > 0) {
+        absl::Status s = observe(t - 1, g);
+        if (!s.ok()) return at(s);
+      }
+      absl::Status s = act(t, g);
+      if (!s.ok()) return at(s);
+    }
+  }
+  for (int g = 0; g < G; ++g) {
+    absl::Status s = observe(T - 1, g);
+    if (!s.ok()) return at(s);
   }
   auto lv = model_->Value(torch::from_blob(obs_.data(), {N, O}, torch::kFloat32)).contiguous();
   std::memcpy(last.data(), lv.data_ptr<float>(), N * sizeof(float));

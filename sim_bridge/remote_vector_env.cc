@@ -43,13 +43,19 @@ absl::StatusOr<std::unique_ptr<RemoteVectorEnv>> RemoteVectorEnv::Connect(
   if (addresses.empty()) return absl::InvalidArgumentError("no sim servers to connect to");
   std::vector<Server> servers;
   for (auto& a : addresses) {
-    Server s{a, zmq::socket_t(ctx, zmq::socket_type::dealer)};
+    Server s{a, zmq::socket_t(ctx, zmq::socket_type::dealer), nullptr};
     s.socket.set(zmq::sockopt::linger, 0);
-    try {
-      s.socket.connect(a.endpoint);
-    } catch (const zmq::error_t& e) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("sim server ", a.name, ": cannot connect to ", a.endpoint, ": ", e.what()));
+    if (IsShmAddress(a.endpoint)) {
+      auto ch = ShmChannel::Open(a.endpoint, options.connect_timeout_ms, {});
+      if (!ch.ok()) return Annotate(ch.status(), absl::StrCat("sim server ", a.name));
+      s.shm = std::move(ch).value();
+    } else {
+      try {
+        s.socket.connect(a.endpoint);
+      } catch (const zmq::error_t& e) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "sim server ", a.name, ": cannot connect to ", a.endpoint, ": ", e.what()));
+      }
     }
     servers.push_back(std::move(s));
   }
@@ -86,12 +92,18 @@ absl::StatusOr<std::unique_ptr<RemoteVectorEnv>> RemoteVectorEnv::Connect(
     env->total_envs_ += s.num_envs;
   }
   env->ended_.assign(env->total_envs_, 0);
+  env->stepping_.assign(env->servers_.size(), 0);
   return env;
 }
 
 absl::Status RemoteVectorEnv::Send(Server& s, SimRequestMessage msg) {
   msg.header.set_seq(++s.seq);
   auto frames = EncodeRequest(std::move(msg));
+  if (s.shm) {
+    absl::Status st = s.shm->Send(frames);
+    if (!st.ok()) return Annotate(st, absl::StrCat("cannot send to ", Where(s)));
+    return absl::OkStatus();
+  }
   try {
     zmq::send_multipart(s.socket, frames);
   } catch (const zmq::error_t& e) {
@@ -101,48 +113,15 @@ absl::Status RemoteVectorEnv::Send(Server& s, SimRequestMessage msg) {
 }
 
 absl::Status RemoteVectorEnv::ReceiveAll(std::vector<SimReplyMessage>* replies, int timeout_ms) {
-  size_t k = servers_.size();
+  // Every request is out already, so taking the answers in order costs no time.
   replies->clear();
-  replies->resize(k);
-  std::vector<bool> got(k, false);
-  size_t remaining = k;
+  replies->resize(servers_.size());
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-  std::vector<zmq::pollitem_t> items(k);
-  while (remaining > 0) {
-    for (size_t i = 0; i < k; ++i) {
-      items[i] = {servers_[i].socket.handle(), 0, static_cast<short>(got[i] ? 0 : ZMQ_POLLIN), 0};
-    }
+  for (size_t i = 0; i < servers_.size(); ++i) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) {
-      for (size_t i = 0; i < k; ++i) {
-        if (!got[i]) {
-          return absl::DeadlineExceededError(
-              absl::StrCat(Where(servers_[i]), " did not answer within ", timeout_ms / 1000.0,
-                           " s (sim.step_timeout_s); is it hung or overloaded?"));
-        }
-      }
-    }
-    try {
-      zmq::poll(items.data(), k,
-                std::min<std::chrono::milliseconds>(left, std::chrono::milliseconds(100)));
-    } catch (const zmq::error_t&) {
-      continue;  // EINTR
-    }
-    for (size_t i = 0; i < k; ++i) {
-      if (got[i] || !(items[i].revents & ZMQ_POLLIN)) continue;
-      std::vector<zmq::message_t> frames;
-      (void)zmq::recv_multipart(servers_[i].socket, std::back_inserter(frames));
-      auto decoded = DecodeReply(std::move(frames), limits_);
-      if (!decoded.ok()) {
-        return absl::DataLossError(
-            absl::StrCat(Where(servers_[i]), " sent a bad reply: ", Msg(decoded.status())));
-      }
-      if (decoded->header.seq() != servers_[i].seq) continue;  // a stale answer: ignore
-      (*replies)[i] = std::move(decoded).value();
-      got[i] = true;
-      --remaining;
-    }
+    RETURN_IF_ERROR(ReceiveOne(servers_[i], &(*replies)[i],
+                               static_cast<int>(std::max<int64_t>(left.count(), 1))));
   }
   return absl::OkStatus();
 }
@@ -213,72 +192,158 @@ absl::Status RemoteVectorEnv::Reset(absl::Span<const int64_t> seeds, std::vector
                             obs->data() + s.offset * obs_size, Where(s)));
   }
   ended_.assign(total_envs_, 0);
+  stepping_.assign(servers_.size(), 0);  // answers to steps begun before this are stale now
   return absl::OkStatus();
 }
 
-absl::Status RemoteVectorEnv::Step(const void* actions, StepOutput* out) {
-  int64_t act_size = spec_.action.flat_size();
-  bool discrete = spec_.action.is_discrete();
-  for (auto& s : servers_) {
-    SimRequestMessage m;
-    m.header.mutable_step();
-    if (discrete) {
-      m.tensors.push_back(TensorFrame::Copy("actions", proto::I64, {s.num_envs},
-                                            static_cast<const int64_t*>(actions) + s.offset));
-    } else {
-      std::vector<int64_t> shape = {s.num_envs};
-      for (int64_t d : spec_.action.shape) shape.push_back(d);
-      m.tensors.push_back(TensorFrame::Copy(
-          "actions", proto::F32, shape, static_cast<const float*>(actions) + s.offset * act_size));
-    }
-    RETURN_IF_ERROR(Send(s, std::move(m)));
+absl::Status RemoteVectorEnv::SendStep(Server& s, const void* actions) {
+  SimRequestMessage m;
+  m.header.mutable_step();
+  if (spec_.action.is_discrete()) {
+    m.tensors.push_back(TensorFrame::Copy("actions", proto::I64, {s.num_envs},
+                                          static_cast<const int64_t*>(actions)));
+  } else {
+    std::vector<int64_t> shape = {s.num_envs};
+    for (int64_t d : spec_.action.shape) shape.push_back(d);
+    m.tensors.push_back(
+        TensorFrame::Copy("actions", proto::F32, shape, static_cast<const float*>(actions)));
   }
-  std::vector<SimReplyMessage> replies;
-  RETURN_IF_ERROR(ReceiveAll(&replies, options_.timeout_ms));
+  return Send(s, std::move(m));
+}
+
+absl::Status RemoteVectorEnv::ReceiveOne(Server& s, SimReplyMessage* reply, int timeout_ms) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (true) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      return absl::DeadlineExceededError(
+          absl::StrCat(Where(s), " did not answer within ", timeout_ms / 1000.0,
+                       " s (sim.step_timeout_s); is it hung or overloaded?"));
+    }
+    std::vector<zmq::message_t> frames;
+    if (s.shm) {
+      auto got = s.shm->Receive(static_cast<int>(left.count()));
+      if (absl::IsDeadlineExceeded(got.status())) continue;
+      if (!got.ok()) return Annotate(got.status(), Where(s));
+      frames = std::move(got).value();
+    } else {
+      zmq::pollitem_t item = {s.socket.handle(), 0, ZMQ_POLLIN, 0};
+      try {
+        zmq::poll(&item, 1,
+                  std::min<std::chrono::milliseconds>(left, std::chrono::milliseconds(100)));
+      } catch (const zmq::error_t&) {
+        continue;  // EINTR
+      }
+      if (!(item.revents & ZMQ_POLLIN)) continue;
+      (void)zmq::recv_multipart(s.socket, std::back_inserter(frames));
+    }
+    auto decoded = DecodeReply(std::move(frames), limits_);
+    if (!decoded.ok()) {
+      return absl::DataLossError(
+          absl::StrCat(Where(s), " sent a bad reply: ", Msg(decoded.status())));
+    }
+    if (decoded->header.seq() != s.seq) continue;  // a stale answer: ignore
+    *reply = std::move(decoded).value();
+    return absl::OkStatus();
+  }
+}
+
+absl::Status RemoteVectorEnv::TakeStep(const Server& s, const SimReplyMessage& r, StepOutput* out,
+                                       int out_offset) {
+  RETURN_IF_ERROR(CheckReply(s, r, "step"));
   int64_t obs_size = spec_.observation.flat_size();
-  out->Resize(total_envs_, obs_size);
+  std::string where = Where(s);
+  RETURN_IF_ERROR(TakeObs(FindTensor(r, "obs"), s.num_envs * obs_size,
+                          out->obs.data() + out_offset * obs_size, where));
+  const TensorFrame* rew = FindTensor(r, "reward");
+  const TensorFrame* term = FindTensor(r, "terminated");
+  const TensorFrame* trunc = FindTensor(r, "truncated");
+  if (rew == nullptr || term == nullptr || trunc == nullptr || rew->numel() != s.num_envs ||
+      term->numel() != s.num_envs || trunc->numel() != s.num_envs ||
+      (rew->dtype() != proto::F64 && rew->dtype() != proto::F32) || DTypeSize(term->dtype()) != 1 ||
+      DTypeSize(trunc->dtype()) != 1) {
+    return absl::DataLossError(absl::StrCat(
+        where, ": a step reply needs reward (f64 or f32), terminated and truncated (u8) with ",
+        s.num_envs, " values each"));
+  }
+  for (int j = 0; j < s.num_envs; ++j) {
+    int g = s.offset + j;  // global env index
+    int o = out_offset + j;
+    double reward = rew->dtype() == proto::F64 ? rew->data_as<double>()[j]
+                                               : static_cast<const float*>(rew->data())[j];
+    out->reward[o] = reward;
+    out->terminated[o] = static_cast<const uint8_t*>(term->data())[j] != 0;
+    out->truncated[o] = static_cast<const uint8_t*>(trunc->data())[j] != 0;
+    out->reset[o] = ended_[g];
+    ended_[g] = out->terminated[o] || out->truncated[o];
+    const float* x = out->obs.data() + o * obs_size;
+    for (int64_t k = 0; k < obs_size; ++k) {
+      if (!std::isfinite(x[k])) {
+        return absl::DataLossError(absl::StrCat(where, " env ", g, " (its env ", j,
+                                                ") returned observation[", k, "] = ", x[k]));
+      }
+    }
+    if (!std::isfinite(reward)) {
+      return absl::DataLossError(
+          absl::StrCat(where, " env ", g, " (its env ", j, ") returned reward ", reward));
+    }
+  }
+  for (const pb::Episode& e : r.header.step().episodes()) {
+    out->episodes.push_back({s.offset + e.env_index(), e.episode_return(), e.length()});
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RemoteVectorEnv::BeginStep(int g, const void* actions) {
+  if (g < 0 || g >= num_groups()) {
+    return absl::InvalidArgumentError(absl::StrCat("no env group ", g, " here"));
+  }
+  if (stepping_[g]) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(Where(servers_[g]), ": BeginStep while its last step is not ended"));
+  }
+  RETURN_IF_ERROR(SendStep(servers_[g], actions));
+  stepping_[g] = 1;
+  return absl::OkStatus();
+}
+
+absl::Status RemoteVectorEnv::EndStep(int g, StepOutput* out) {
+  if (g < 0 || g >= num_groups()) {
+    return absl::InvalidArgumentError(absl::StrCat("no env group ", g, " here"));
+  }
+  Server& s = servers_[g];
+  if (!stepping_[g]) {
+    return absl::FailedPreconditionError(absl::StrCat(Where(s), ": EndStep before BeginStep"));
+  }
+  stepping_[g] = 0;
+  SimReplyMessage r;
+  RETURN_IF_ERROR(ReceiveOne(s, &r, options_.timeout_ms));
+  out->Resize(s.num_envs, spec_.observation.flat_size());
+  return TakeStep(s, r, out, 0);
+}
+
+absl::Status RemoteVectorEnv::Step(const void* actions, StepOutput* out) {
+  int64_t act_size = spec_.action.is_discrete() ? 1 : spec_.action.flat_size();
   for (size_t i = 0; i < servers_.size(); ++i) {
-    const Server& s = servers_[i];
-    const SimReplyMessage& r = replies[i];
-    RETURN_IF_ERROR(CheckReply(s, r, "step"));
-    std::string where = Where(s);
-    RETURN_IF_ERROR(TakeObs(FindTensor(r, "obs"), s.num_envs * obs_size,
-                            out->obs.data() + s.offset * obs_size, where));
-    const TensorFrame* rew = FindTensor(r, "reward");
-    const TensorFrame* term = FindTensor(r, "terminated");
-    const TensorFrame* trunc = FindTensor(r, "truncated");
-    if (rew == nullptr || term == nullptr || trunc == nullptr || rew->numel() != s.num_envs ||
-        term->numel() != s.num_envs || trunc->numel() != s.num_envs ||
-        (rew->dtype() != proto::F64 && rew->dtype() != proto::F32) ||
-        DTypeSize(term->dtype()) != 1 || DTypeSize(trunc->dtype()) != 1) {
-      return absl::DataLossError(absl::StrCat(
-          where, ": a step reply needs reward (f64 or f32), terminated and truncated (u8) with ",
-          s.num_envs, " values each"));
+    if (stepping_[i]) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(Where(servers_[i]), ": Step while a BeginStep is not ended"));
     }
-    for (int j = 0; j < s.num_envs; ++j) {
-      int g = s.offset + j;
-      double reward = rew->dtype() == proto::F64 ? rew->data_as<double>()[j]
-                                                 : static_cast<const float*>(rew->data())[j];
-      out->reward[g] = reward;
-      out->terminated[g] = static_cast<const uint8_t*>(term->data())[j] != 0;
-      out->truncated[g] = static_cast<const uint8_t*>(trunc->data())[j] != 0;
-      out->reset[g] = ended_[g];
-      ended_[g] = out->terminated[g] || out->truncated[g];
-      const float* o = out->obs.data() + g * obs_size;
-      for (int64_t k = 0; k < obs_size; ++k) {
-        if (!std::isfinite(o[k])) {
-          return absl::DataLossError(absl::StrCat(where, " env ", g, " (its env ", j,
-                                                  ") returned observation[", k, "] = ", o[k]));
-        }
-      }
-      if (!std::isfinite(reward)) {
-        return absl::DataLossError(
-            absl::StrCat(where, " env ", g, " (its env ", j, ") returned reward ", reward));
-      }
-    }
-    for (const pb::Episode& e : r.header.step().episodes()) {
-      out->episodes.push_back({s.offset + e.env_index(), e.episode_return(), e.length()});
-    }
+  }
+  // Every server gets its actions before any answer is awaited, so they step in parallel.
+  for (auto& s : servers_) {
+    const void* a =
+        spec_.action.is_discrete()
+            ? static_cast<const void*>(static_cast<const int64_t*>(actions) + s.offset)
+            : static_cast<const void*>(static_cast<const float*>(actions) + s.offset * act_size);
+    RETURN_IF_ERROR(SendStep(s, a));
+  }
+  out->Resize(total_envs_, spec_.observation.flat_size());
+  for (auto& s : servers_) {
+    SimReplyMessage r;
+    RETURN_IF_ERROR(ReceiveOne(s, &r, options_.timeout_ms));
+    RETURN_IF_ERROR(TakeStep(s, r, out, s.offset));
   }
   return absl::OkStatus();
 }

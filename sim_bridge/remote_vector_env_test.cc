@@ -15,8 +15,9 @@ namespace {
 // A SimServer on its own thread for the duration of a test.
 class ServerThread {
  public:
-  ServerThread(zmq::context_t& ctx, std::unique_ptr<LocalVectorEnv> envs) {
-    server_ = SimServer::Bind(ctx, std::move(envs), "tcp://127.0.0.1:0").value();
+  ServerThread(zmq::context_t& ctx, std::unique_ptr<LocalVectorEnv> envs,
+               const std::string& address = "tcp://127.0.0.1:0") {
+    server_ = SimServer::Bind(ctx, std::move(envs), address).value();
     thread_ = std::thread([this] { server_->Serve(&stop_); });
   }
   ~ServerThread() {
@@ -37,27 +38,52 @@ std::vector<int64_t> Seeds(int n) {
   return s;
 }
 
-TEST(RemoteVectorEnvTest, TwoServersEqualOneLocalBatchBitForBit) {
-  zmq::context_t ctx;
-  ServerThread a(ctx, LocalVectorEnv::Create("CartPole-v1", 3).value());
-  ServerThread b(ctx, LocalVectorEnv::Create("CartPole-v1", 3).value());
-  auto remote =
-      RemoteVectorEnv::Connect(ctx, {{"sim-0", a.endpoint()}, {"sim-1", b.endpoint()}}, {});
-  ASSERT_TRUE(remote.ok()) << remote.status();
-  EXPECT_EQ((*remote)->num_envs(), 6);
-  EXPECT_EQ((*remote)->spec().id, "CartPole-v1");
-  auto local = LocalVectorEnv::Create("CartPole-v1", 6).value();
+// Where a test's servers listen: ZeroMQ over tcp, or shared memory.
+std::string ServerAddress(const std::string& transport, int k) {
+  if (transport == "shm") {
+    return "shm://rlforge-rvtest-" + std::to_string(getpid()) + "-" + std::to_string(k);
+  }
+  return "tcp://127.0.0.1:0";
+}
+
+class TransportTest : public ::testing::TestWithParam<std::string> {};
+
+// Steps `remote` either with Step or group by group (BeginStep/EndStep, in
+// the interleaved order a pipelined rollout worker uses); must equal `local`.
+void ExpectSameAsLocal(VectorEnv& remote, VectorEnv& local, bool grouped) {
+  const int n = local.num_envs();
   std::vector<float> ro, lo;
-  ASSERT_TRUE((*remote)->Reset(Seeds(6), &ro).ok());
-  ASSERT_TRUE(local->Reset(Seeds(6), &lo).ok());
+  ASSERT_TRUE(remote.Reset(Seeds(n), &ro).ok());
+  ASSERT_TRUE(local.Reset(Seeds(n), &lo).ok());
   EXPECT_EQ(ro, lo);
-  StepOutput rs, ls;
+  StepOutput rs, ls, part;
   int episodes = 0;
+  std::vector<int64_t> act(n);
   for (int t = 0; t < 300; ++t) {
-    std::vector<int64_t> act(6);
-    for (int i = 0; i < 6; ++i) act[i] = (t * 7 + i * 3) % 5 < 2 ? 1 : 0;
-    ASSERT_TRUE((*remote)->Step(act.data(), &rs).ok());
-    ASSERT_TRUE(local->Step(act.data(), &ls).ok());
+    for (int i = 0; i < n; ++i) act[i] = (t * 7 + i * 3) % 5 < 2 ? 1 : 0;
+    if (grouped) {
+      rs.Resize(n, local.spec().observation.flat_size());
+      for (int g = 0; g < remote.num_groups(); ++g) {
+        ASSERT_TRUE(remote.BeginStep(g, act.data() + remote.group_offset(g)).ok());
+      }
+      for (int g = 0; g < remote.num_groups(); ++g) {
+        ASSERT_TRUE(remote.EndStep(g, &part).ok());
+        const int off = remote.group_offset(g), m = remote.group_size(g);
+        ASSERT_EQ(static_cast<int>(part.reward.size()), m);
+        int64_t os = local.spec().observation.flat_size();
+        std::copy(part.obs.begin(), part.obs.end(), rs.obs.begin() + off * os);
+        for (int i = 0; i < m; ++i) {
+          rs.reward[off + i] = part.reward[i];
+          rs.terminated[off + i] = part.terminated[i];
+          rs.truncated[off + i] = part.truncated[i];
+          rs.reset[off + i] = part.reset[i];
+        }
+        rs.episodes.insert(rs.episodes.end(), part.episodes.begin(), part.episodes.end());
+      }
+    } else {
+      ASSERT_TRUE(remote.Step(act.data(), &rs).ok());
+    }
+    ASSERT_TRUE(local.Step(act.data(), &ls).ok());
     ASSERT_EQ(rs.obs, ls.obs) << "step " << t;
     ASSERT_EQ(rs.reward, ls.reward);
     ASSERT_EQ(rs.terminated, ls.terminated);
@@ -71,6 +97,53 @@ TEST(RemoteVectorEnvTest, TwoServersEqualOneLocalBatchBitForBit) {
     episodes += static_cast<int>(rs.episodes.size());
   }
   EXPECT_GT(episodes, 10);
+}
+
+TEST_P(TransportTest, TwoServersEqualOneLocalBatchBitForBit) {
+  zmq::context_t ctx;
+  ServerThread a(ctx, LocalVectorEnv::Create("CartPole-v1", 3).value(),
+                 ServerAddress(GetParam(), 0));
+  ServerThread b(ctx, LocalVectorEnv::Create("CartPole-v1", 3).value(),
+                 ServerAddress(GetParam(), 1));
+  auto remote =
+      RemoteVectorEnv::Connect(ctx, {{"sim-0", a.endpoint()}, {"sim-1", b.endpoint()}}, {});
+  ASSERT_TRUE(remote.ok()) << remote.status();
+  EXPECT_EQ((*remote)->num_envs(), 6);
+  EXPECT_EQ((*remote)->num_groups(), 2);
+  EXPECT_EQ((*remote)->spec().id, "CartPole-v1");
+  auto local = LocalVectorEnv::Create("CartPole-v1", 6).value();
+  ExpectSameAsLocal(**remote, *local, /*grouped=*/false);
+}
+
+TEST_P(TransportTest, SteppingGroupByGroupEqualsOneStep) {
+  zmq::context_t ctx;
+  ServerThread a(ctx, LocalVectorEnv::Create("CartPole-v1", 2).value(),
+                 ServerAddress(GetParam(), 2));
+  ServerThread b(ctx, LocalVectorEnv::Create("CartPole-v1", 3).value(),
+                 ServerAddress(GetParam(), 3));
+  auto remote =
+      RemoteVectorEnv::Connect(ctx, {{"sim-0", a.endpoint()}, {"sim-1", b.endpoint()}}, {});
+  ASSERT_TRUE(remote.ok()) << remote.status();
+  EXPECT_EQ((*remote)->group_offset(1), 2);
+  EXPECT_EQ((*remote)->group_size(1), 3);
+  auto local = LocalVectorEnv::Create("CartPole-v1", 5).value();
+  ExpectSameAsLocal(**remote, *local, /*grouped=*/true);
+  // Out-of-order use is refused, not a hang.
+  EXPECT_FALSE((*remote)->EndStep(0, nullptr).ok());
+  int64_t acts[3] = {0, 0, 0};
+  ASSERT_TRUE((*remote)->BeginStep(1, acts).ok());
+  EXPECT_FALSE((*remote)->BeginStep(1, acts).ok());
+  EXPECT_FALSE((*remote)->Step(acts, nullptr).ok());
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, TransportTest, ::testing::Values("tcp", "shm"),
+                         [](const auto& info) { return info.param; });
+
+TEST(VectorEnvTest, LocalEnvsAreOneGroup) {
+  auto local = LocalVectorEnv::Create("CartPole-v1", 4).value();
+  auto again = LocalVectorEnv::Create("CartPole-v1", 4).value();
+  EXPECT_EQ(local->num_groups(), 1);
+  ExpectSameAsLocal(*local, *again, /*grouped=*/true);
 }
 
 TEST(RemoteVectorEnvTest, ContinuousActionsTravel) {

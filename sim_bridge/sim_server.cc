@@ -23,13 +23,21 @@ SimReplyMessage ErrorReply(int env_index, const std::string& message, bool retry
 
 }  // namespace
 
-SimServer::SimServer(zmq::socket_t socket, std::string endpoint,
+SimServer::SimServer(zmq::socket_t socket, std::unique_ptr<ShmChannel> shm, std::string endpoint,
                      std::unique_ptr<LocalVectorEnv> envs)
-    : socket_(std::move(socket)), endpoint_(std::move(endpoint)), envs_(std::move(envs)) {}
+    : socket_(std::move(socket)),
+      shm_(std::move(shm)),
+      endpoint_(std::move(endpoint)),
+      envs_(std::move(envs)) {}
 
 absl::StatusOr<std::unique_ptr<SimServer>> SimServer::Bind(zmq::context_t& ctx,
                                                            std::unique_ptr<LocalVectorEnv> envs,
                                                            const std::string& address) {
+  if (IsShmAddress(address)) {
+    ASSIGN_OR_RETURN(auto shm, ShmChannel::Create(address, {}));
+    return std::unique_ptr<SimServer>(
+        new SimServer(zmq::socket_t(), std::move(shm), address, std::move(envs)));
+  }
   zmq::socket_t s(ctx, zmq::socket_type::router);
   s.set(zmq::sockopt::linger, 0);
   s.set(zmq::sockopt::maxmsgsize, int64_t{1} << 30);
@@ -39,10 +47,31 @@ absl::StatusOr<std::unique_ptr<SimServer>> SimServer::Bind(zmq::context_t& ctx,
     return absl::UnavailableError(absl::StrCat("cannot bind ", address, ": ", e.what()));
   }
   std::string ep = s.get(zmq::sockopt::last_endpoint);
-  return std::unique_ptr<SimServer>(new SimServer(std::move(s), ep, std::move(envs)));
+  return std::unique_ptr<SimServer>(new SimServer(std::move(s), nullptr, ep, std::move(envs)));
+}
+
+std::vector<zmq::message_t> SimServer::Answer(std::vector<zmq::message_t> frames) {
+  auto request = DecodeRequest(std::move(frames), limits_);
+  uint64_t seq = request.ok() ? request->header.seq() : 0;
+  SimReplyMessage reply = Handle(std::move(request));
+  reply.header.set_seq(seq);
+  ++served_;
+  return EncodeReply(std::move(reply));
 }
 
 bool SimServer::ServeOne(int timeout_ms) {
+  if (shm_) {
+    auto frames = shm_->Receive(timeout_ms);
+    if (!frames.ok()) {
+      if (!absl::IsDeadlineExceeded(frames.status())) {
+        spdlog::warn("sim server: {}", Msg(frames.status()));
+      }
+      return false;
+    }
+    absl::Status s = shm_->Send(Answer(std::move(frames).value()));
+    if (!s.ok()) spdlog::warn("sim server: reply not sent: {}", Msg(s));
+    return true;
+  }
   std::vector<zmq::message_t> frames;
   try {
     socket_.set(zmq::sockopt::rcvtimeo, timeout_ms);
@@ -53,19 +82,14 @@ bool SimServer::ServeOne(int timeout_ms) {
   if (frames.size() < 2) return true;  // no routing id + header: nothing to answer
   zmq::message_t peer = std::move(frames[0]);
   frames.erase(frames.begin());
-  auto request = DecodeRequest(std::move(frames), limits_);
-  uint64_t seq = request.ok() ? request->header.seq() : 0;
-  SimReplyMessage reply = Handle(std::move(request));
-  reply.header.set_seq(seq);
   std::vector<zmq::message_t> out;
   out.push_back(std::move(peer));
-  for (auto& f : EncodeReply(std::move(reply))) out.push_back(std::move(f));
+  for (auto& f : Answer(std::move(frames))) out.push_back(std::move(f));
   try {
     zmq::send_multipart(socket_, out);
   } catch (const zmq::error_t& e) {
     spdlog::warn("sim server: reply not sent: {}", e.what());
   }
-  ++served_;
   return true;
 }
 

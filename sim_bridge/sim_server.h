@@ -1,6 +1,6 @@
 // SimServer: serves one LocalVectorEnv over sim_bridge (docs/sim_bridge.md).
 //
-// ROUTER socket -> DecodeRequest -> spec | reset | step on the vector env ->
+// ROUTER socket (or shm channel) -> DecodeRequest -> spec | reset | step on the vector env ->
 // EncodeReply -> same peer
 //
 // Bad requests get a SimError reply and the server keeps serving; an env
@@ -14,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "proto/wire.h"
+#include "sim_bridge/shm_channel.h"
 #include "sim_bridge/sim_wire.h"
 #include "sim_bridge/vector_env.h"
 #include "zmq.hpp"
@@ -22,7 +23,8 @@ namespace rlforge::sim {
 
 class SimServer {
  public:
-  // Binds `address` ("tcp://127.0.0.1:0" picks a port; "ipc:///tmp/x.sock").
+  // Binds `address` ("tcp://127.0.0.1:0" picks a port; "ipc:///tmp/x.sock";
+  // "shm://name": one client on this host, see shm_channel.h).
   static absl::StatusOr<std::unique_ptr<SimServer>> Bind(zmq::context_t& ctx,
                                                          std::unique_ptr<LocalVectorEnv> envs,
                                                          const std::string& address);
@@ -34,11 +36,15 @@ class SimServer {
   uint64_t requests_served() const { return served_; }
 
  private:
-  SimServer(zmq::socket_t socket, std::string endpoint, std::unique_ptr<LocalVectorEnv> envs);
+  SimServer(zmq::socket_t socket, std::unique_ptr<ShmChannel> shm, std::string endpoint,
+            std::unique_ptr<LocalVectorEnv> envs);
+  // Decodes, handles and encodes one request's frames (without a routing id).
+  std::vector<zmq::message_t> Answer(std::vector<zmq::message_t> frames);
   SimReplyMessage Handle(absl::StatusOr<SimRequestMessage> request);
   SimReplyMessage HandleStep(SimRequestMessage& request);
 
   zmq::socket_t socket_;
+  std::unique_ptr<ShmChannel> shm_;
   std::string endpoint_;
   std::unique_ptr<LocalVectorEnv> envs_;
   StepOutput out_;

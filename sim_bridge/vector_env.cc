@@ -16,6 +16,21 @@ void StepOutput::Resize(int num_envs, int64_t obs_size) {
   episodes.clear();
 }
 
+absl::Status VectorEnv::BeginStep(int g, const void* actions) {
+  if (g != 0) return absl::InvalidArgumentError(absl::StrCat("no env group ", g, " here"));
+  if (pending_actions_ != nullptr) return absl::FailedPreconditionError("BeginStep twice");
+  pending_actions_ = actions;
+  return absl::OkStatus();
+}
+
+absl::Status VectorEnv::EndStep(int g, StepOutput* out) {
+  if (g != 0) return absl::InvalidArgumentError(absl::StrCat("no env group ", g, " here"));
+  if (pending_actions_ == nullptr) return absl::FailedPreconditionError("EndStep before BeginStep");
+  const void* actions = pending_actions_;
+  pending_actions_ = nullptr;
+  return Step(actions, out);
+}
+
 absl::StatusOr<std::unique_ptr<LocalVectorEnv>> LocalVectorEnv::Create(const std::string& env_id,
                                                                        int num_envs,
                                                                        int max_episode_steps) {

@@ -51,6 +51,24 @@ class VectorEnv {
   virtual absl::Status Step(const void* actions, StepOutput* out) = 0;
   // Where these envs live, for error messages ("in-process", "tcp://...").
   virtual std::string location() const = 0;
+
+  // Split-phase stepping by groups of envs, so that a caller can compute one
+  // group's next actions while the others step (a rollout worker with several
+  // sim servers hides their round trips this way). A group is one sim server's
+  // envs for RemoteVectorEnv and every env for LocalVectorEnv. Groups are
+  // contiguous: group g holds envs [group_offset(g), group_offset(g) + group_size(g)).
+  // BeginStep(g, actions) takes group g's actions (they must stay valid until
+  // EndStep(g)); EndStep(g, out) waits for that step and fills `out` for the
+  // group alone (group_size(g) envs; EpisodeRecord::env_index stays global).
+  // Stepping every group this way is the same as one Step.
+  virtual int num_groups() const { return 1; }
+  virtual int group_offset(int /*g*/) const { return 0; }
+  virtual int group_size(int /*g*/) const { return num_envs(); }
+  virtual absl::Status BeginStep(int g, const void* actions);
+  virtual absl::Status EndStep(int g, StepOutput* out);
+
+ private:
+  const void* pending_actions_ = nullptr;  // the one group's, between BeginStep and EndStep
 };
 
 // Envs in this process, with Gymnasium's TimeLimit, autoreset and episode

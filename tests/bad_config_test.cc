@@ -52,8 +52,7 @@ std::vector<BadCase> Cases() {
        "job:\n  algorithm: ecko\n",
        {},
        // The list of algorithms grows; check its start, the place and the hint.
-       {"@:2:3: job.algorithm: expected one of echo, ppo, ",
-        "got 'ecko' (did you mean echo?)"}},
+       {"@:2:3: job.algorithm: expected one of echo, ppo, ", "got 'ecko' (did you mean echo?)"}},
       {"bad_bool",
        "job:\n  algorithm: echo\necho:\n  external: yes\n",
        {},
@@ -97,6 +96,11 @@ std::vector<BadCase> Cases() {
        "job:\n  algorithm: echo\n  name: a/b\n",
        {},
        {"@:3:3: job.name: must not contain '/'"}},
+      {"shm_for_a_command_server",
+       "job:\n  algorithm: ppo\nsim:\n  backend: server\n  transport: shm\n  command: [python3, "
+       "s.py, '{bind}']\n",
+       {},
+       {"@:5:3: sim.transport: shm is spoken by the built-in `rlforge sim-server` only"}},
       {"missing_file", nullptr, {}, {"@: cannot open job file: No such file or directory"}},
       {"override_without_equals",
        kGood,

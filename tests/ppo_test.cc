@@ -61,8 +61,9 @@ TEST(PpoTest, SameSeedGivesIdenticalMetrics) {
   EXPECT_NE(a, Reproducible(root + "/c")) << "the seed must matter";
 }
 
-// The same envs behind two sim_bridge servers per worker, weights over ZeroMQ
-// instead of shared memory: every reproducible number must be the same.
+// The same envs behind two sim_bridge servers per worker (over shared memory
+// and pipelined, or over ZeroMQ as one batch), weights over ZeroMQ instead of
+// shared memory: every reproducible number must be the same.
 TEST(PpoTest, SimServersAndZmqWeightsChangeNothingButSpeed) {
   std::string root = FreshDir("ppo_backends");
   std::vector<std::string> base = {"ppo.total_steps=4000", "job.seed=3"};
@@ -77,10 +78,18 @@ TEST(PpoTest, SimServersAndZmqWeightsChangeNothingButSpeed) {
   ASSERT_EQ(code, 0) << out;
   EXPECT_NE(ReadFile(root + "/servers/logs/sim-1.log").find("serving CartPole-v1 x 4"),
             std::string::npos);
+  EXPECT_NE(ReadFile(root + "/servers/logs/sim-1.log").find("on shm://"), std::string::npos)
+      << "the built-in server on the same host defaults to shared memory";
+  auto [icode, iout] = RunJob(root, "ipc",
+                              with({"sim.backend=server", "sim.servers_per_worker=2",
+                                    "sim.transport=ipc", "sim.pipeline=false"}));
+  ASSERT_EQ(icode, 0) << iout;
+  EXPECT_NE(ReadFile(root + "/ipc/logs/sim-0.log").find("on ipc://"), std::string::npos);
   auto [zcode, zout] = RunJob(root, "zmq", with({"weights.transport=zmq"}));
   ASSERT_EQ(zcode, 0) << zout;
   std::string local = Reproducible(root + "/local");
-  EXPECT_EQ(local, Reproducible(root + "/servers"));
+  EXPECT_EQ(local, Reproducible(root + "/servers"));  // shm, pipelined
+  EXPECT_EQ(local, Reproducible(root + "/ipc"));      // ZeroMQ, one batch
   EXPECT_EQ(local, Reproducible(root + "/zmq"));
 }
 
