@@ -55,6 +55,7 @@ struct PpoOptions {
   double clip_obs = 10.0;
   double clip_reward = 10.0;
   double target_kl = 0.0;
+  bool fused_update = true;  // autograd-free loss and gradient (trainer/fast_ppo_grad.h)
   int64_t return_window = 20;
   bool stop_when_solved = false;
   double solved_return = 0.0;

@@ -53,6 +53,10 @@ class ActorCriticImpl : public torch::nn::Module {
   // (parallel Welford); no-op when normalisation is off.
   void UpdateObsStats(const torch::Tensor& raw_obs);
 
+  // The observations the networks see: normalised and clipped when
+  // normalisation is on, else `raw_obs` itself.
+  torch::Tensor NormalizedObs(const torch::Tensor& raw_obs) const { return Normalize(raw_obs); }
+
   const ActorCriticOptions& options() const { return options_; }
   torch::Tensor log_std() const { return log_std_; }
 

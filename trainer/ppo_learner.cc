@@ -1,6 +1,7 @@
 #include "trainer/ppo_learner.h"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
 #include "trainer/lr_schedule.h"
@@ -31,7 +32,34 @@ PpoLearner::PpoLearner(const JobConfig& config, const proto::PolicySpec& spec)
   optimizer_ = std::make_unique<FlatAdamW>(
       model_->parameters(),
       FlatAdamW::Options{t.lr, t.adam_beta1, t.adam_beta2, t.adam_eps, t.weight_decay});
+  // After FlatAdamW: it re-points the parameters, whose storage FastPpoGrad reads.
+  if (config.ppo.fused_update) {
+    auto fast = FastPpoGrad::Create(model_);
+    if (fast.ok()) fast_ = std::move(fast).value();
+  }
 }
+
+namespace {
+
+// Mean and unbiased std normalisation, as NormalizeAdvantages, on raw floats.
+void NormalizeInPlace(std::vector<float>& a) {
+  if (a.size() < 2) return;
+  double mean = 0;
+  for (float v : a) mean += v;
+  mean /= static_cast<double>(a.size());
+  double ss = 0;
+  for (float v : a) ss += (v - mean) * (v - mean);
+  const double std = std::sqrt(ss / static_cast<double>(a.size() - 1));
+  for (float& v : a) v = static_cast<float>((v - mean) / (std + 1e-8));
+}
+
+template <typename T>
+std::vector<T> ToVector(const torch::Tensor& t) {
+  auto c = t.contiguous();
+  return std::vector<T>(c.data_ptr<T>(), c.data_ptr<T>() + c.numel());
+}
+
+}  // namespace
 
 std::map<std::string, double> PpoLearner::Update(const PpoBatch& batch, int64_t iteration,
                                                  int64_t num_iterations) {
@@ -50,6 +78,67 @@ std::map<std::string, double> PpoLearner::Update(const PpoBatch& batch, int64_t 
   std::iota(order.begin(), order.end(), 0);
   bool stop = false;
   torch::Tensor whole_adv;
+  // The fused path's inputs as plain arrays, observations normalised once
+  // (the statistics change only after the update).
+  std::vector<float> f_obs, f_cont, f_logp, f_val, f_adv, f_ret;
+  std::vector<int64_t> f_disc;
+  const int64_t obs_size = batch.obs.size(-1);
+  const int64_t act_width = model_->options().discrete ? 1 : model_->options().action_size;
+  if (fast_) {
+    torch::NoGradGuard g;
+    f_obs = ToVector<float>(model_->NormalizedObs(batch.obs).to(torch::kFloat32));
+    if (model_->options().discrete) {
+      f_disc = ToVector<int64_t>(batch.actions.to(torch::kLong));
+    } else {
+      f_cont = ToVector<float>(batch.actions.to(torch::kFloat32));
+    }
+    f_logp = ToVector<float>(batch.logprobs);
+    f_val = ToVector<float>(batch.values);
+    f_adv = ToVector<float>(batch.advantages);
+    f_ret = ToVector<float>(batch.returns);
+    if (minibatches == 1 && p.normalize_advantages) NormalizeInPlace(f_adv);
+  }
+  // Minibatch scratch for the fused path (rows gathered in shuffled order).
+  std::vector<float> m_obs, m_cont, m_logp, m_val, m_adv, m_ret;
+  std::vector<int64_t> m_disc;
+  auto fused_step = [&](int64_t first) {
+    PpoGradInputs in;
+    in.batch = mb_size;
+    in.clip = clip;
+    in.clip_value = p.clip_value;
+    in.vf_coef = p.vf_coef;
+    in.ent_coef = p.ent_coef;
+    if (minibatches == 1) {
+      in.obs = f_obs.data();
+      in.discrete = f_disc.empty() ? nullptr : f_disc.data();
+      in.continuous = f_cont.empty() ? nullptr : f_cont.data();
+      in.old_logprobs = f_logp.data();
+      in.old_values = f_val.data();
+      in.advantages = f_adv.data();
+      in.returns = f_ret.data();
+    } else {
+      m_obs.resize(mb_size * obs_size);
+      m_logp.resize(mb_size), m_val.resize(mb_size), m_adv.resize(mb_size), m_ret.resize(mb_size);
+      if (!f_disc.empty()) m_disc.resize(mb_size);
+      if (!f_cont.empty()) m_cont.resize(mb_size * act_width);
+      for (int64_t k = 0; k < mb_size; ++k) {
+        const int64_t j = order[first + k];
+        std::copy_n(&f_obs[j * obs_size], obs_size, &m_obs[k * obs_size]);
+        if (!f_disc.empty()) m_disc[k] = f_disc[j];
+        if (!f_cont.empty()) std::copy_n(&f_cont[j * act_width], act_width, &m_cont[k * act_width]);
+        m_logp[k] = f_logp[j], m_val[k] = f_val[j], m_adv[k] = f_adv[j], m_ret[k] = f_ret[j];
+      }
+      if (p.normalize_advantages) NormalizeInPlace(m_adv);
+      in.obs = m_obs.data();
+      in.discrete = m_disc.empty() ? nullptr : m_disc.data();
+      in.continuous = m_cont.empty() ? nullptr : m_cont.data();
+      in.old_logprobs = m_logp.data();
+      in.old_values = m_val.data();
+      in.advantages = m_adv.data();
+      in.returns = m_ret.data();
+    }
+    return fast_->LossAndGrad(in);
+  };
   for (int64_t epoch = 0; epoch < p.epochs && !stop; ++epoch) {
     // One minibatch is the whole batch: its gradient does not depend on order,
     // so skip the shuffle and the gathers (and normalise advantages once).
@@ -57,43 +146,54 @@ std::map<std::string, double> PpoLearner::Update(const PpoBatch& batch, int64_t 
     torch::Tensor perm;
     if (!whole) {
       std::shuffle(order.begin(), order.end(), rng_);
-      perm = torch::from_blob(order.data(), {n}, torch::kLong).clone();
-    } else if (epoch == 0 && p.normalize_advantages) {
+      if (!fast_) perm = torch::from_blob(order.data(), {n}, torch::kLong).clone();
+    } else if (epoch == 0 && p.normalize_advantages && !fast_) {
       whole_adv = NormalizeAdvantages(batch.advantages);
     }
     double epoch_kl = 0;
     int64_t epoch_updates = 0;
     for (int64_t m = 0; m < minibatches; ++m) {
-      torch::Tensor idx;
-      auto pick = [&](const torch::Tensor& t) { return whole ? t : t.index_select(0, idx); };
-      if (!whole) idx = perm.slice(0, m * mb_size, (m + 1) * mb_size);
-      auto out = model_->Forward(pick(batch.obs));
-      auto [new_logp, entropies] = model_->LogProbAndEntropy(out, pick(batch.actions));
-      torch::Tensor adv;
-      if (whole) {
-        adv = p.normalize_advantages ? whole_adv : batch.advantages;
+      double pg_loss, v_loss_value, entropy_value, approx_kl, clipfrac;
+      if (fast_) {
+        PpoGradResult g = fused_step(m * mb_size);
+        pg_loss = g.policy_loss, v_loss_value = g.value_loss, entropy_value = g.entropy;
+        approx_kl = g.approx_kl, clipfrac = g.clipfrac;
       } else {
-        adv = pick(batch.advantages);
-        if (p.normalize_advantages) adv = NormalizeAdvantages(adv);
+        torch::Tensor idx;
+        auto pick = [&](const torch::Tensor& t) { return whole ? t : t.index_select(0, idx); };
+        if (!whole) idx = perm.slice(0, m * mb_size, (m + 1) * mb_size);
+        auto out = model_->Forward(pick(batch.obs));
+        auto [new_logp, entropies] = model_->LogProbAndEntropy(out, pick(batch.actions));
+        torch::Tensor adv;
+        if (whole) {
+          adv = p.normalize_advantages ? whole_adv : batch.advantages;
+        } else {
+          adv = pick(batch.advantages);
+          if (p.normalize_advantages) adv = NormalizeAdvantages(adv);
+        }
+        PolicyLoss pg = ClippedPolicyLoss(new_logp, pick(batch.logprobs), adv, clip);
+        auto v_loss = ValueLoss(out.value, pick(batch.values), pick(batch.returns), p.clip_value);
+        auto entropy = entropies.mean();
+        auto loss = pg.loss - p.ent_coef * entropy + p.vf_coef * v_loss;
+        optimizer_->ZeroGrad();
+        loss.backward();
+        pg_loss = pg.loss.item<double>();
+        v_loss_value = v_loss.item<double>();
+        entropy_value = entropy.item<double>();
+        approx_kl = pg.approx_kl, clipfrac = pg.clipfrac;
       }
-      PolicyLoss pg = ClippedPolicyLoss(new_logp, pick(batch.logprobs), adv, clip);
-      auto v_loss = ValueLoss(out.value, pick(batch.values), pick(batch.returns), p.clip_value);
-      auto entropy = entropies.mean();
-      auto loss = pg.loss - p.ent_coef * entropy + p.vf_coef * v_loss;
-      optimizer_->ZeroGrad();
-      loss.backward();
       double norm = 0;
       if (config_.trainer.max_grad_norm > 0) {
         norm = optimizer_->ClipGradNorm(config_.trainer.max_grad_norm);
       }
       optimizer_->Step();
-      sum_pg += pg.loss.item<double>();
-      sum_v += v_loss.item<double>();
-      sum_ent += entropy.item<double>();
-      sum_kl += pg.approx_kl;
-      sum_clip += pg.clipfrac;
+      sum_pg += pg_loss;
+      sum_v += v_loss_value;
+      sum_ent += entropy_value;
+      sum_kl += approx_kl;
+      sum_clip += clipfrac;
       sum_norm += norm;
-      epoch_kl += pg.approx_kl;
+      epoch_kl += approx_kl;
       ++updates;
       ++epoch_updates;
     }

@@ -11,12 +11,14 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 
 #include "config/job_config.h"
 #include "models/actor_critic.h"
 #include "proto/control.pb.h"
+#include "trainer/fast_ppo_grad.h"
 #include "trainer/flat_adamw.h"
 
 namespace rlforge {
@@ -39,11 +41,14 @@ class PpoLearner {
 
   ActorCritic& model() { return model_; }
   int64_t version() const { return version_; }
+  // Whether updates take the autograd-free path (ppo.fused_update and a supported network).
+  bool fused() const { return fast_.has_value(); }
 
  private:
   JobConfig config_;
   ActorCritic model_{nullptr};
   std::unique_ptr<FlatAdamW> optimizer_;
+  std::optional<FastPpoGrad> fast_;
   std::mt19937_64 rng_;
   int64_t version_ = 0;
 };
