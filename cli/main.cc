@@ -10,18 +10,19 @@
 //
 // Exit codes: 0 success, 1 the job failed, 2 bad usage or bad config,
 // 128+N stopped by signal N.
-#include <malloc.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
 #include "CLI/CLI.hpp"
-#include "actors/actor_runtime.h"
+#include "cli/signals.h"
 #include "common/logging.h"
 #include "common/status.h"
 #include "config/dashboard_config.h"
@@ -33,18 +34,8 @@
 
 namespace {
 
-std::atomic<int> g_stop{0};
-
-void OnSignal(int sig) { g_stop.store(sig); }
-
-void InstallSignalHandlers() {
-  struct sigaction sa = {};
-  sa.sa_handler = OnSignal;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
-  signal(SIGPIPE, SIG_IGN);
-}
+std::atomic<int>& g_stop = rlforge::StopFlag();
+using rlforge::InstallSignalHandlers;
 
 // Loads and validates; prints every problem. Returns false on errors.
 bool LoadOrReport(const std::string& path, const std::vector<std::string>& overrides,
@@ -148,24 +139,23 @@ int CmdSimServer(const std::string& env_id, int num_envs, int max_steps, const s
   return 0;
 }
 
-int CmdActor(const rlforge::ActorOptions& base, const std::string& log_level) {
-  rlforge::ActorOptions o = base;
-  const char* token = std::getenv("RLFORGE_LAUNCH_TOKEN");
-  if (token != nullptr) o.launch_token = token;
-  rlforge::InitLogging(o.rank >= 0 ? o.role + "-" + std::to_string(o.rank) : o.role, log_level);
-  InstallSignalHandlers();
-  o.stop = &g_stop;
-  int code = rlforge::RunActor(o);
-  return code;
+// `rlforge actor ARGS`: the actor roles live in rlforge-actor (they need
+// libtorch; this binary does not), next to this one.
+int ExecActor(int argc, char** argv) {
+  std::string exe = rlforge::ActorExecutable(rlforge::SelfExecutable());
+  std::vector<char*> args = {exe.data()};
+  for (int i = 2; i < argc; ++i) args.push_back(argv[i]);
+  args.push_back(nullptr);
+  execv(exe.c_str(), args.data());
+  std::fprintf(stderr, "error: cannot run %s: %s (it is built with rlforge, next to it)\n",
+               exe.c_str(), std::strerror(errno));
+  return 2;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  // Reuse freed tensor memory instead of returning it to the kernel: large
-  // per-step activations otherwise cost a page-fault storm every step.
-  mallopt(M_MMAP_THRESHOLD, 1 << 30);
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  if (argc >= 2 && std::string(argv[1]) == "actor") return ExecActor(argc, argv);
   CLI::App app{"rlforge: reinforcement-learning post-training from one YAML file"};
   app.require_subcommand(1);
 
@@ -183,15 +173,9 @@ int main(int argc, char** argv) {
   validate->add_option("job", job_path, "Job file (YAML)")->required();
   validate->add_option("overrides", overrides, "Dotted overrides");
 
-  rlforge::ActorOptions actor;
-  std::string log_level = "info";
-  auto* act = app.add_subcommand("actor", "Join a running job as one actor");
-  act->add_option("--role", actor.role, "Role to take (e.g. rollout)")->required();
-  act->add_option("--connect", actor.connect, "Controller address, tcp://HOST:PORT")->required();
-  act->add_option("--rank", actor.rank, "Rank to take (default: any free one)");
-  act->add_option("--register-timeout", actor.register_timeout_s,
-                  "Seconds to keep trying to register");
-  act->add_option("--log-level", log_level, "trace, debug, info, warn or error");
+  // Listed for --help; `actor` itself is handed to rlforge-actor before parsing.
+  app.add_subcommand("actor", "Join a running job as one actor (--role R --connect ADDR ...)")
+      ->allow_extras();
 
   std::string sim_env, sim_bind;
   int sim_num_envs = 1, sim_max_steps = 0;
@@ -231,7 +215,6 @@ int main(int argc, char** argv) {
   if (*run) return CmdRun(job_path, overrides, false);
   if (*ctl) return CmdRun(job_path, overrides, true);
   if (*validate) return CmdValidate(job_path, overrides);
-  if (*act) return CmdActor(actor, log_level);
   if (*docs) return CmdConfigDocs(write_path);
   if (*stat) return CmdStatus(status_target, status_token);
   if (*simsrv) return CmdSimServer(sim_env, sim_num_envs, sim_max_steps, sim_bind);

@@ -308,9 +308,16 @@ int RunJob(const JobConfig& config, const RunOptions& options) {
   absl::Status status = controller.LaunchAll([&](const ActorInfo& a) {
     ProcessSpec spec;
     spec.name = a.id;
-    spec.argv = {
-        options.self_exe,       "actor",     "--role", a.role,        "--rank",
-        std::to_string(a.rank), "--connect", connect,  "--log-level", config.job.log_level};
+    // rlforge-actor directly: `rlforge actor` would only exec it.
+    spec.argv = {ActorExecutable(options.self_exe),
+                 "--role",
+                 a.role,
+                 "--rank",
+                 std::to_string(a.rank),
+                 "--connect",
+                 connect,
+                 "--log-level",
+                 config.job.log_level};
     spec.log_path = dir->LogPath(a.id);
     // libgomp reads this before main(): idle OpenMP threads must not spin
     // against OpenBLAS's own threads (measured: 40% of a 2-core machine).

@@ -141,6 +141,12 @@ std::string SelfExecutable() {
   return std::string(buf, static_cast<size_t>(n));
 }
 
+std::string ActorExecutable(const std::string& rlforge_exe) {
+  size_t slash = rlforge_exe.rfind('/');
+  return (slash == std::string::npos ? std::string() : rlforge_exe.substr(0, slash + 1)) +
+         "rlforge-actor";
+}
+
 std::string TailOfFile(const std::string& path, int lines) {
   std::ifstream in(path);
   if (!in) return "";

@@ -60,6 +60,8 @@ class LocalProcessLauncher final : public ProcessLauncher {
 
 // Path of the running executable (/proc/self/exe).
 std::string SelfExecutable();
+// rlforge-actor, the binary with the actor roles, beside the rlforge binary `rlforge_exe`.
+std::string ActorExecutable(const std::string& rlforge_exe);
 
 // The last `lines` lines of a text file ("" if unreadable), for error messages.
 std::string TailOfFile(const std::string& path, int lines);

@@ -1,0 +1,47 @@
+// rlforge-actor: the actor roles (trainer, rollout, reward, ...), the part of
+// rlforge that needs libtorch. `rlforge actor ARGS` runs this binary with
+// ARGS; the controller starts it directly. Kept apart so that the controller,
+// `validate`, `sim-server` and `status` do not pay libtorch's start-up
+// (~0.35 s of loading ~300 shared libraries and registering operators with
+// Debian's libtorch) before doing anything.
+//
+//   rlforge-actor --role R --connect tcp://HOST:PORT [--rank K] [--register-timeout S]
+//                 [--log-level L]
+#include <malloc.h>
+
+#include <cstdlib>
+
+#include "CLI/CLI.hpp"
+#include "actors/actor_runtime.h"
+#include "cli/signals.h"
+#include "common/logging.h"
+
+int main(int argc, char** argv) {
+  // Reuse freed tensor memory instead of returning it to the kernel: large
+  // per-step activations otherwise cost a page-fault storm every step.
+  mallopt(M_MMAP_THRESHOLD, 1 << 30);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  CLI::App app{"rlforge actor: join a running job as one actor"};
+  app.name("rlforge actor");
+  rlforge::ActorOptions o;
+  std::string log_level = "info";
+  app.add_option("--role", o.role, "Role to take (e.g. rollout)")->required();
+  app.add_option("--connect", o.connect, "Controller address, tcp://HOST:PORT")->required();
+  app.add_option("--rank", o.rank, "Rank to take (default: any free one)");
+  app.add_option("--register-timeout", o.register_timeout_s, "Seconds to keep trying to register");
+  app.add_option("--log-level", log_level, "trace, debug, info, warn or error");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return 2;
+  }
+  const char* token = std::getenv("RLFORGE_LAUNCH_TOKEN");
+  if (token != nullptr) o.launch_token = token;
+  rlforge::InitLogging(o.rank >= 0 ? o.role + "-" + std::to_string(o.rank) : o.role, log_level);
+  rlforge::InstallSignalHandlers();
+  o.stop = &rlforge::StopFlag();
+  return rlforge::RunActor(o);
+}

@@ -1,0 +1,23 @@
+#include "cli/signals.h"
+
+#include <signal.h>
+
+namespace rlforge {
+
+namespace {
+std::atomic<int> g_stop{0};
+void OnSignal(int sig) { g_stop.store(sig); }
+}  // namespace
+
+std::atomic<int>& StopFlag() { return g_stop; }
+
+void InstallSignalHandlers() {
+  struct sigaction sa = {};
+  sa.sa_handler = OnSignal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+}
+
+}  // namespace rlforge
