@@ -22,11 +22,19 @@ struct LlmEngine::Group {
 
 struct LlmEngine::Sequence {
   Group* group = nullptr;
-  int64_t index = 0;  // -1: the leader that prefills a shared prompt once
+  int64_t index = 0;            // -1: the leader that prefills a shared prompt once
   std::vector<int32_t> tokens;  // prompt + generated
   int64_t prompt_len = 0;
   int64_t computed = 0;  // leading tokens whose KV is in the pool
   std::vector<int32_t> table;
+  // Slot of token position p: p, or p + skip from position skip_from on. A
+  // sample forked from a shared prompt starts its own tokens at the next block
+  // boundary, so the prompt's last partial block stays shared, never copied.
+  int64_t skip_from = INT64_MAX, skip = 0;
+  // Slot index of position p, and the slots the first n tokens take (a fork's
+  // gap counts as taken, so the shared block is never written or copied).
+  int64_t SlotIndex(int64_t p) const { return p < skip_from ? p : p + skip; }
+  int64_t Slots(int64_t n) const { return n < skip_from ? n : n + skip; }
   std::mt19937_64 rng;
   GeneratedSample out;
   bool finished = false;
@@ -45,9 +53,12 @@ LlmEngine::LlmEngine(models::Transformer model, const EngineSettings& options,
       blocks_(options.num_blocks, options.block_size) {
   const auto& c = model_->config();
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    k_pool_.push_back(torch::zeros({options.num_blocks, options.block_size,
-                                    c.num_key_value_heads, c.head_dim}));
-    v_pool_.push_back(torch::zeros_like(k_pool_.back()));
+    // zero_() touches every page now: a lazily zeroed allocation would fault
+    // its pages in during generation instead (~6% of a run).
+    k_pool_.push_back(
+        torch::empty({options.num_blocks, options.block_size, c.num_key_value_heads, c.head_dim})
+            .zero_());
+    v_pool_.push_back(torch::empty_like(k_pool_.back()).zero_());
   }
 }
 
@@ -62,14 +73,14 @@ absl::Status LlmEngine::Submit(GenerationRequest request) {
     int32_t t = request.prompt[i];
     if (t < 0 || t >= c.vocab_size) {
       return absl::InvalidArgumentError(absl::StrCat(where, ": prompt token ", i, " is ", t,
-                                                     ", outside the vocabulary [0, ",
-                                                     c.vocab_size, ")"));
+                                                     ", outside the vocabulary [0, ", c.vocab_size,
+                                                     ")"));
     }
   }
   if (request.n < 1 || request.n > options_.max_batch) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ": n = ", request.n,
-                                                   " must be in [1, engine.max_batch = ",
-                                                   options_.max_batch, "]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": n = ", request.n,
+                     " must be in [1, engine.max_batch = ", options_.max_batch, "]"));
   }
   if (request.params.max_tokens < 1) {
     return absl::InvalidArgumentError(absl::StrCat(where, ": max_tokens must be positive"));
@@ -77,8 +88,8 @@ absl::Status LlmEngine::Submit(GenerationRequest request) {
   const int64_t total = len + request.params.max_tokens;
   if (blocks_.BlocksFor(total) > blocks_.num_blocks()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        where, ": prompt (", len, ") + max_tokens (", request.params.max_tokens,
-        ") needs ", blocks_.BlocksFor(total), " KV blocks; the pool has ", blocks_.num_blocks()));
+        where, ": prompt (", len, ") + max_tokens (", request.params.max_tokens, ") needs ",
+        blocks_.BlocksFor(total), " KV blocks; the pool has ", blocks_.num_blocks()));
   }
   if (total > c.max_position_embeddings) {
     return absl::InvalidArgumentError(absl::StrCat(where, ": prompt + max_tokens = ", total,
@@ -158,6 +169,7 @@ void LlmEngine::Preempt(Sequence* seq) {
   running_.erase(it);
   blocks_.Release(seq->table);
   seq->computed = 0;
+  seq->skip_from = INT64_MAX, seq->skip = 0;  // recomputed alone: no shared prompt
   waiting_.push_front(seq);
   ++stats_.preemptions;
 }
@@ -171,7 +183,8 @@ bool LlmEngine::Schedule(std::vector<Sequence*>& batch, std::vector<int64_t>& ch
     const int64_t len = static_cast<int64_t>(s->tokens.size());
     const int64_t want = std::min(len - s->computed, budget);
     bool fits = true;
-    while (!blocks_.Reserve(s->table, s->computed, s->computed + want, pending_copies_)) {
+    while (!blocks_.Reserve(s->table, s->Slots(s->computed), s->Slots(s->computed + want),
+                            pending_copies_)) {
       Sequence* victim = running_.back();
       Preempt(victim);
       if (victim == s) {
@@ -192,15 +205,18 @@ bool LlmEngine::Schedule(std::vector<Sequence*>& batch, std::vector<int64_t>& ch
     Sequence* s = waiting_.front();
     if (pending_update_ && options_.weight_update == "drain" && !s->group->started) break;
     const int64_t joining = s->index < 0 ? s->group->request.n : 1;
-    if (!running_.empty() &&
-        static_cast<int64_t>(running_.size()) + joining > options_.max_batch) {
+    if (!running_.empty() && static_cast<int64_t>(running_.size()) + joining > options_.max_batch) {
       break;
     }
     const int64_t len = static_cast<int64_t>(s->tokens.size());
     const int64_t want = std::min(len - s->computed, budget);
-    const int64_t need = blocks_.BlocksNeeded(s->table, s->computed, s->computed + want);
+    const int64_t need =
+        blocks_.BlocksNeeded(s->table, s->Slots(s->computed), s->Slots(s->computed + want));
     if (!running_.empty() && blocks_.num_free() - need < watermark) break;
-    if (!blocks_.Reserve(s->table, s->computed, s->computed + want, pending_copies_)) break;
+    if (!blocks_.Reserve(s->table, s->Slots(s->computed), s->Slots(s->computed + want),
+                         pending_copies_)) {
+      break;
+    }
     waiting_.pop_front();
     running_.push_back(s);
     s->group->started = true;
@@ -264,14 +280,17 @@ absl::Status LlmEngine::RunModel(const std::vector<Sequence*>& batch,
       positions.push_back(p);
       pb.row_seq.push_back(static_cast<int32_t>(i));
       pb.row_context.push_back(static_cast<int32_t>(p + 1));
-      pb.row_slot.push_back(static_cast<int64_t>(s->table[p / options_.block_size]) *
+      const int64_t u = s->SlotIndex(p);
+      pb.row_slot.push_back(static_cast<int64_t>(s->table[u / options_.block_size]) *
                                 options_.block_size +
-                            p % options_.block_size);
+                            u % options_.block_size);
       if (p < s->prompt_len) ++stats_.prompt_kv_slots;
     }
     if (chunk[i] > 1 || s->computed < s->prompt_len) stats_.prefill_tokens += chunk[i];
     pb.tables.insert(pb.tables.end(), s->table.begin(), s->table.end());
     pb.table_start.push_back(static_cast<int32_t>(pb.tables.size()));
+    pb.seq_skip_from.push_back(s->skip_from);
+    pb.seq_skip.push_back(s->skip);
     s->computed += chunk[i];
     if (s->computed == static_cast<int64_t>(s->tokens.size())) {
       sample_rows.push_back(static_cast<int64_t>(tokens.size()) - 1);
@@ -288,9 +307,8 @@ absl::Status LlmEngine::RunModel(const std::vector<Sequence*>& batch,
       WritePagedKv(v_pool_[layer], v, pb);
       return PagedAttention(q, k_pool_[layer], v_pool_[layer], pb);
     };
-    torch::Tensor hidden = model_->HiddenIncremental(torch::tensor(tokens, torch::kLong),
-                                                     torch::tensor(positions, torch::kLong),
-                                                     attend);
+    torch::Tensor hidden = model_->HiddenIncremental(
+        torch::tensor(tokens, torch::kLong), torch::tensor(positions, torch::kLong), attend);
     if (sampled.empty()) return absl::OkStatus();
     logits = model_->Logits(hidden.index_select(0, torch::tensor(sample_rows, torch::kLong)))
                  .to(torch::kFloat32)
@@ -339,10 +357,9 @@ absl::Status LlmEngine::RunModel(const std::vector<Sequence*>& batch,
           f.request_id = g->request.id;
           f.prompt = g->request.prompt;
           f.samples = std::move(g->done);
-          std::sort(f.samples.begin(), f.samples.end(),
-                    [](const GeneratedSample& a, const GeneratedSample& b) {
-                      return a.index < b.index;
-                    });
+          std::sort(
+              f.samples.begin(), f.samples.end(),
+              [](const GeneratedSample& a, const GeneratedSample& b) { return a.index < b.index; });
           finished_.push_back(std::move(f));
           auto it = std::find_if(groups_.begin(), groups_.end(),
                                  [&](const auto& p) { return p.get() == g; });
@@ -370,10 +387,13 @@ void LlmEngine::Fork(Sequence* leader, const float* logits, int64_t vocab) {
     s->prompt_len = leader->prompt_len;
     s->computed = leader->computed;
     s->table = blocks_.Fork(leader->table);
+    if (g->request.n > 1) {
+      s->skip_from = s->prompt_len;
+      s->skip = (options_.block_size - s->prompt_len % options_.block_size) % options_.block_size;
+    }
     s->rng = SampleRng(g->request.params.seed, i);
     s->out.index = i;
-    SampledToken t = SampleToken(logits, vocab, g->request.params, s->rng, scratch,
-                                 index_scratch);
+    SampledToken t = SampleToken(logits, vocab, g->request.params, s->rng, scratch, index_scratch);
     s->tokens.push_back(t.token);
     s->out.tokens.push_back(t.token);
     s->out.logprobs.push_back(t.logprob);
@@ -394,8 +414,7 @@ void LlmEngine::Fork(Sequence* leader, const float* logits, int64_t vocab) {
 bool LlmEngine::StopsAt(Sequence* s) const {
   const SamplingParams& p = s->group->request.params;
   const int32_t last = s->out.tokens.back();
-  if (std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), last) !=
-      p.stop_token_ids.end()) {
+  if (std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), last) != p.stop_token_ids.end()) {
     s->out.finish_reason = "stop";
   } else if (!p.stop_strings.empty()) {
     const std::string text = options_.detokenize(s->out.tokens);

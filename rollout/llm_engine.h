@@ -6,8 +6,10 @@
 //
 // A request asks for n samples of one prompt (a GRPO group). With prefix
 // sharing on, the prompt is prefilled once and its KV blocks are shared by
-// the n samples (copy-on-write on the last partial block, so prompts shorter
-// than a block share too). Each step admits and retires sequences, so the
+// the n samples, its last partial block too (so prompts shorter than a block
+// share as well): each sample writes its own tokens from the next block
+// boundary on, leaving the rest of that block unused instead of copying it,
+// so the prompt's KV is stored exactly once. Each step admits and retires sequences, so the
 // running batch changes at every step. When the pool runs out of blocks the
 // most recently admitted sequence is preempted: its blocks are freed and it
 // is recomputed later from its tokens, so no request is ever lost.
@@ -39,8 +41,9 @@ namespace rlforge {
 struct EngineSettings {
   int64_t block_size = 16;
   int64_t num_blocks = 1024;
-  int64_t max_batch = 256;            // running sequences at most
-  int64_t max_tokens_per_step = 2048; // tokens fed to the model per step (prefill chunks + decodes)
+  int64_t max_batch = 256;  // running sequences at most
+  int64_t max_tokens_per_step =
+      2048;  // tokens fed to the model per step (prefill chunks + decodes)
   bool prefix_sharing = true;
   // "drain": in-flight sequences finish on the old weights (tagged with the old
   // version) before the new ones are taken; "recompute": new weights are taken
@@ -58,11 +61,11 @@ struct GenerationRequest {
 };
 
 struct GeneratedSample {
-  int64_t index = 0;               // 0..n-1 within the group
-  std::vector<int32_t> tokens;     // generated tokens (the stop token included)
-  std::vector<float> logprobs;     // one per token, unmodified policy
-  std::vector<int64_t> versions;   // policy version that sampled each token
-  std::string finish_reason;       // "stop" (stop token or string) or "length"
+  int64_t index = 0;              // 0..n-1 within the group
+  std::vector<int32_t> tokens;    // generated tokens (the stop token included)
+  std::vector<float> logprobs;    // one per token, unmodified policy
+  std::vector<int64_t> versions;  // policy version that sampled each token
+  std::string finish_reason;      // "stop" (stop token or string) or "length"
 };
 
 struct FinishedGroup {
@@ -74,10 +77,10 @@ struct FinishedGroup {
 struct EngineStats {
   int64_t steps = 0;
   int64_t generated_tokens = 0;
-  int64_t prefill_tokens = 0;     // tokens fed as prefill, recompute included
+  int64_t prefill_tokens = 0;  // tokens fed as prefill, recompute included
   int64_t preemptions = 0;
   int64_t peak_blocks = 0;
-  int64_t prompt_kv_slots = 0;    // KV slots ever written with prompt tokens (copies included)
+  int64_t prompt_kv_slots = 0;  // KV slots ever written with prompt tokens (copies included)
   int64_t cow_copies = 0;
   int64_t max_running = 0;
 };

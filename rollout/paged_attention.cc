@@ -2,29 +2,24 @@
 
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "common/check.h"
+#include "common/fast_math.h"
+#include "rollout/paged_attention_row.h"
 
 namespace rlforge {
 
 namespace {
 
-// Dot product with independent partial sums, so the compiler vectorises it.
-inline float Dot(const float* a, const float* b, int64_t n) {
-  float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    for (int j = 0; j < 8; ++j) s[j] += a[i + j] * b[i + j];
-  }
-  float tail = 0;
-  for (; i < n; ++i) tail += a[i] * b[i];
-  return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7])) + tail;
-}
+using paged::RowArgs;
+#include "rollout/paged_attention_row.inc"
 
 inline int64_t SlotOf(const PagedBatch& b, int32_t seq, int64_t pos) {
   const int32_t* table = b.tables.data() + b.table_start[seq];
+  if (!b.seq_skip_from.empty() && pos >= b.seq_skip_from[seq]) pos += b.seq_skip[seq];
   return static_cast<int64_t>(table[pos / b.block_size]) * b.block_size + pos % b.block_size;
 }
 
@@ -48,53 +43,44 @@ torch::Tensor PagedAttention(const torch::Tensor& q_in, const torch::Tensor& k_p
   const int64_t kv_heads = k_pool.size(2);
   RF_CHECK(k_pool.size(3) == dim && heads % kv_heads == 0);
   RF_CHECK(static_cast<int64_t>(batch.row_seq.size()) == rows);
-  const int64_t group = heads / kv_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(dim));
   torch::Tensor out = torch::empty_like(q);
   const float* qp = q.data_ptr<float>();
   const float* kp = k_pool.data_ptr<float>();
   const float* vp = v_pool.data_ptr<float>();
   float* op = out.data_ptr<float>();
-  const int64_t slot_stride = kv_heads * dim;
 
-  // One work item: one query row and one kv head (its `group` query heads
-  // share every K and V read).
-  at::parallel_for(0, rows * kv_heads, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> scores;
-    std::vector<float> acc(group * dim);
-    for (int64_t item = begin; item < end; ++item) {
-      const int64_t r = item / kv_heads, g = item % kv_heads;
+  // One work item: one query row, all its heads (paged_attention_row.inc):
+  // positions walked block by block (a table lookup per block, not a division
+  // per position); a slot's K (then V) for every kv head is one contiguous
+  // read, so the pool is streamed in order, and the n samples of a prompt are
+  // neighbouring rows that find its shared blocks still in cache.
+  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  at::parallel_for(0, rows, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> scores, acc(heads * dim);
+    for (int64_t r = begin; r < end; ++r) {
       const int32_t seq = batch.row_seq[r];
-      const int64_t ctx = batch.row_context[r];
-      scores.resize(group * ctx);
-      for (int64_t t = 0; t < ctx; ++t) {
-        const float* k = kp + SlotOf(batch, seq, t) * slot_stride + g * dim;
-        for (int64_t h = 0; h < group; ++h) {
-          const float* qh = qp + (r * heads + g * group + h) * dim;
-          scores[h * ctx + t] = Dot(qh, k, dim) * scale;
-        }
-      }
-      for (int64_t h = 0; h < group; ++h) {
-        float* s = scores.data() + h * ctx;
-        float m = s[0];
-        for (int64_t t = 1; t < ctx; ++t) m = std::max(m, s[t]);
-        float sum = 0;
-        for (int64_t t = 0; t < ctx; ++t) sum += s[t] = std::exp(s[t] - m);
-        const float inv = 1.0f / sum;
-        for (int64_t t = 0; t < ctx; ++t) s[t] *= inv;
-      }
-      std::fill(acc.begin(), acc.end(), 0.0f);
-      for (int64_t t = 0; t < ctx; ++t) {
-        const float* v = vp + SlotOf(batch, seq, t) * slot_stride + g * dim;
-        for (int64_t h = 0; h < group; ++h) {
-          const float w = scores[h * ctx + t];
-          float* a = acc.data() + h * dim;
-          for (int64_t i = 0; i < dim; ++i) a[i] += w * v[i];
-        }
-      }
-      for (int64_t h = 0; h < group; ++h) {
-        std::memcpy(op + (r * heads + g * group + h) * dim, acc.data() + h * dim,
-                    dim * sizeof(float));
+      paged::RowArgs a;
+      a.q = qp + r * heads * dim;
+      a.k_pool = kp;
+      a.v_pool = vp;
+      a.table = batch.tables.data() + batch.table_start[seq];
+      a.block_size = batch.block_size;
+      a.ctx = batch.row_context[r];
+      a.skip_from = batch.seq_skip_from.empty() ? a.ctx : batch.seq_skip_from[seq];
+      a.skip = batch.seq_skip_from.empty() ? 0 : batch.seq_skip[seq];
+      a.heads = heads;
+      a.kv_heads = kv_heads;
+      a.dim = dim;
+      a.scale = scale;
+      scores.resize(heads * a.ctx);
+      a.scores = scores.data();
+      a.acc = acc.data();
+      a.out = op + r * heads * dim;
+      if (avx2) {
+        paged::AttendRowAvx2(a);
+      } else {
+        AttendRow(a);
       }
     }
   });

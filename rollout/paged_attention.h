@@ -4,7 +4,7 @@
 //
 // Pool layout, one pair per layer: k, v [num_blocks, block_size, num_kv_heads, head_dim],
 // contiguous float32. Token position p of a sequence lives in slot
-// table[p / block_size] * block_size + p % block_size. One query row is one
+// table[u / block_size] * block_size + u % block_size, u = p (or p + skip past a gap). One query row is one
 // new token; it attends to positions [0, context) of its own sequence, where
 // context = its position + 1, so decode tokens and prefill chunks go through
 // the same kernel. Grouped-query attention: query head h reads kv head
@@ -25,6 +25,10 @@ struct PagedBatch {
   std::vector<int64_t> row_slot;      // [rows] slot where the row's own k, v go
   std::vector<int32_t> tables;        // block tables of all sequences, concatenated
   std::vector<int32_t> table_start;   // [sequences + 1] offsets into `tables`
+  // Optional, [sequences] each: position p of a sequence lives at slot index
+  // p < skip_from ? p : p + skip of its table (a sample of a shared prompt
+  // leaves the rest of the prompt's last, shared block unused). Empty: no gaps.
+  std::vector<int64_t> seq_skip_from, seq_skip;
 };
 
 // pool[row_slot[r]] = kv[r] for every row. kv: [rows, num_kv_heads, head_dim].

@@ -94,5 +94,41 @@ TEST(PagedAttention, DecodeMatchesDenseCausalAttention) {
   EXPECT_TRUE(torch::allclose(got, want, 1e-5, 1e-5));
 }
 
+// A sample of a shared 6-token prompt (blocks 5 and 2, the second half full)
+// continues in block 7 from slot index 8: positions 6.. skip the 2 unused
+// slots of the shared block. Attention must still see positions 0..p densely.
+TEST(PagedAttention, GapAfterASharedPartialBlockIsSkipped) {
+  torch::manual_seed(6);
+  const int64_t bs = 4, heads = 4, kv_heads = 2, dim = 8, len = 11;
+  torch::Tensor k = torch::randn({len, kv_heads, dim}), v = torch::randn({len, kv_heads, dim});
+  torch::Tensor k_pool = torch::full({8, bs, kv_heads, dim}, 1e3f);  // garbage in unused slots
+  torch::Tensor v_pool = torch::full_like(k_pool, -1e3f);
+  PagedBatch b;
+  b.block_size = bs;
+  b.tables = {5, 2, 7};
+  b.table_start = {0, 3};
+  b.seq_skip_from = {6};
+  b.seq_skip = {2};
+  for (int p = 0; p < len; ++p) {
+    const int u = p < 6 ? p : p + 2;
+    b.row_seq.push_back(0);
+    b.row_context.push_back(p + 1);
+    b.row_slot.push_back(int64_t(b.tables[u / bs]) * bs + u % bs);
+  }
+  WritePagedKv(k_pool, k, b);
+  WritePagedKv(v_pool, v, b);
+  EXPECT_EQ(k_pool[2][2][0][0].item<float>(), 1e3f) << "the gap must stay unwritten";
+  torch::Tensor q = torch::randn({len, heads, dim});
+  torch::Tensor got = PagedAttention(q, k_pool, v_pool, b);
+  torch::Tensor kk = k.repeat_interleave(heads / kv_heads, 1),
+                vv = v.repeat_interleave(heads / kv_heads, 1);
+  torch::Tensor s = torch::matmul(q.transpose(0, 1), kk.permute({1, 2, 0})) / std::sqrt(dim);
+  s = s.masked_fill(torch::ones({len, len}).triu(1).to(torch::kBool), -1e30);
+  torch::Tensor want = torch::matmul(torch::softmax(s, -1), vv.transpose(0, 1)).transpose(0, 1);
+  EXPECT_TRUE(torch::allclose(got, want, 1e-5, 1e-5))
+      << "max diff " << (got - want).abs().max().item<float>();
+  EXPECT_TRUE(torch::allclose(PagedAttentionReference(q, k_pool, v_pool, b), want, 1e-5, 1e-5));
+}
+
 }  // namespace
 }  // namespace rlforge

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/fast_math.h"
 
 // Fortran BLAS (libblas.so.3: OpenBLAS through Debian's alternatives, the same
 // library libtorch calls).
@@ -42,46 +43,6 @@ inline void MaxShares(double a, double b, double* wa, double* wb) {
 }
 
 }  // namespace
-
-void TanhInPlace(float* x, int64_t n) {
-  // |x| < 0.5: the odd Taylor series to x^15 (next term < 5e-9 there).
-  // Otherwise tanh|x| = (1 - e) / (1 + e), e = exp(-2|x|) in (0, 0.37], with
-  // exp by Cody-Waite range reduction and a degree-7 polynomial. Branch-free,
-  // so the compiler vectorises the loop.
-  constexpr float kLog2e = 1.44269504f, kLn2Hi = 0.693145751953125f,
-                  kLn2Lo = 1.428606765330187e-06f;
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = x[i];
-    const float a = std::fabs(v);
-    const float s2 = v * v;
-    float poly = 929569.0f / 638512875.0f;
-    poly = poly * -s2 + 21844.0f / 6081075.0f;
-    poly = poly * s2 - 1382.0f / 155925.0f;
-    poly = poly * s2 + 62.0f / 2835.0f;
-    poly = poly * s2 - 17.0f / 315.0f;
-    poly = poly * s2 + 2.0f / 15.0f;
-    poly = poly * s2 - 1.0f / 3.0f;
-    const float small = v + v * s2 * poly;
-    const float y = std::max(-2.0f * a, -87.0f);
-    const int32_t k = static_cast<int32_t>(-y * kLog2e + 0.5f);  // round(-y log2 e) >= 0
-    const float kf = static_cast<float>(k);
-    const float r = (y + kf * kLn2Hi) + kf * kLn2Lo;  // y = -k ln2 + r
-    float e = 1.0f / 5040.0f;
-    e = e * r + 1.0f / 720.0f;
-    e = e * r + 1.0f / 120.0f;
-    e = e * r + 1.0f / 24.0f;
-    e = e * r + 1.0f / 6.0f;
-    e = e * r + 0.5f;
-    e = e * r + 1.0f;
-    e = e * r + 1.0f;
-    const int32_t bits = (127 - k) << 23;  // 2^-k
-    float scale;
-    std::memcpy(&scale, &bits, sizeof(scale));
-    e *= scale;
-    const float big = std::copysign((1.0f - e) / (1.0f + e), v);
-    x[i] = a < 0.5f ? small : big;
-  }
-}
 
 absl::StatusOr<FastPpoGrad> FastPpoGrad::Create(ActorCritic& model) {
   const ActorCriticOptions& o = model->options();

@@ -42,10 +42,6 @@ struct PpoGradResult {
   double policy_loss = 0, value_loss = 0, entropy = 0, approx_kl = 0, clipfrac = 0;
 };
 
-// tanh of n floats in place, within 2.5e-7 of std::tanh; vectorisable (no
-// calls, no branches), unlike std::tanh.
-void TanhInPlace(float* x, int64_t n);
-
 class FastPpoGrad {
  public:
   // Fails for what it does not cover (then use autograd): an activation

@@ -1,0 +1,219 @@
+// Rollout-engine throughput on a GRPO-shaped load, the rlforge side of
+// bench/engine_bench.py (which adds transformers' generate() on the same
+// weights and workload, and prints the comparison).
+//
+// For a ~10M or ~50M Llama-style model with random weights: 64 prompts of
+// 96-160 tokens (mean ~128), n = 8 samples each, temperature 1, each prompt
+// with its own stop point of 32-256 new tokens (no EOS, so every framework
+// generates exactly the same number of tokens). Runs the engine with prefix
+// sharing on and off (tokens/s, prompt KV memory, peak KV blocks) and naive
+// generation without a KV cache (full recompute every token, on the first
+// group and its first --naive-tokens tokens: it is quadratic). Writes the model
+// as a Hugging Face checkpoint and the workload as JSON into --dir, and one
+// JSON line of results to stdout.
+//
+//   build/bench/engine_bench --size 10m --dir /tmp/engine-bench [--threads 1]
+//       [--prompts 64] [--n 8] [--naive-tokens 32] [--time-unshared 1]
+#include <malloc.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "models/hf_checkpoint.h"
+#include "models/transformer.h"
+#include "nlohmann/json.hpp"
+#include "rollout/llm_engine.h"
+
+namespace {
+
+using rlforge::models::Transformer;
+using rlforge::models::TransformerConfig;
+using Clock = std::chrono::steady_clock;
+
+TransformerConfig Config(const std::string& size) {
+  TransformerConfig c;
+  c.architecture = "LlamaForCausalLM";
+  c.num_attention_heads = 8;
+  c.num_key_value_heads = 4;
+  c.max_position_embeddings = 1024;
+  if (size == "10m") {
+    c.vocab_size = 8192, c.hidden_size = 256, c.intermediate_size = 768, c.num_hidden_layers = 8;
+  } else {
+    c.vocab_size = 16384, c.hidden_size = 512, c.intermediate_size = 1408, c.num_hidden_layers = 12;
+  }
+  c.head_dim = c.hidden_size / c.num_attention_heads;
+  return c;
+}
+
+struct Workload {
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<int64_t> max_new;
+  int64_t n = 8;
+};
+
+Workload MakeWorkload(int64_t prompts, int64_t n, int64_t vocab) {
+  std::mt19937_64 rng(7);
+  Workload w;
+  w.n = n;
+  for (int64_t p = 0; p < prompts; ++p) {
+    int64_t len = 96 + static_cast<int64_t>(rng() % 65);
+    std::vector<int32_t> t(static_cast<size_t>(len));
+    for (auto& x : t) x = static_cast<int32_t>(1 + rng() % (vocab - 1));
+    w.prompts.push_back(std::move(t));
+    w.max_new.push_back(32 + static_cast<int64_t>(rng() % 225));
+  }
+  return w;
+}
+
+struct EngineResult {
+  double seconds = 0;
+  int64_t tokens = 0;
+  rlforge::EngineStats stats;
+  int64_t kv_bytes_per_slot = 0;
+};
+
+// kv_only: one new token per sample, to read the prompt KV footprint quickly.
+EngineResult RunEngine(Transformer& model, const Workload& w, bool prefix_sharing,
+                       bool kv_only = false) {
+  rlforge::EngineSettings s;
+  s.block_size = 16;
+  s.num_blocks = 16384;  // every sample of the load fits at once: no preemption
+  s.max_batch = 512;
+  s.max_tokens_per_step = 2048;
+  s.prefix_sharing = prefix_sharing;
+  rlforge::LlmEngine engine(model, s, 0);
+  for (size_t p = 0; p < w.prompts.size(); ++p) {
+    rlforge::GenerationRequest r;
+    r.id = p;
+    r.prompt = w.prompts[p];
+    r.n = w.n;
+    r.params.temperature = 1.0;
+    r.params.max_tokens = kv_only ? 1 : w.max_new[p];
+    r.params.seed = 1000 + p;
+    absl::Status st = engine.Submit(r);
+    if (!st.ok()) {
+      std::fprintf(stderr, "submit: %s\n", rlforge::Msg(st).c_str());
+      std::exit(1);
+    }
+  }
+  auto t0 = Clock::now();
+  absl::Status st = engine.RunToCompletion();
+  EngineResult out;
+  out.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (!st.ok()) {
+    std::fprintf(stderr, "engine: %s\n", rlforge::Msg(st).c_str());
+    std::exit(1);
+  }
+  int64_t tokens = 0;
+  for (const auto& g : engine.TakeFinished()) {
+    for (const auto& smp : g.samples) tokens += static_cast<int64_t>(smp.tokens.size());
+  }
+  out.tokens = tokens;
+  out.stats = engine.stats();
+  const TransformerConfig& c = model->config();
+  out.kv_bytes_per_slot = 2 * c.num_hidden_layers * c.num_key_value_heads * c.head_dim * 4;
+  return out;
+}
+
+// Naive sampling without a KV cache: the whole sequence through the model for
+// every new token. The group's n samples run as one batch (same lengths).
+double NaiveTokensPerSecond(Transformer& model, const std::vector<int32_t>& prompt, int64_t n,
+                            int64_t new_tokens) {
+  torch::NoGradGuard g;
+  auto tokens =
+      torch::tensor(std::vector<int64_t>(prompt.begin(), prompt.end())).unsqueeze(0).repeat({n, 1});
+  torch::manual_seed(1);
+  auto t0 = Clock::now();
+  for (int64_t i = 0; i < new_tokens; ++i) {
+    const int64_t len = tokens.size(1);
+    auto positions = torch::arange(len, torch::kLong).unsqueeze(0).expand({n, len});
+    auto segments = torch::zeros({n, len}, torch::kLong);
+    auto hidden = model->Hidden(tokens, positions, segments);
+    auto logits = model->Logits(hidden.select(1, len - 1));
+    auto next = torch::multinomial(torch::softmax(logits, -1), 1);
+    tokens = torch::cat({tokens, next}, 1);
+  }
+  double s = std::chrono::duration<double>(Clock::now() - t0).count();
+  return static_cast<double>(n * new_tokens) / s;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // As rlforge-actor does: keep freed tensor memory instead of returning it to
+  // the kernel every step.
+  mallopt(M_MMAP_THRESHOLD, 1 << 30);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  std::string size = "10m", dir = "/tmp/engine-bench";
+  int threads = 1;
+  int64_t prompts = 64, n = 8, naive_tokens = 32;
+  bool time_unshared = false;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string k = argv[i], v = argv[i + 1];
+    if (k == "--size") size = v;
+    if (k == "--dir") dir = v;
+    if (k == "--threads") threads = std::stoi(v);
+    if (k == "--prompts") prompts = std::stoll(v);
+    if (k == "--n") n = std::stoll(v);
+    if (k == "--naive-tokens") naive_tokens = std::stoll(v);
+    if (k == "--time-unshared") time_unshared = v == "1";
+  }
+  if (size != "10m" && size != "50m") {
+    std::fprintf(stderr, "--size must be 10m or 50m\n");
+    return 2;
+  }
+  torch::set_num_threads(threads);
+  torch::manual_seed(0);
+  TransformerConfig config = Config(size);
+  Transformer model(config);
+  model->eval();
+  std::string model_dir = dir + "/model-" + size;
+  std::filesystem::create_directories(model_dir);
+  if (absl::Status s = rlforge::models::SaveHfModel(model, model_dir); !s.ok()) {
+    std::fprintf(stderr, "save: %s\n", rlforge::Msg(s).c_str());
+    return 1;
+  }
+  Workload w = MakeWorkload(prompts, n, config.vocab_size);
+  nlohmann::json wj = {{"prompts", w.prompts}, {"max_new", w.max_new}, {"n", w.n}};
+  std::ofstream(dir + "/workload-" + size + ".json") << wj.dump();
+
+  EngineResult shared = RunEngine(model, w, true);
+  // Without sharing only the KV footprint is needed (--time-unshared 1 times it too).
+  EngineResult unshared = RunEngine(model, w, false, !time_unshared);
+  double naive = NaiveTokensPerSecond(model, w.prompts[0], n, naive_tokens);
+  int64_t want_tokens = 0;
+  for (int64_t m : w.max_new) want_tokens += m * n;
+  auto mib = [](int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); };
+  nlohmann::json out = {
+      {"size", size},
+      {"parameters", rlforge::models::ParameterCount(config)},
+      {"threads", threads},
+      {"requested_tokens", want_tokens},
+      {"engine_shared",
+       {{"seconds", shared.seconds},
+        {"tokens", shared.tokens},
+        {"tokens_per_s", shared.tokens / shared.seconds},
+        {"prompt_kv_mib", mib(shared.stats.prompt_kv_slots * shared.kv_bytes_per_slot)},
+        {"peak_kv_mib", mib(shared.stats.peak_blocks * 16 * shared.kv_bytes_per_slot)},
+        {"preemptions", shared.stats.preemptions},
+        {"steps", shared.stats.steps}}},
+      {"engine_unshared",
+       {{"seconds", unshared.seconds},
+        {"tokens", unshared.tokens},
+        {"tokens_per_s", unshared.tokens / unshared.seconds},
+        {"prompt_kv_mib", mib(unshared.stats.prompt_kv_slots * unshared.kv_bytes_per_slot)},
+        {"peak_kv_mib", mib(unshared.stats.peak_blocks * 16 * unshared.kv_bytes_per_slot)},
+        {"preemptions", unshared.stats.preemptions},
+        {"steps", unshared.stats.steps}}},
+      {"naive", {{"tokens_per_s", naive}, {"sequences", n}, {"new_tokens", naive_tokens}}},
+      {"model_dir", model_dir},
+  };
+  std::printf("%s\n", out.dump().c_str());
+  return 0;
+}
