@@ -190,27 +190,22 @@ int main(int argc, char** argv) {
   int64_t want_tokens = 0;
   for (int64_t m : w.max_new) want_tokens += m * n;
   auto mib = [](int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); };
+  auto as_json = [&](const EngineResult& r) {
+    return nlohmann::json{{"seconds", r.seconds},
+                          {"tokens", r.tokens},
+                          {"tokens_per_s", r.tokens / r.seconds},
+                          {"prompt_kv_mib", mib(r.stats.prompt_kv_slots * r.kv_bytes_per_slot)},
+                          {"peak_kv_mib", mib(r.stats.peak_blocks * 16 * r.kv_bytes_per_slot)},
+                          {"preemptions", r.stats.preemptions},
+                          {"steps", r.stats.steps}};
+  };
   nlohmann::json out = {
       {"size", size},
       {"parameters", rlforge::models::ParameterCount(config)},
       {"threads", threads},
       {"requested_tokens", want_tokens},
-      {"engine_shared",
-       {{"seconds", shared.seconds},
-        {"tokens", shared.tokens},
-        {"tokens_per_s", shared.tokens / shared.seconds},
-        {"prompt_kv_mib", mib(shared.stats.prompt_kv_slots * shared.kv_bytes_per_slot)},
-        {"peak_kv_mib", mib(shared.stats.peak_blocks * 16 * shared.kv_bytes_per_slot)},
-        {"preemptions", shared.stats.preemptions},
-        {"steps", shared.stats.steps}}},
-      {"engine_unshared",
-       {{"seconds", unshared.seconds},
-        {"tokens", unshared.tokens},
-        {"tokens_per_s", unshared.tokens / unshared.seconds},
-        {"prompt_kv_mib", mib(unshared.stats.prompt_kv_slots * unshared.kv_bytes_per_slot)},
-        {"peak_kv_mib", mib(unshared.stats.peak_blocks * 16 * unshared.kv_bytes_per_slot)},
-        {"preemptions", unshared.stats.preemptions},
-        {"steps", unshared.stats.steps}}},
+      {"engine_shared", as_json(shared)},
+      {"engine_unshared", as_json(unshared)},
       {"naive", {{"tokens_per_s", naive}, {"sequences", n}, {"new_tokens", naive_tokens}}},
       {"model_dir", model_dir},
   };

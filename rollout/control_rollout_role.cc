@@ -185,10 +185,12 @@ absl::StatusOr<WorkReply> ControlRolloutRole::Rollout(const proto::RolloutTask& 
   std::vector<std::vector<int64_t>> g_discrete(G);  // actions in flight, per group
   std::vector<std::vector<float>> g_learner(G), g_env(G);
   const void* step_actions = nullptr;  // not pipelined: the batch's, until observe()
+  // First env and env count of group g (one group of every env when not pipelined).
+  auto group_first = [&](int g) -> int64_t { return pipelined ? envs_->group_offset(g) : 0; };
+  auto group_count = [&](int g) -> int64_t { return pipelined ? envs_->group_size(g) : N; };
   auto act = [&](int64_t t, int g) -> absl::Status {
     auto c0 = std::chrono::steady_clock::now();
-    const int64_t off = pipelined ? envs_->group_offset(g) : 0;
-    const int64_t n = pipelined ? envs_->group_size(g) : N;
+    const int64_t off = group_first(g), n = group_count(g);
     float* o = obs_.data() + off * O;
     std::memcpy(obs.data() + (t * N + off) * O, o, n * O * sizeof(float));
     auto pout = model_->Forward(torch::from_blob(o, {n, O}, torch::kFloat32));
@@ -221,8 +223,7 @@ absl::StatusOr<WorkReply> ControlRolloutRole::Rollout(const proto::RolloutTask& 
     auto c0 = std::chrono::steady_clock::now();
     RETURN_IF_ERROR(pipelined ? envs_->EndStep(g, &out) : envs_->Step(step_actions, &out));
     env_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
-    const int64_t off = pipelined ? envs_->group_offset(g) : 0;
-    const int64_t n = pipelined ? envs_->group_size(g) : N;
+    const int64_t off = group_first(g), n = group_count(g);
     for (int64_t i = 0; i < n; ++i) {
       rewards[t * N + off + i] = static_cast<float>(out.reward[i]);
       term[t * N + off + i] = out.terminated[i];

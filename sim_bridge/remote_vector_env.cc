@@ -43,13 +43,14 @@ absl::StatusOr<std::unique_ptr<RemoteVectorEnv>> RemoteVectorEnv::Connect(
   if (addresses.empty()) return absl::InvalidArgumentError("no sim servers to connect to");
   std::vector<Server> servers;
   for (auto& a : addresses) {
-    Server s{a, zmq::socket_t(ctx, zmq::socket_type::dealer), nullptr};
-    s.socket.set(zmq::sockopt::linger, 0);
+    Server s{a, zmq::socket_t(), nullptr};
     if (IsShmAddress(a.endpoint)) {
       auto ch = ShmChannel::Open(a.endpoint, options.connect_timeout_ms, {});
       if (!ch.ok()) return Annotate(ch.status(), absl::StrCat("sim server ", a.name));
       s.shm = std::move(ch).value();
     } else {
+      s.socket = zmq::socket_t(ctx, zmq::socket_type::dealer);
+      s.socket.set(zmq::sockopt::linger, 0);
       try {
         s.socket.connect(a.endpoint);
       } catch (const zmq::error_t& e) {

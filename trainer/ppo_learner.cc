@@ -59,6 +59,38 @@ std::vector<T> ToVector(const torch::Tensor& t) {
   return std::vector<T>(c.data_ptr<T>(), c.data_ptr<T>() + c.numel());
 }
 
+// The fused path's per-sample columns as plain arrays (actions in `disc` for
+// categorical heads, in `cont` for Gaussian ones).
+struct FusedColumns {
+  std::vector<float> obs, cont, logp, val, adv, ret;
+  std::vector<int64_t> disc;
+
+  // Rows order[first .. first + count) of `from`, gathered into this.
+  void Gather(const FusedColumns& from, const std::vector<int64_t>& order, int64_t first,
+              int64_t count, int64_t obs_size, int64_t act_width) {
+    obs.resize(count * obs_size);
+    logp.resize(count), val.resize(count), adv.resize(count), ret.resize(count);
+    disc.resize(from.disc.empty() ? 0 : count);
+    cont.resize(from.cont.empty() ? 0 : count * act_width);
+    for (int64_t k = 0; k < count; ++k) {
+      const int64_t j = order[first + k];
+      std::copy_n(&from.obs[j * obs_size], obs_size, &obs[k * obs_size]);
+      if (!disc.empty()) disc[k] = from.disc[j];
+      if (!cont.empty()) std::copy_n(&from.cont[j * act_width], act_width, &cont[k * act_width]);
+      logp[k] = from.logp[j], val[k] = from.val[j], adv[k] = from.adv[j], ret[k] = from.ret[j];
+    }
+  }
+  void PointInto(PpoGradInputs* in) const {
+    in->obs = obs.data();
+    in->discrete = disc.empty() ? nullptr : disc.data();
+    in->continuous = cont.empty() ? nullptr : cont.data();
+    in->old_logprobs = logp.data();
+    in->old_values = val.data();
+    in->advantages = adv.data();
+    in->returns = ret.data();
+  }
+};
+
 }  // namespace
 
 std::map<std::string, double> PpoLearner::Update(const PpoBatch& batch, int64_t iteration,
@@ -80,27 +112,23 @@ std::map<std::string, double> PpoLearner::Update(const PpoBatch& batch, int64_t 
   torch::Tensor whole_adv;
   // The fused path's inputs as plain arrays, observations normalised once
   // (the statistics change only after the update).
-  std::vector<float> f_obs, f_cont, f_logp, f_val, f_adv, f_ret;
-  std::vector<int64_t> f_disc;
+  FusedColumns whole_cols, mb_cols;
   const int64_t obs_size = batch.obs.size(-1);
   const int64_t act_width = model_->options().discrete ? 1 : model_->options().action_size;
   if (fast_) {
     torch::NoGradGuard g;
-    f_obs = ToVector<float>(model_->NormalizedObs(batch.obs).to(torch::kFloat32));
+    whole_cols.obs = ToVector<float>(model_->NormalizedObs(batch.obs).to(torch::kFloat32));
     if (model_->options().discrete) {
-      f_disc = ToVector<int64_t>(batch.actions.to(torch::kLong));
+      whole_cols.disc = ToVector<int64_t>(batch.actions.to(torch::kLong));
     } else {
-      f_cont = ToVector<float>(batch.actions.to(torch::kFloat32));
+      whole_cols.cont = ToVector<float>(batch.actions.to(torch::kFloat32));
     }
-    f_logp = ToVector<float>(batch.logprobs);
-    f_val = ToVector<float>(batch.values);
-    f_adv = ToVector<float>(batch.advantages);
-    f_ret = ToVector<float>(batch.returns);
-    if (minibatches == 1 && p.normalize_advantages) NormalizeInPlace(f_adv);
+    whole_cols.logp = ToVector<float>(batch.logprobs);
+    whole_cols.val = ToVector<float>(batch.values);
+    whole_cols.adv = ToVector<float>(batch.advantages);
+    whole_cols.ret = ToVector<float>(batch.returns);
+    if (minibatches == 1 && p.normalize_advantages) NormalizeInPlace(whole_cols.adv);
   }
-  // Minibatch scratch for the fused path (rows gathered in shuffled order).
-  std::vector<float> m_obs, m_cont, m_logp, m_val, m_adv, m_ret;
-  std::vector<int64_t> m_disc;
   auto fused_step = [&](int64_t first) {
     PpoGradInputs in;
     in.batch = mb_size;
@@ -109,33 +137,11 @@ std::map<std::string, double> PpoLearner::Update(const PpoBatch& batch, int64_t 
     in.vf_coef = p.vf_coef;
     in.ent_coef = p.ent_coef;
     if (minibatches == 1) {
-      in.obs = f_obs.data();
-      in.discrete = f_disc.empty() ? nullptr : f_disc.data();
-      in.continuous = f_cont.empty() ? nullptr : f_cont.data();
-      in.old_logprobs = f_logp.data();
-      in.old_values = f_val.data();
-      in.advantages = f_adv.data();
-      in.returns = f_ret.data();
+      whole_cols.PointInto(&in);
     } else {
-      m_obs.resize(mb_size * obs_size);
-      m_logp.resize(mb_size), m_val.resize(mb_size), m_adv.resize(mb_size), m_ret.resize(mb_size);
-      if (!f_disc.empty()) m_disc.resize(mb_size);
-      if (!f_cont.empty()) m_cont.resize(mb_size * act_width);
-      for (int64_t k = 0; k < mb_size; ++k) {
-        const int64_t j = order[first + k];
-        std::copy_n(&f_obs[j * obs_size], obs_size, &m_obs[k * obs_size]);
-        if (!f_disc.empty()) m_disc[k] = f_disc[j];
-        if (!f_cont.empty()) std::copy_n(&f_cont[j * act_width], act_width, &m_cont[k * act_width]);
-        m_logp[k] = f_logp[j], m_val[k] = f_val[j], m_adv[k] = f_adv[j], m_ret[k] = f_ret[j];
-      }
-      if (p.normalize_advantages) NormalizeInPlace(m_adv);
-      in.obs = m_obs.data();
-      in.discrete = m_disc.empty() ? nullptr : m_disc.data();
-      in.continuous = m_cont.empty() ? nullptr : m_cont.data();
-      in.old_logprobs = m_logp.data();
-      in.old_values = m_val.data();
-      in.advantages = m_adv.data();
-      in.returns = m_ret.data();
+      mb_cols.Gather(whole_cols, order, first, mb_size, obs_size, act_width);
+      if (p.normalize_advantages) NormalizeInPlace(mb_cols.adv);
+      mb_cols.PointInto(&in);
     }
     return fast_->LossAndGrad(in);
   };
