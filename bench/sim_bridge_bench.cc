@@ -8,8 +8,10 @@
 // every variant alike.
 //
 //   build/bench/sim_bridge_bench [--steps 2000] [--rounds 3] [--rlforge build/rlforge]
+//                                [--env CartPole-v1] [--via shm]   (one env / transport only)
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <map>
@@ -93,7 +95,7 @@ double Measure(VectorEnv& env, int steps, rlforge::ActorCritic* policy, bool pip
 
 int main(int argc, char** argv) {
   int steps = 2000, rounds = 3;
-  std::string bin = "build/rlforge";
+  std::string bin = "build/rlforge", only_env, only_via;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i];
     if (k == "--steps")
@@ -102,20 +104,32 @@ int main(int argc, char** argv) {
       rounds = std::atoi(argv[i + 1]);
     else if (k == "--rlforge")
       bin = argv[i + 1];
+    else if (k == "--env")
+      only_env = argv[i + 1];
+    else if (k == "--via")
+      only_via = argv[i + 1];
   }
   torch::set_num_threads(1);
   setvbuf(stdout, nullptr, _IOLBF, 0);
-  std::printf("env steps/s, 64 envs per server, %d steps x %d interleaved rounds\n", steps, rounds);
+  std::printf(
+      "env steps/s (median of %d interleaved rounds of %d steps), 64 envs per server; "
+      "overheads: median over rounds of 1 - remote/in-process in the same round\n",
+      rounds, steps);
   std::printf("%-12s %-8s %-4s %10s %10s %10s %10s %10s %7s %7s %7s\n", "env", "policy", "via",
               "inproc-64", "1 server", "inproc-128", "2 servers", "2 piped", "ovh-1", "ovh-2",
               "ovh-2p");
+  std::vector<std::string> vias;
+  for (const std::string via : {"ipc", "shm"}) {
+    if (only_via.empty() || only_via == via) vias.push_back(via);
+  }
   for (const std::string id : {"CartPole-v1", "Acrobot-v1", "Pendulum-v1"}) {
+    if (!only_env.empty() && only_env != id) continue;
     rlforge::LocalProcessLauncher launcher;
     zmq::context_t ctx;
     // Per transport: one server for the 1-server case, two for the 2-server
     // case (an shm server takes one client).
     std::map<std::string, std::unique_ptr<VectorEnv>> one, two;
-    for (const std::string via : {"ipc", "shm"}) {
+    for (const std::string& via : vias) {
       std::vector<rlforge::sim::SimServerAddress> addrs;
       for (int k = 0; k < 3; ++k) {
         std::string tag = std::to_string(getpid()) + "-" + id + "-" + via + std::to_string(k);
@@ -145,25 +159,41 @@ int main(int argc, char** argv) {
     rlforge::ActorCritic policy(po);
     for (bool with_policy : {false, true}) {
       rlforge::ActorCritic* p = with_policy ? &policy : nullptr;
-      std::map<std::string, double> best;
+      // Per round, each variant's steps/s; an overhead is the median over rounds of
+      // 1 - remote/in-process within the same round, so a slow spell of the machine
+      // falls on both sides of a ratio (a best-of-rounds on each side would pair a
+      // lucky round of one with an unlucky round of the other).
+      std::map<std::string, std::vector<double>> runs;
       for (int r = 0; r < rounds; ++r) {
-        auto keep = [&](const std::string& k, double v) { best[k] = std::max(best[k], v); };
-        keep("l64", Measure(*local64, steps, p));
-        keep("l128", Measure(*local128, steps, p));
-        for (const std::string via : {"ipc", "shm"}) {
-          keep("r1" + via, Measure(*one[via], steps, p));
-          keep("r2" + via, Measure(*two[via], steps, p, /*pipelined=*/false));
-          if (p != nullptr) keep("r2p" + via, Measure(*two[via], steps, p, /*pipelined=*/true));
+        runs["l64"].push_back(Measure(*local64, steps, p));
+        runs["l128"].push_back(Measure(*local128, steps, p));
+        for (const std::string& via : vias) {
+          runs["r1" + via].push_back(Measure(*one[via], steps, p));
+          runs["r2" + via].push_back(Measure(*two[via], steps, p, /*pipelined=*/false));
+          if (p != nullptr) {
+            runs["r2p" + via].push_back(Measure(*two[via], steps, p, /*pipelined=*/true));
+          }
         }
       }
-      for (const std::string via : {"ipc", "shm"}) {
-        double piped = best["r2p" + via];
+      auto median = [](std::vector<double> v) {
+        if (v.empty()) return 0.0;
+        std::sort(v.begin(), v.end());
+        return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+      };
+      auto overhead = [&](const std::string& remote, const std::string& local) {
+        const auto& a = runs[remote];
+        const auto& b = runs[local];
+        std::vector<double> o;
+        for (size_t i = 0; i < a.size(); ++i) o.push_back(100 * (1 - a[i] / b[i]));
+        return median(o);
+      };
+      for (const std::string& via : vias) {
         std::printf("%-12s %-8s %-4s %10.0f %10.0f %10.0f %10.0f %10.0f %6.1f%% %6.1f%% %6.1f%%\n",
-                    id.c_str(), with_policy ? "+policy" : "none", via.c_str(), best["l64"],
-                    best["r1" + via], best["l128"], best["r2" + via], piped,
-                    100 * (1 - best["r1" + via] / best["l64"]),
-                    100 * (1 - best["r2" + via] / best["l128"]),
-                    with_policy ? 100 * (1 - piped / best["l128"]) : 0.0);
+                    id.c_str(), with_policy ? "+policy" : "none", via.c_str(), median(runs["l64"]),
+                    median(runs["r1" + via]), median(runs["l128"]), median(runs["r2" + via]),
+                    median(runs["r2p" + via]), overhead("r1" + via, "l64"),
+                    overhead("r2" + via, "l128"),
+                    with_policy ? overhead("r2p" + via, "l128") : 0.0);
       }
     }
   }

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status.h"
@@ -149,11 +150,14 @@ absl::Status RemoteVectorEnv::CheckReply(const Server& s, const SimReplyMessage&
 namespace {
 
 // Copies an observation tensor (f32 or f64) into out[offset...].
-absl::Status TakeObs(const TensorFrame* t, int64_t count, float* out, const std::string& where) {
-  if (t == nullptr) return absl::DataLossError(absl::StrCat(where, ": reply has no 'obs' tensor"));
+// `where` names the server; it is called only for an error (this runs every step).
+absl::Status TakeObs(const TensorFrame* t, int64_t count, float* out,
+                     absl::FunctionRef<std::string()> where) {
+  if (t == nullptr)
+    return absl::DataLossError(absl::StrCat(where(), ": reply has no 'obs' tensor"));
   if (t->numel() != count) {
     return absl::DataLossError(
-        absl::StrCat(where, ": 'obs' has ", t->numel(), " values, expected ", count));
+        absl::StrCat(where(), ": 'obs' has ", t->numel(), " values, expected ", count));
   }
   if (t->dtype() == proto::F32) {
     std::memcpy(out, t->data(), static_cast<size_t>(count) * sizeof(float));
@@ -162,7 +166,7 @@ absl::Status TakeObs(const TensorFrame* t, int64_t count, float* out, const std:
     for (int64_t i = 0; i < count; ++i) out[i] = static_cast<float>(d[i]);
   } else {
     return absl::DataLossError(
-        absl::StrCat(where, ": 'obs' must be f32 or f64, got ", DTypeName(t->dtype())));
+        absl::StrCat(where(), ": 'obs' must be f32 or f64, got ", DTypeName(t->dtype())));
   }
   return absl::OkStatus();
 }
@@ -190,7 +194,7 @@ absl::Status RemoteVectorEnv::Reset(absl::Span<const int64_t> seeds, std::vector
     const Server& s = servers_[i];
     RETURN_IF_ERROR(CheckReply(s, replies[i], "reset"));
     RETURN_IF_ERROR(TakeObs(FindTensor(replies[i], "obs"), s.num_envs * obs_size,
-                            obs->data() + s.offset * obs_size, Where(s)));
+                            obs->data() + s.offset * obs_size, [&] { return Where(s); }));
   }
   ended_.assign(total_envs_, 0);
   stepping_.assign(servers_.size(), 0);  // answers to steps begun before this are stale now
@@ -254,7 +258,7 @@ absl::Status RemoteVectorEnv::TakeStep(const Server& s, const SimReplyMessage& r
                                        int out_offset) {
   RETURN_IF_ERROR(CheckReply(s, r, "step"));
   int64_t obs_size = spec_.observation.flat_size();
-  std::string where = Where(s);
+  auto where = [&] { return Where(s); };
   RETURN_IF_ERROR(TakeObs(FindTensor(r, "obs"), s.num_envs * obs_size,
                           out->obs.data() + out_offset * obs_size, where));
   const TensorFrame* rew = FindTensor(r, "reward");
@@ -265,7 +269,7 @@ absl::Status RemoteVectorEnv::TakeStep(const Server& s, const SimReplyMessage& r
       (rew->dtype() != proto::F64 && rew->dtype() != proto::F32) || DTypeSize(term->dtype()) != 1 ||
       DTypeSize(trunc->dtype()) != 1) {
     return absl::DataLossError(absl::StrCat(
-        where, ": a step reply needs reward (f64 or f32), terminated and truncated (u8) with ",
+        where(), ": a step reply needs reward (f64 or f32), terminated and truncated (u8) with ",
         s.num_envs, " values each"));
   }
   for (int j = 0; j < s.num_envs; ++j) {
@@ -281,13 +285,13 @@ absl::Status RemoteVectorEnv::TakeStep(const Server& s, const SimReplyMessage& r
     const float* x = out->obs.data() + o * obs_size;
     for (int64_t k = 0; k < obs_size; ++k) {
       if (!std::isfinite(x[k])) {
-        return absl::DataLossError(absl::StrCat(where, " env ", g, " (its env ", j,
+        return absl::DataLossError(absl::StrCat(where(), " env ", g, " (its env ", j,
                                                 ") returned observation[", k, "] = ", x[k]));
       }
     }
     if (!std::isfinite(reward)) {
       return absl::DataLossError(
-          absl::StrCat(where, " env ", g, " (its env ", j, ") returned reward ", reward));
+          absl::StrCat(where(), " env ", g, " (its env ", j, ") returned reward ", reward));
     }
   }
   for (const pb::Episode& e : r.header.step().episodes()) {
