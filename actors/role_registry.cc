@@ -5,6 +5,7 @@
 #include "reward/reward_role.h"
 #include "rollout/control_rollout_role.h"
 #include "rollout/lm_rollout_role.h"
+#include "trainer/dpo_trainer_role.h"
 #include "trainer/grpo_trainer_role.h"
 #include "trainer/ppo_trainer_role.h"
 #include "trainer/sft_trainer_role.h"
@@ -25,7 +26,9 @@ absl::StatusOr<std::unique_ptr<Role>> MakeEcho(const JobConfig&, const proto::As
 // Roles whose implementation depends on the algorithm dispatch on it.
 absl::StatusOr<std::unique_ptr<Role>> MakeRollout(const JobConfig& c, const proto::Assignment& a) {
   if (c.job.algorithm == "ppo") return std::make_unique<ControlRolloutRole>(c, a);
-  if (c.job.algorithm == "grpo") return LmRolloutRole::Create(c, a);
+  if (c.job.algorithm == "grpo" || c.job.algorithm == "lm_ppo" || c.job.algorithm == "dpo") {
+    return LmRolloutRole::Create(c, a);
+  }
   return absl::InvalidArgumentError(
       absl::StrCat("job.algorithm ", c.job.algorithm, " has no rollout role"));
 }
@@ -33,7 +36,10 @@ absl::StatusOr<std::unique_ptr<Role>> MakeRollout(const JobConfig& c, const prot
 absl::StatusOr<std::unique_ptr<Role>> MakeTrainer(const JobConfig& c, const proto::Assignment& a) {
   if (c.job.algorithm == "ppo") return std::make_unique<PpoTrainerRole>(c, a);
   if (c.job.algorithm == "sft") return std::make_unique<SftTrainerRole>(c, a);
-  if (c.job.algorithm == "grpo") return GrpoTrainerRole::Create(c, a);
+  if (c.job.algorithm == "grpo" || c.job.algorithm == "lm_ppo") {
+    return GrpoTrainerRole::Create(c, a);
+  }
+  if (c.job.algorithm == "dpo") return DpoTrainerRole::Create(c, a);
   return absl::InvalidArgumentError(
       absl::StrCat("job.algorithm ", c.job.algorithm, " has no trainer role"));
 }

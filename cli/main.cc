@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -48,6 +49,31 @@ bool LoadOrReport(const std::string& path, const std::vector<std::string>& overr
   return false;
 }
 
+// model.init_job: a job that produces model.path (e.g. the SFT stage of an RL job), run
+// first when model.path is not there yet. Returns 0 when model.path exists afterwards.
+int RunInitJob(const std::string& path, const rlforge::JobConfig& main_job,
+               const rlforge::RunOptions& ro) {
+  const rlforge::ModelOptions& m = main_job.model;
+  if (m.init_job.empty() || m.path.empty() || std::filesystem::is_directory(m.path)) return 0;
+  std::fprintf(stderr, "rlforge: %s: model.path %s does not exist yet; running model.init_job %s\n",
+               path.c_str(), m.path.c_str(), m.init_job.c_str());
+  rlforge::LoadedJob first;
+  if (!LoadOrReport(m.init_job, {}, &first)) {
+    std::fprintf(stderr, "(%s: model.init_job names %s)\n", path.c_str(), m.init_job.c_str());
+    return 2;
+  }
+  if (int rc = rlforge::RunJob(first.config, ro); rc != 0) return rc;
+  if (!std::filesystem::is_directory(m.path)) {
+    std::fprintf(stderr,
+                 "error: %s: model.init_job %s finished, but model.path %s still does not exist "
+                 "(its checkpoints went to %s/%s*/checkpoints/)\n",
+                 path.c_str(), m.init_job.c_str(), m.path.c_str(), first.config.job.run_root.c_str(),
+                 first.config.job.name.c_str());
+    return 2;
+  }
+  return 0;
+}
+
 int CmdRun(const std::string& path, const std::vector<std::string>& overrides, bool all_external) {
   rlforge::LoadedJob job;
   if (!LoadOrReport(path, overrides, &job)) return 2;
@@ -59,6 +85,7 @@ int CmdRun(const std::string& path, const std::vector<std::string>& overrides, b
   ro.stop = &g_stop;
   ro.interactive = isatty(STDOUT_FILENO);
   InstallSignalHandlers();
+  if (int rc = RunInitJob(path, job.config, ro); rc != 0) return rc;
   return rlforge::RunJob(job.config, ro);
 }
 

@@ -9,13 +9,18 @@ using config::SchemaBuilder;
 
 void AddGrpoSection(SchemaBuilder<JobConfig>& job) {
   SchemaBuilder<GrpoOptions> b(
-      "GRPO for language models: n samples per prompt, group-normalised advantages, PPO clip "
-      "(separate low/high bounds), optional KL to the starting policy. Starts from model.path.");
+      "Policy-gradient RL of a language model (`job.algorithm: grpo` and `lm_ppo`): n samples "
+      "per prompt, PPO clip (separate low/high bounds), optional KL to the starting policy, "
+      "held-out evaluation. grpo uses group-normalised advantages; lm_ppo a critic (`critic:`). "
+      "Starts from model.path.");
   b.Int("prompts_per_iteration", &GrpoOptions::prompts_per_iteration,
         "Prompts (groups) per iteration.")
       .Min(1)
       .Max(65536);
-  b.Int("group_size", &GrpoOptions::group_size, "Samples per prompt (GRPO's n).").Min(2).Max(1024);
+  b.Int("group_size", &GrpoOptions::group_size,
+        "Samples per prompt (GRPO's n; at least 2 for grpo, any for lm_ppo).")
+      .Min(1)
+      .Max(1024);
   b.Double("temperature", &GrpoOptions::temperature, "Sampling temperature for training rollouts.")
       .Min(0, false);
   b.Double("top_p", &GrpoOptions::top_p, "Nucleus sampling mass; 1 is off.").Min(0, false).Max(1);
@@ -29,7 +34,8 @@ void AddGrpoSection(SchemaBuilder<JobConfig>& job) {
            "Dual-clip bound c for negative advantages (> 1); 0 is off.")
       .Min(0);
   b.Double("kl_beta", &GrpoOptions::kl_beta,
-           "Weight of the KL to the starting (reference) policy in the loss; 0: no reference.")
+           "Weight of the KL to the starting (reference) policy: a loss term for grpo, a "
+           "per-token reward penalty for lm_ppo; 0: no reference.")
       .Min(0);
   b.Choice("kl_estimator", &GrpoOptions::kl_estimator, {"k1", "k2", "k3"}, "KL estimator.");
   b.Choice("loss_aggregation", &GrpoOptions::loss_aggregation,
@@ -62,6 +68,75 @@ void AddGrpoSection(SchemaBuilder<JobConfig>& job) {
     }
   });
   job.Section("grpo", &JobConfig::grpo, b.Build());
+  job.Check([](const JobConfig& c, CheckContext& ctx) {
+    if (c.job.algorithm == "grpo" && c.grpo.group_size < 2) {
+      ctx.Error("grpo.group_size", absl::StrCat("grpo normalises rewards within a group, which "
+                                                "needs at least 2 samples per prompt, got ",
+                                                c.grpo.group_size));
+    }
+  });
+
+  SchemaBuilder<CriticOptions> cb(
+      "The value model of `job.algorithm: lm_ppo`: a copy of model.path with a fresh value "
+      "head and its own AdamW (trainer section's betas, weight decay and grad clip, constant "
+      "critic.lr); token-level "
+      "GAE over each response, clipped value loss.");
+  cb.Double("lr", &CriticOptions::lr, "Critic learning rate.").Min(0, false);
+  cb.Double("value_clip", &CriticOptions::value_clip,
+            "Clip of the value change per update (PPO's value clipping); 0 is off.")
+      .Min(0);
+  cb.Double("gamma", &CriticOptions::gamma, "Discount per token.").Min(0).Max(1);
+  cb.Double("lambda", &CriticOptions::lambda, "GAE lambda.").Min(0).Max(1);
+  cb.Bool("whiten_advantages", &CriticOptions::whiten_advantages,
+          "Normalise advantages over the batch's response tokens.");
+  cb.Int("warmup_iterations", &CriticOptions::warmup_iterations,
+         "First iterations that train only the critic (the policy stays at version 0's "
+         "weights), so early advantages come from a value model that has seen rewards.")
+      .Min(0);
+  job.Section("critic", &JobConfig::critic, cb.Build());
+
+  SchemaBuilder<DpoJobOptions> db(
+      "Direct preference optimisation (`job.algorithm: dpo`): each iteration builds fresh "
+      "(chosen, rejected) answer pairs from the task, the frozen starting policy scores them "
+      "once, the policy minimises the DPO loss; held-out accuracy by greedy generation.");
+  db.Int("pairs_per_iteration", &DpoJobOptions::pairs_per_iteration,
+         "Preference pairs per optimiser step.")
+      .Min(1)
+      .Max(65536);
+  db.Double("beta", &DpoJobOptions::beta, "DPO's beta (strength of the reference anchor).")
+      .Min(0, false);
+  db.Choice("loss_type", &DpoJobOptions::loss_type, {"sigmoid", "ipo"},
+            "sigmoid: Rafailov et al.; ipo: Azar et al.");
+  db.Double("label_smoothing", &DpoJobOptions::label_smoothing,
+            "Conservative DPO's label smoothing (sigmoid only).")
+      .Min(0)
+      .Max(0.5, false);
+  db.Choice("rejected", &DpoJobOptions::rejected, {"carryless", "random"},
+            "The rejected answer: carryless (the answer with every carry and borrow dropped, "
+            "where that differs; else random) or random (a nearby wrong number).");
+  db.Int("epochs", &DpoJobOptions::epochs, "Optimiser steps on each iteration's pairs.")
+      .Min(1)
+      .Max(64);
+  db.Int("eval_every", &DpoJobOptions::eval_every,
+         "Iterations between held-out evaluations (also before the first and after the "
+         "last); 0: only those two.")
+      .Min(0);
+  db.Int("eval_examples", &DpoJobOptions::eval_examples, "Held-out prompts per evaluation.")
+      .Min(1);
+  db.Int("max_new_tokens", &DpoJobOptions::max_new_tokens,
+         "Greedy generation budget per held-out answer.")
+      .Min(1);
+  job.Section("dpo", &JobConfig::dpo, db.Build());
+  job.Check([](const JobConfig& c, CheckContext& ctx) {
+    if (c.job.algorithm == "dpo" && c.data.source != "arithmetic") {
+      ctx.Error("data.source", absl::StrCat("dpo builds its preference pairs from the "
+                                            "arithmetic task; data.source ",
+                                            c.data.source, " has no pairs"));
+    }
+    if (c.job.algorithm == "dpo" && c.dpo.loss_type == "ipo" && c.dpo.label_smoothing > 0) {
+      ctx.Error("dpo.label_smoothing", "applies to loss_type sigmoid only");
+    }
+  });
 }
 
 }  // namespace rlforge

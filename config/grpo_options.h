@@ -1,4 +1,6 @@
-// The `grpo:` section: group-relative policy optimisation for language models.
+// Sections of language-model RL jobs: `grpo:` (sampling, clipped policy loss, evaluation;
+// used by grpo and lm_ppo), `critic:` (lm_ppo's value model and GAE), `dpo:` (preference
+// optimisation).
 #pragma once
 
 #include <cstdint>
@@ -26,6 +28,30 @@ struct GrpoOptions {
   int64_t eval_every = 5;
   int64_t eval_examples = 200;
   int64_t stream_groups = 4;
+};
+
+// lm_ppo: a critic initialised from model.path with a fresh value head, trained beside the
+// policy with its own AdamW; token-level GAE over each response.
+struct CriticOptions {
+  double lr = 5e-4;
+  double value_clip = 0.2;  // 0: unclipped value loss
+  double gamma = 1.0;
+  double lambda = 0.95;
+  bool whiten_advantages = true;
+  int64_t warmup_iterations = 0;  // iterations that train only the critic
+};
+
+// dpo: offline preference pairs built from the task each iteration.
+struct DpoJobOptions {
+  int64_t pairs_per_iteration = 32;
+  double beta = 0.1;
+  std::string loss_type = "sigmoid";  // sigmoid | ipo
+  double label_smoothing = 0;
+  std::string rejected = "carryless";  // carryless | random
+  int64_t epochs = 1;
+  int64_t eval_every = 10;
+  int64_t eval_examples = 200;
+  int64_t max_new_tokens = 8;
 };
 
 }  // namespace rlforge

@@ -22,9 +22,13 @@ std::shared_ptr<const Schema> JobSection() {
   b.String("name", &JobOptions::name,
            "Run name; the run directory is job.run_root/job.name. Default: the job file's "
            "name. An existing directory gets a numeric suffix.");
-  b.Choice("algorithm", &JobOptions::algorithm, {"echo", "ppo", "sft", "grpo"},
+  b.Choice("algorithm", &JobOptions::algorithm,
+           {"echo", "ppo", "sft", "grpo", "lm_ppo", "dpo"},
            "The training loop: `ppo` (control policies in simulators), `sft` (supervised "
-           "fine-tuning of a language model), `grpo` (RL of a language model on a verifiable task) or `echo` (the transport self-test).")
+           "fine-tuning of a language model), `grpo` (RL of a language model on a verifiable "
+           "task, group-normalised advantages), `lm_ppo` (the same with a critic), `dpo` "
+           "(preference optimisation of a language model) or `echo` (the transport "
+           "self-test).")
       .Required();
   b.Int("seed", &JobOptions::seed, "Seed for every random choice in the job.").Min(0);
   b.Int("iterations", &JobOptions::iterations, "Iterations of the training loop.").Min(1);

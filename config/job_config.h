@@ -83,6 +83,8 @@ struct JobConfig {
   WeightsOptions weights;
   EngineOptions engine;
   GrpoOptions grpo;
+  CriticOptions critic;
+  DpoJobOptions dpo;
   RewardOptions reward;
   DashboardOptions dashboard;
   ModelOptions model;

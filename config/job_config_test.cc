@@ -41,6 +41,32 @@ TEST(JobConfigTest, EchoNeedsWorkers) {
             "t.yaml:3:3: echo.workers: job.algorithm is echo, which needs at least 1 echo worker");
 }
 
+TEST(JobConfigTest, GrpoNeedsGroupsOfTwoButLmPpoDoesNot) {
+  LoadedJob g = LoadJobText("job: {algorithm: grpo}\ngrpo:\n  group_size: 1\n", "t.yaml");
+  ASSERT_EQ(g.errors.size(), 1u) << config::FormatErrors(g.errors);
+  EXPECT_EQ(g.errors[0].key, "grpo.group_size");
+  EXPECT_NE(g.errors[0].ToString().find("t.yaml:3:3: grpo.group_size: grpo normalises"),
+            std::string::npos)
+      << g.errors[0].ToString();
+  LoadedJob p = LoadJobText("job: {algorithm: lm_ppo}\ngrpo:\n  group_size: 1\n", "t.yaml");
+  EXPECT_TRUE(p.ok()) << config::FormatErrors(p.errors);
+}
+
+TEST(JobConfigTest, DpoOptionsAreChecked) {
+  LoadedJob j = LoadJobText(
+      "job: {algorithm: dpo}\ndata: {source: jsonl}\ndpo: {loss_type: ipo, label_smoothing: 0.1, "
+      "beta: 0}\n",
+      "t.yaml");
+  std::string all = config::FormatErrors(j.errors);
+  EXPECT_NE(all.find("dpo.beta"), std::string::npos) << all;
+  EXPECT_NE(all.find("data.source: dpo builds its preference pairs"), std::string::npos) << all;
+  EXPECT_NE(all.find("dpo.label_smoothing: applies to loss_type sigmoid only"), std::string::npos)
+      << all;
+  LoadedJob bad = LoadJobText("job: {algorithm: dpo}\ndpo: {rejected: worst}\n", "t.yaml");
+  ASSERT_EQ(bad.errors.size(), 1u);
+  EXPECT_EQ(bad.errors[0].key, "dpo.rejected");
+}
+
 // docs/config.md embeds the generated reference; a key added without
 // regenerating it (rlforge config-docs) fails here.
 TEST(JobConfigTest, DocsConfigMdIsCurrent) {

@@ -18,6 +18,10 @@ std::shared_ptr<const Schema> ModelSection() {
   b.String("path", &ModelOptions::path,
            "Checkpoint directory (config.json, model.safetensors or shards + index, "
            "tokenizer.json); empty: build from scratch with the sizes below.");
+  b.String("init_job", &ModelOptions::init_job,
+           "A job file (e.g. an SFT stage) that `rlforge run` runs first when model.path does "
+           "not exist yet; it must write model.path. Relative to the working directory, as "
+           "model.path is. Empty: model.path must exist.");
   b.Choice("architecture", &ModelOptions::architecture, {"LlamaForCausalLM", "Qwen2ForCausalLM"},
            "From scratch: the family (Qwen2 adds qkv bias).");
   b.Int("hidden_size", &ModelOptions::hidden_size, "From scratch: model width.").Min(8).Max(16384);
@@ -88,6 +92,12 @@ std::shared_ptr<const Schema> DataSection() {
   b.Choice("style", &DataOptions::style, {"plain", "question"},
            "source arithmetic: \"12+345=\" -> \"357\", or \"What is 12 + 345?\" -> "
            "\"The answer is 357.\"");
+  b.Double("demo_carry_errors", &DataOptions::demo_carry_errors,
+           "source arithmetic: share of training responses written with every carry and "
+           "borrow dropped (\"78+5=\" -> \"73\"): flawed demonstrations for an SFT stage. "
+           "Answers used by rewards and evaluation stay exact.")
+      .Min(0)
+      .Max(1);
   b.String("prompt_template", &DataOptions::prompt_template,
            "How a prompt is wrapped: none, chatml, or a custom text with {system} and {user}.");
   b.String("system_prompt", &DataOptions::system_prompt, "System text for the prompt template.");

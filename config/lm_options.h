@@ -12,6 +12,7 @@ namespace rlforge {
 // scratch with the sizes below and a char-level tokenizer over the data's characters.
 struct ModelOptions {
   std::string path;  // HF checkpoint dir (config.json, safetensors, tokenizer.json); "" = scratch
+  std::string init_job;  // job file run first when `path` does not exist yet (it writes path)
   std::string architecture = "LlamaForCausalLM";
   int64_t hidden_size = 128;
   int64_t intermediate_size = 352;
@@ -34,7 +35,8 @@ struct DataOptions {
   int64_t min_digits = 1;             // arithmetic operands
   int64_t max_digits = 3;
   std::vector<std::string> ops = {"+", "-"};
-  std::string style = "plain";  // arithmetic: plain | question
+  std::string style = "plain";   // arithmetic: plain | question
+  double demo_carry_errors = 0;  // arithmetic: share of train responses with carries dropped
   std::string prompt_template = "none";
   std::string system_prompt;
 };

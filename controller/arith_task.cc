@@ -86,6 +86,10 @@ absl::StatusOr<ArithmeticTask> ArithmeticTask::Create(const ArithmeticOptions& o
     return absl::InvalidArgumentError(absl::StrCat(
         "arithmetic task: heldout_fraction must be in (0, 1), got ", o.heldout_fraction));
   }
+  if (!(o.demo_carry_errors >= 0 && o.demo_carry_errors <= 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "arithmetic task: demo_carry_errors must be in [0, 1], got ", o.demo_carry_errors));
+  }
   if (o.style != "plain" && o.style != "question") {
     return absl::InvalidArgumentError(
         absl::StrCat("arithmetic task: style '", o.style, "' is not plain or question"));
@@ -150,6 +154,13 @@ PromptExample ArithmeticTask::Example(uint64_t seed, Split split, uint64_t index
       ex.prompt = absl::StrCat(p.a, p.op, p.b, "=");
     }
     ex.response = ResponseFor(ex.answer);
+    if (split == Split::kTrain && options_.demo_carry_errors > 0) {
+      // Its own draw, so the problem stream is the same with or without flaws.
+      const uint64_t u = SplitMix64(base ^ 0x666c6177ull);
+      if (static_cast<double>(u >> 11) * 0x1.0p-53 < options_.demo_carry_errors) {
+        ex.response = ResponseFor(absl::StrCat(CarrylessValue(p.a, p.b, p.op)));
+      }
+    }
     return ex;
   }
 }
@@ -159,6 +170,21 @@ std::vector<PromptExample> ArithmeticTask::Examples(uint64_t seed, Split split, 
   std::vector<PromptExample> out;
   out.reserve(n);
   for (size_t i = 0; i < n; ++i) out.push_back(Example(seed, split, index + i));
+  return out;
+}
+
+int64_t ArithmeticTask::CarrylessValue(int64_t a, int64_t b, const std::string& op) {
+  if ((op != "+" && op != "-") || a < 0 || b < 0 || (op == "-" && a < b)) {
+    return op == "+" ? a + b : op == "-" ? a - b : a * b;
+  }
+  int64_t out = 0, place = 1;
+  while (a > 0 || b > 0) {
+    const int64_t x = a % 10, y = b % 10;
+    out += place * (op == "+" ? (x + y) % 10 : (x - y + 10) % 10);
+    place *= 10;
+    a /= 10;
+    b /= 10;
+  }
   return out;
 }
 

@@ -29,6 +29,11 @@ struct ArithmeticOptions {
   // "plain":    prompt "12+345=",           response "357"
   // "question": prompt "What is 12 + 345?", response "The answer is 357."
   std::string style = "plain";
+  // Flawed demonstrations: this share of training examples (+ and - only, where it makes a
+  // difference) get a response written with every carry and borrow dropped ("78+5=" ->
+  // "73"), as from a careless annotator. `answer` stays exact, so rewards and evaluation
+  // always score the true value; held-out examples are never flawed. In [0, 1].
+  double demo_carry_errors = 0;
 };
 
 enum class Split { kTrain, kHeldout };
@@ -54,6 +59,10 @@ class ArithmeticTask {
   std::string Alphabet() const;
 
   const ArithmeticOptions& options() const { return options_; }
+
+  // The value written with every carry (+) or borrow (-) dropped, digit by digit:
+  // 78+5 -> 73, 52-7 -> 55. For * (and a - b < 0) the true value.
+  static int64_t CarrylessValue(int64_t a, int64_t b, const std::string& op);
 
  private:
   explicit ArithmeticTask(ArithmeticOptions o) : options_(std::move(o)) {}

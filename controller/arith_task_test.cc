@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <set>
 
 namespace rlforge {
@@ -95,6 +96,52 @@ TEST(ArithmeticTaskTest, AlphabetCoversEveryExample) {
     std::set<char> unique(alphabet.begin(), alphabet.end());
     EXPECT_EQ(unique.size(), alphabet.size());
   }
+}
+
+TEST(ArithmeticTaskTest, CarrylessValueDropsEveryCarryAndBorrow) {
+  EXPECT_EQ(ArithmeticTask::CarrylessValue(78, 5, "+"), 73);
+  EXPECT_EQ(ArithmeticTask::CarrylessValue(99, 1, "+"), 90);
+  EXPECT_EQ(ArithmeticTask::CarrylessValue(12, 34, "+"), 46);  // no carry: exact
+  EXPECT_EQ(ArithmeticTask::CarrylessValue(52, 7, "-"), 55);
+  EXPECT_EQ(ArithmeticTask::CarrylessValue(100, 1, "-"), 109);
+  EXPECT_EQ(ArithmeticTask::CarrylessValue(3, 7, "-"), -4);  // negative: exact
+  EXPECT_EQ(ArithmeticTask::CarrylessValue(12, 9, "*"), 108);
+}
+
+TEST(ArithmeticTaskTest, FlawedDemonstrationsChangeOnlyTrainResponses) {
+  ArithmeticOptions clean;
+  clean.max_digits = 2;
+  ArithmeticOptions flawed = clean;
+  flawed.demo_carry_errors = 0.5;
+  auto a = ArithmeticTask::Create(clean).value();
+  auto b = ArithmeticTask::Create(flawed).value();
+  int differs = 0, flawed_count = 0;
+  for (uint64_t i = 0; i < 2000; ++i) {
+    PromptExample x = a.Example(3, Split::kTrain, i), y = b.Example(3, Split::kTrain, i);
+    ASSERT_EQ(x.prompt, y.prompt);  // the same problems
+    ASSERT_EQ(x.answer, y.answer);  // rewards still score the true value
+    EXPECT_EQ(x.response, x.answer);
+    int64_t l = 0, r = 0;
+    char op = 0;
+    ASSERT_EQ(std::sscanf(x.prompt.c_str(), "%ld%c%ld=", &l, &op, &r), 3);
+    const int64_t carryless = ArithmeticTask::CarrylessValue(l, r, std::string(1, op));
+    if (carryless == std::stoll(x.answer)) {
+      EXPECT_EQ(y.response, x.answer) << x.prompt;
+      continue;
+    }
+    ++differs;
+    if (y.response != x.answer) {
+      ++flawed_count;
+      EXPECT_EQ(y.response, std::to_string(carryless)) << x.prompt;
+    }
+    PromptExample h = b.Example(3, Split::kHeldout, i);
+    EXPECT_EQ(h.response, h.answer) << "held-out examples are never flawed";
+  }
+  ASSERT_GT(differs, 300);
+  EXPECT_NEAR(static_cast<double>(flawed_count) / differs, 0.5, 0.06);
+  flawed.demo_carry_errors = 1.5;
+  EXPECT_NE(ArithmeticTask::Create(flawed).status().message().find("demo_carry_errors"),
+            std::string::npos);
 }
 
 TEST(ArithmeticTaskTest, BadOptionsAreNamed) {

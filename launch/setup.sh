@@ -50,6 +50,10 @@ rlforge_ensure_packages() {
 rlforge_ensure_build() {
   local jobs
   jobs="$(nproc 2>/dev/null || echo 2)"
+  # Paths relative to the checkout in ccache's hash: a fresh clone elsewhere (CI) reuses
+  # what an earlier build compiled.
+  export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$RLFORGE_ROOT}"
+  export CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-true}"
   export CCACHE_SLOPPINESS="${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}"
   if [ ! -f "$RLFORGE_BUILD/CMakeCache.txt" ]; then
     cmake -S "$RLFORGE_ROOT" -B "$RLFORGE_BUILD" -DCMAKE_BUILD_TYPE=Release -DRLFORGE_WERROR=ON >&2 || return 1

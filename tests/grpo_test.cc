@@ -1,8 +1,13 @@
-// End-to-end GRPO jobs through the rlforge binary: a seconds-long SFT stage makes the
-// starting checkpoint, then configs/grpo_arith.yaml runs a few iterations on it with
-// the trainer, the rollout engine and a reward worker as separate processes.
+// End-to-end language-model RL jobs through the rlforge binary: a seconds-long SFT stage
+// makes the starting checkpoint, then configs/grpo_arith.yaml, ppo_arith.yaml and
+// dpo_arith.yaml run a few iterations on it with the trainer, the rollout engine and a
+// reward worker as separate processes.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <cmath>
+#include <fstream>
+#include <sstream>
 
 #include "nlohmann/json.hpp"
 #include "tests/job_process.h"
@@ -11,6 +16,8 @@ namespace rlforge::testing {
 namespace {
 
 std::string Grpo() { return SourceDir() + "/configs/grpo_arith.yaml"; }
+std::string Ppo() { return SourceDir() + "/configs/ppo_arith.yaml"; }
+std::string Dpo() { return SourceDir() + "/configs/dpo_arith.yaml"; }
 
 // The SFT stage both tests start from (4 optimiser steps of configs/sft_tiny.yaml).
 std::string SftCheckpoint(const std::string& root) {
@@ -70,7 +77,7 @@ TEST(GrpoTest, MissingStartingCheckpointIsAClearError) {
   std::string root = FreshDir("grpo_nopath");
   auto [code, out] = RunRlforge({"run", Grpo(), "job.run_root=" + root, "job.name=g",
                                  "model.path=" + root + "/no/such/checkpoint",
-                                 "job.iterations=1"},
+                                 "model.init_job=''", "job.iterations=1"},
                                 120);
   EXPECT_NE(code, 0) << out;
   // Refused before any actor starts, so no actor reports it first in other words.
@@ -78,6 +85,135 @@ TEST(GrpoTest, MissingStartingCheckpointIsAClearError) {
             std::string::npos)
       << out;
   EXPECT_EQ(out.find("started trainer-0"), std::string::npos) << out;
+}
+
+// configs/ppo_arith.yaml with `exact` replaced by a length penalty: a seconds-long SFT model
+// never answers correctly, and all-zero rewards would leave the critic nothing to learn.
+std::string PpoWithLengthReward(const std::string& root) {
+  std::ifstream in(Ppo());
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string text = ss.str();
+  const std::string exact = "kind: exact_answer\n      params:\n        extract: full\n";
+  const size_t at = text.find(exact);
+  EXPECT_NE(at, std::string::npos) << "configs/ppo_arith.yaml's reward section changed";
+  if (at != std::string::npos) {
+    text.replace(at, exact.size(),
+                 "kind: length_penalty\n      params:\n        max_length: 4\n        buffer: 3\n");
+  }
+  const std::string path = root + "/ppo_length.yaml";
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST(LmPpoTest, CriticJobTrainsValueModelThenPolicy) {
+  std::string root = FreshDir("ppo_arith");
+  const std::string base = SftCheckpoint(root);
+  auto [code, out] = RunRlforge(
+      {"run", PpoWithLengthReward(root), "job.run_root=" + root, "job.name=p", "model.path=" + base,
+       "job.iterations=4", "grpo.prompts_per_iteration=8", "grpo.group_size=1",
+       "grpo.eval_every=0", "grpo.eval_examples=8", "critic.warmup_iterations=2",
+       "grpo.kl_beta=0.05", "trainer.lr=1e-3"},
+      300);
+  ASSERT_EQ(code, 0) << out;
+  auto m = ReadMetricsJsonl(root + "/p");
+  ASSERT_EQ(m.size(), 5u) << out;
+  EXPECT_TRUE(m[0]["metrics"].contains("heldout_accuracy"));
+  EXPECT_TRUE(m[4]["metrics"].contains("heldout_accuracy"));
+  for (int step = 1; step <= 4; ++step) {
+    const auto& r = m[step]["metrics"];
+    for (const char* k : {"value_loss", "value_clipfrac", "value_mean", "return_mean",
+                          "explained_variance", "kl", "entropy", "clipfrac_low"}) {
+      EXPECT_TRUE(r.contains(k)) << k << " at step " << step;
+    }
+    EXPECT_EQ(r["policy_version_lag"].get<double>(), 0);
+    EXPECT_LT(r["logprob_mismatch_max"].get<double>(), 1e-3) << out;
+    // The critic starts at V = 0 (a zero value head): the first values are all zero.
+    if (step == 1) {
+      EXPECT_EQ(r["value_mean"].get<double>(), 0.0);
+    }
+    // Critic warm-up: the policy keeps version 0 for the first 2 iterations.
+    const double expected_version = step <= 2 ? 0 : step - 2;
+    EXPECT_EQ(r["policy_version"].get<double>(), expected_version) << "step " << step;
+    EXPECT_EQ(r.contains("critic_warmup"), step <= 2) << "step " << step;
+  }
+  // Long answers are penalised: the returns are negative, and the value model, fitted to
+  // them in iteration 1, predicts less than zero by iteration 2.
+  EXPECT_LT(m[1]["metrics"]["return_mean"].get<double>(), 0.0);
+  EXPECT_LT(m[2]["metrics"]["value_mean"].get<double>(), 0.0);
+}
+
+TEST(DpoTest, PreferenceJobTrainsOnFreshPairsAndEvaluates) {
+  std::string root = FreshDir("dpo_arith");
+  const std::string base = SftCheckpoint(root);
+  auto [code, out] = RunRlforge(
+      {"run", Dpo(), "job.run_root=" + root, "job.name=d", "model.path=" + base,
+       "job.iterations=4", "dpo.pairs_per_iteration=8", "dpo.eval_every=2",
+       "dpo.eval_examples=8", "trainer.lr=1e-3", "trainer.warmup_steps=0"},
+      300);
+  ASSERT_EQ(code, 0) << out;
+  auto m = ReadMetricsJsonl(root + "/d");
+  ASSERT_EQ(m.size(), 5u) << out;
+  for (int step : {0, 2, 4}) EXPECT_TRUE(m[step]["metrics"].contains("heldout_accuracy"));
+  EXPECT_FALSE(m[1]["metrics"].contains("heldout_accuracy"));
+  for (int step = 1; step <= 4; ++step) {
+    const auto& r = m[step]["metrics"];
+    EXPECT_EQ(r["pairs"].get<double>(), 8);
+    EXPECT_EQ(r["policy_version"].get<double>(), step);
+    for (const char* k : {"dpo/loss", "dpo/margin", "dpo/accuracy", "dpo/logp_gap"}) {
+      EXPECT_TRUE(r.contains(k)) << k;
+    }
+    EXPECT_GT(r["carryless_rejected_fraction"].get<double>(), 0);
+    EXPECT_LE(r["carryless_rejected_fraction"].get<double>(), 1);
+  }
+  // Measured before the first update, the policy is its own reference: margin 0, loss ln 2.
+  EXPECT_NEAR(m[1]["metrics"]["dpo/margin"].get<double>(), 0.0, 1e-4);
+  EXPECT_NEAR(m[1]["metrics"]["dpo/loss"].get<double>(), std::log(2.0), 1e-4);
+  // Later batches are new pairs, ranked by an updated policy: no longer the reference.
+  EXPECT_NE(m[4]["metrics"]["dpo/margin"].get<double>(), 0.0);
+}
+
+TEST(InitJobTest, FirstStageRunsWhenTheCheckpointIsMissingAndOnlyThen) {
+  std::string root = FreshDir("init_job");
+  // The first stage: sft_tiny writing into this test's folder.
+  std::string sft = root + "/sft_stage.yaml";
+  {
+    std::ifstream in(SourceDir() + "/configs/sft_tiny.yaml");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    std::string text = ss.str();
+    text.replace(text.find("  seed: 3\n"), 10,
+                 "  seed: 3\n  name: stage\n  run_root: " + root + "\n");
+    text.replace(text.find("  steps: 12\n"), 12, "  steps: 4\n");
+    text.replace(text.find("  eval_every: 8\n"), 16, "  eval_every: 0\n");
+    text.replace(text.find("  save_every: 8\n"), 16, "  save_every: 0\n");
+    std::ofstream(sft) << text;
+  }
+  const std::string ckpt = root + "/stage/checkpoints/step_4";
+  std::vector<std::string> args = {"run", Grpo(), "job.run_root=" + root, "job.name=g",
+                                   "model.path=" + ckpt, "model.init_job=" + sft,
+                                   "job.iterations=1", "grpo.prompts_per_iteration=2",
+                                   "grpo.group_size=2", "grpo.eval_examples=4"};
+  auto [code, out] = RunRlforge(args, 300);
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("running model.init_job"), std::string::npos) << out;
+  EXPECT_TRUE(std::filesystem::is_directory(ckpt));
+  EXPECT_EQ(ReadMetricsJsonl(root + "/g").size(), 2u);
+  // Second run: the checkpoint is there, the first stage is not run again.
+  args[3] = "job.name=g2";
+  auto [code2, out2] = RunRlforge(args, 300);
+  ASSERT_EQ(code2, 0) << out2;
+  EXPECT_EQ(out2.find("running model.init_job"), std::string::npos) << out2;
+  EXPECT_FALSE(std::filesystem::exists(root + "/stage-2"));
+  // A first stage that does not write model.path is an error naming both.
+  auto [code3, out3] = RunRlforge({"run", Grpo(), "job.run_root=" + root, "job.name=g3",
+                                   "model.path=" + root + "/elsewhere", "model.init_job=" + sft,
+                                   "job.iterations=1"},
+                                  300);
+  EXPECT_EQ(code3, 2) << out3;
+  EXPECT_NE(out3.find("model.path " + root + "/elsewhere still does not exist"),
+            std::string::npos)
+      << out3;
 }
 
 }  // namespace

@@ -1,16 +1,14 @@
 #include "trainer/grpo_trainer_role.h"
 
-#include <unistd.h>
-
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
-#include "models/actor_critic.h"
 #include "models/hf_checkpoint.h"
 #include "proto/lm_groups.h"
 #include "trainer/lm_losses.h"
 #include "trainer/lm_metrics.h"
+#include "trainer/token_ppo.h"
 
 namespace rlforge {
 
@@ -20,86 +18,52 @@ double Since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
-// Rows prompt + response, right-padded. Column t of the [B, T-1] tensors is the prediction
-// of token t+1: mask is 1 where that token is a response token.
-struct PaddedBatch {
-  torch::Tensor tokens, positions, segments;  // [B, T]
-  torch::Tensor targets, mask, old_logp;      // [B, T-1]
-};
-
-PaddedBatch Pad(const std::vector<LmGroup>& groups) {
-  int64_t rows = 0, width = 0;
-  for (const auto& g : groups) {
-    for (const auto& s : g.samples) {
-      ++rows;
-      width = std::max<int64_t>(width, g.prompt.size() + s.tokens.size());
+// model.path's weights with a value head initialised to zero: V = 0 everywhere at first,
+// so the first advantages are the plain returns rather than noise from a random head.
+absl::StatusOr<models::Transformer> LoadCritic(const std::string& path) {
+  ASSIGN_OR_RETURN(models::Transformer base, models::LoadHfModel(path, torch::kFloat32));
+  models::Transformer critic(base->config(), /*value_head=*/true);
+  torch::NoGradGuard ng;
+  auto from = base->named_parameters();
+  for (auto& p : critic->named_parameters()) {
+    if (const torch::Tensor* src = from.find(p.key())) {
+      p.value().copy_(*src);
+    } else {
+      p.value().zero_();  // value_head.weight / .bias
     }
   }
-  PaddedBatch b;
-  b.tokens = torch::zeros({rows, width}, torch::kLong);
-  b.segments = torch::full({rows, width}, -1, torch::kLong);
-  b.positions = torch::arange(width, torch::kLong).unsqueeze(0).expand({rows, width}).contiguous();
-  b.mask = torch::zeros({rows, width - 1});
-  b.old_logp = torch::zeros({rows, width - 1});
-  auto tok = b.tokens.accessor<int64_t, 2>();
-  auto seg = b.segments.accessor<int64_t, 2>();
-  auto mask = b.mask.accessor<float, 2>();
-  auto old = b.old_logp.accessor<float, 2>();
-  int64_t r = 0;
-  for (const auto& g : groups) {
-    const int64_t p = static_cast<int64_t>(g.prompt.size());
-    for (const auto& s : g.samples) {
-      for (int64_t t = 0; t < p; ++t) tok[r][t] = g.prompt[t];
-      for (size_t j = 0; j < s.tokens.size(); ++j) {
-        tok[r][p + j] = s.tokens[j];
-        mask[r][p + j - 1] = 1;
-        old[r][p + j - 1] = s.logprobs[j];
-      }
-      for (int64_t t = 0; t < p + static_cast<int64_t>(s.tokens.size()); ++t) seg[r][t] = 0;
-      ++r;
-    }
-  }
-  b.targets = b.tokens.slice(1, 1).contiguous();
-  return b;
+  return critic;
 }
+
+// Critic values [B, T-1] aligned with the batch's targets: column t is V(tokens[0..t]), the
+// state before emitting token t+1.
+torch::Tensor BatchValues(models::Transformer& critic, const PaddedBatch& b) {
+  torch::Tensor v = critic->Values(critic->Hidden(b.tokens, b.positions, b.segments));
+  return v.slice(1, 0, v.size(1) - 1);
+}
+
+// Per-token advantages, returns and the values they were computed from, for lm_ppo.
+struct TokenTargets {
+  torch::Tensor advantages, returns, old_values;  // [B, T-1] over the whole batch
+  double kl = 0;                                   // masked mean of the reward's KL term
+};
 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Role>> GrpoTrainerRole::Create(
     const JobConfig& config, const proto::Assignment& assignment) {
-  if (config.model.path.empty()) {
-    return absl::InvalidArgumentError(
-        "model.path: job.algorithm grpo starts from a checkpoint (e.g. the SFT stage's "
-        "runs/<name>/checkpoints/step_<N>)");
-  }
   std::unique_ptr<GrpoTrainerRole> role(new GrpoTrainerRole(config));
-  if (config.trainer.threads > 0) torch::set_num_threads(static_cast<int>(config.trainer.threads));
-  torch::manual_seed(static_cast<uint64_t>(config.job.seed));
+  ASSIGN_OR_RETURN(role->state_, LmPolicyState::Create(role->config_, assignment));
   try {
-    ASSIGN_OR_RETURN(models::Transformer policy,
-                     models::LoadHfModel(config.model.path, torch::kFloat32));
-    role->policy_ = policy;
     if (config.grpo.kl_beta > 0) {
-      ASSIGN_OR_RETURN(models::Transformer ref,
-                       models::LoadHfModel(config.model.path, torch::kFloat32));
-      ref->eval();
-      for (auto& p : ref->parameters()) p.set_requires_grad(false);
+      ASSIGN_OR_RETURN(models::Transformer ref, LoadFrozenReference(config));
       role->reference_ = ref;
     }
-    FlatAdamW::Options o;
-    o.lr = config.trainer.lr;
-    o.beta1 = config.trainer.adam_beta1;
-    o.beta2 = config.trainer.adam_beta2;
-    o.eps = config.trainer.adam_eps;
-    o.weight_decay = config.trainer.weight_decay;
-    role->optimizer_ = std::make_unique<FlatAdamW>((*role->policy_)->parameters(), o);
-    role->flat_.resize(static_cast<size_t>(FlatSize(**role->policy_)));
-    if (config.weights.transport != "zmq") {
-      std::string name = absl::StrCat("rlforge-w-", getpid(), "-", assignment.actor_id());
-      ASSIGN_OR_RETURN(WeightPublisher p,
-                       WeightPublisher::Create(name, role->flat_.size() * sizeof(float),
-                                               LayoutHash(**role->policy_)));
-      role->publisher_.emplace(std::move(p));
+    if (config.job.algorithm == "lm_ppo") {
+      ASSIGN_OR_RETURN(models::Transformer critic, LoadCritic(config.model.path));
+      role->critic_ = critic;
+      role->critic_optimizer_ = std::make_unique<FlatAdamW>(
+          critic->parameters(), AdamWOptions(config.trainer, config.critic.lr));
     }
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("libtorch: ", e.what()));
@@ -113,70 +77,96 @@ absl::StatusOr<WorkReply> GrpoTrainerRole::Handle(const proto::WorkRequest& requ
     if (request.task_case() == proto::WorkRequest::kGrpoTrain) {
       return Train(request.grpo_train(), tensors);
     }
-    return absl::InvalidArgumentError("the GRPO trainer takes grpo_train work");
+    return absl::InvalidArgumentError(
+        absl::StrCat("the ", config_.job.algorithm, " trainer takes grpo_train work"));
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("libtorch: ", e.what()));
   }
-}
-
-WorkReply GrpoTrainerRole::Publish() {
-  FlattenInto(**policy_, flat_.data());
-  WorkReply reply;
-  if (publisher_) {
-    *reply.result.mutable_weights() = publisher_->Publish(version_, flat_.data());
-  } else {
-    proto::WeightsReady* w = reply.result.mutable_weights();
-    w->set_version(version_);
-    w->set_location("inline");
-    w->set_nbytes(flat_.size() * sizeof(float));
-    w->set_checksum(WeightChecksum(flat_.data(), flat_.size() * sizeof(float)));
-    w->set_layout_hash(LayoutHash(**policy_));
-    reply.tensors.push_back(TensorFrame::FromVector("weights", flat_));
-  }
-  return reply;
 }
 
 absl::StatusOr<WorkReply> GrpoTrainerRole::Train(const proto::GrpoTrain& task,
                                                  const std::vector<TensorFrame>& tensors) {
   const auto t0 = std::chrono::steady_clock::now();
   const GrpoOptions& g = config_.grpo;
+  const bool ppo = critic_.has_value();
   const int64_t n = task.group_size();
+  const int64_t version = state_->version();
   ASSIGN_OR_RETURN(std::vector<LmGroup> groups, GroupsFromFrames(tensors, true, n));
   const TensorFrame* rf = FindFrame(tensors, "rewards");
   const int64_t rows = static_cast<int64_t>(groups.size()) * n;
   if (rf == nullptr || rf->dtype() != proto::F32 || rf->numel() != rows) {
-    return absl::InvalidArgumentError(absl::StrCat("grpo batch needs f32 rewards, one per sample (",
-                                                   rows, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("grpo batch needs f32 rewards, one per sample (", rows, ")"));
   }
   for (const auto& grp : groups) {
     for (const auto& s : grp.samples) {
       if (s.tokens.empty()) return absl::InvalidArgumentError("a sample has no response tokens");
       for (int64_t v : s.versions) {
-        if (v != version_) {
+        if (v != version) {
           return absl::FailedPreconditionError(absl::StrCat(
               "a sample of request ", grp.request_id, " was generated by policy version ", v,
-              " but the trainer holds version ", version_, " (synchronous GRPO allows no lag)"));
+              " but the trainer holds version ", version, " (synchronous ",
+              config_.job.algorithm, " allows no lag)"));
         }
       }
     }
   }
   torch::Tensor rewards = torch::from_blob(const_cast<void*>(rf->data()), {rows}).clone();
-  GroupAdvantageOptions ao;
-  ao.group_size = n;
-  ao.scale_by_std = g.scale_by_std;
-  ASSIGN_OR_RETURN(GroupAdvantages adv, ComputeGroupAdvantages(rewards, ao));
-  std::vector<int64_t> kept_groups;
-  for (int64_t i = 0; i < static_cast<int64_t>(groups.size()); ++i) {
-    if (!g.filter_degenerate || !adv.degenerate[i].item<bool>()) kept_groups.push_back(i);
-  }
   WorkReply reply;
-  auto metric = [&](const std::string& k, double v) { (*reply.result.mutable_metrics())[k] = v; };
-  metric("degenerate_groups", static_cast<double>(adv.num_degenerate));
-  metric("groups", static_cast<double>(groups.size()));
+  std::map<std::string, double> out;
+
+  // Advantages: one per sample (grpo) or per token (lm_ppo).
+  std::vector<int64_t> kept_groups;
+  torch::Tensor sample_adv;
+  TokenTargets tt;
+  if (!ppo) {
+    GroupAdvantageOptions ao;
+    ao.group_size = n;
+    ao.scale_by_std = g.scale_by_std;
+    ASSIGN_OR_RETURN(GroupAdvantages adv, ComputeGroupAdvantages(rewards, ao));
+    sample_adv = adv.advantages;
+    for (int64_t i = 0; i < static_cast<int64_t>(groups.size()); ++i) {
+      if (!g.filter_degenerate || !adv.degenerate[i].item<bool>()) kept_groups.push_back(i);
+    }
+    out["degenerate_groups"] = static_cast<double>(adv.num_degenerate);
+  } else {
+    for (int64_t i = 0; i < static_cast<int64_t>(groups.size()); ++i) kept_groups.push_back(i);
+    torch::NoGradGuard ng;
+    PaddedBatch full = PadGroups(groups);
+    critic_->get()->eval();
+    tt.old_values = BatchValues(*critic_, full) * full.mask;
+    torch::Tensor kl;
+    if (reference_) {
+      ASSIGN_OR_RETURN(torch::Tensor ref_logp, BatchTokenLogprobs(*reference_, full));
+      ASSIGN_OR_RETURN(KlEstimator est, ParseKlEstimator(g.kl_estimator));
+      ASSIGN_OR_RETURN(kl, KlPenalty(full.old_logp, ref_logp, est));
+      tt.kl = MaskedMean(kl, full.mask).item<double>();
+    }
+    ASSIGN_OR_RETURN(torch::Tensor token_rewards,
+                     TokenLevelRewards(rewards, full.mask, kl, g.kl_beta));
+    TokenGaeOptions go;
+    go.gamma = config_.critic.gamma;
+    go.lambda = config_.critic.lambda;
+    go.whiten = config_.critic.whiten_advantages;
+    ASSIGN_OR_RETURN(TokenGaeResult gae, TokenGae(token_rewards, tt.old_values, full.mask, go));
+    tt.advantages = gae.advantages;
+    tt.returns = gae.returns;
+    out["kl"] = tt.kl;
+    out["value_mean"] = MaskedMean(tt.old_values, full.mask).item<double>();
+    out["return_mean"] = MaskedMean(tt.returns, full.mask).item<double>();
+    const double ret_var = MaskedMean((tt.returns - out["return_mean"]).pow(2), full.mask)
+                               .item<double>();
+    const torch::Tensor err = tt.returns - tt.old_values;
+    const double err_mean = MaskedMean(err, full.mask).item<double>();
+    const double err_var = MaskedMean((err - err_mean).pow(2), full.mask).item<double>();
+    out["explained_variance"] = ret_var > 0 ? 1 - err_var / ret_var : 0;
+  }
+  out["groups"] = static_cast<double>(groups.size());
+  const bool update_policy = !ppo || task.step() > config_.critic.warmup_iterations;
   if (kept_groups.empty()) {  // nothing to learn from: same version, no step
-    reply = Publish();
-    metric("degenerate_groups", static_cast<double>(adv.num_degenerate));
-    metric("skipped_update", 1);
+    reply = state_->Publish();
+    out["skipped_update"] = 1;
+    for (const auto& [k, v] : out) (*reply.result.mutable_metrics())[k] = v;
     return reply;
   }
   ASSIGN_OR_RETURN(LossAggregation agg, ParseLossAggregation(g.loss_aggregation));
@@ -187,11 +177,12 @@ absl::StatusOr<WorkReply> GrpoTrainerRole::Train(const proto::GrpoTrain& task,
   lo.clip.dual_clip = g.dual_clip;
   lo.aggregation = agg;
   lo.norm_length = static_cast<double>(g.max_new_tokens);
-  lo.kl_beta = g.kl_beta;
+  lo.kl_beta = ppo ? 0 : g.kl_beta;  // lm_ppo has the KL in its rewards
   lo.kl_estimator = kl_est;
 
-  models::Transformer& policy = *policy_;
+  models::Transformer& policy = state_->policy();
   policy->train();
+  if (ppo) critic_->get()->train();
   std::map<std::string, double> sums;
   int64_t updates = 0;
   const int64_t mb_groups =
@@ -204,21 +195,22 @@ absl::StatusOr<WorkReply> GrpoTrainerRole::Train(const proto::GrpoTrain& task,
         mb.push_back(groups[kept_groups[k]]);
         for (int64_t j = 0; j < n; ++j) rows_idx.push_back(kept_groups[k] * n + j);
       }
-      PaddedBatch b = Pad(mb);
-      torch::Tensor a = adv.advantages.index_select(0, torch::tensor(rows_idx, torch::kLong));
-      torch::Tensor logits = policy->Logits(policy->Hidden(b.tokens, b.positions, b.segments));
-      logits = logits.slice(1, 0, logits.size(1) - 1);
-      ASSIGN_OR_RETURN(torch::Tensor logp, TokenLogprobs(logits, b.targets));
+      PaddedBatch b = PadGroups(mb);
+      const torch::Tensor idx = torch::tensor(rows_idx, torch::kLong);
+      const int64_t width = b.mask.size(1);  // rows are left-aligned: a prefix of the batch's
+      auto rows_of = [&](const torch::Tensor& t) {
+        return t.index_select(0, idx).slice(1, 0, width);
+      };
+      torch::Tensor logits;
+      ASSIGN_OR_RETURN(torch::Tensor logp, BatchTokenLogprobs(policy, b, &logits));
       LmPolicyLossInput in;
       in.logp = logp;
       in.old_logp = b.old_logp;
-      in.advantages = a;
+      in.advantages = ppo ? rows_of(tt.advantages) : sample_adv.index_select(0, idx);
       in.mask = b.mask;
-      if (reference_) {
+      if (reference_ && !ppo) {
         torch::NoGradGuard ng;
-        torch::Tensor rl = (*reference_)->Logits((*reference_)->Hidden(b.tokens, b.positions,
-                                                                         b.segments));
-        ASSIGN_OR_RETURN(in.ref_logp, TokenLogprobs(rl.slice(1, 0, rl.size(1) - 1), b.targets));
+        ASSIGN_OR_RETURN(in.ref_logp, BatchTokenLogprobs(*reference_, b));
       }
       ASSIGN_OR_RETURN(LmPolicyLoss loss, ComputeLmPolicyLoss(in, lo));
       if (epoch == 0) {
@@ -229,37 +221,55 @@ absl::StatusOr<WorkReply> GrpoTrainerRole::Train(const proto::GrpoTrain& task,
         ASSIGN_OR_RETURN(torch::Tensor ent, TokenEntropy(logits.detach()));
         sums["entropy"] += MaskedMean(ent, b.mask).item<double>();
       }
-      optimizer_->ZeroGrad();
-      loss.loss.backward();
-      sums["grad_norm"] += optimizer_->ClipGradNorm(config_.trainer.max_grad_norm);
-      optimizer_->Step();
+      if (update_policy) {
+        // A fresh Adam's first steps move every weight by ~lr whatever its gradient's size:
+        // trainer.warmup_steps keeps them small while the moments fill in.
+        sums["lr"] += state_->NextLearningRate(config_.job.iterations * g.epochs * g.minibatches);
+        state_->optimizer().ZeroGrad();
+        loss.loss.backward();
+        sums["grad_norm"] += state_->Step(config_.trainer.max_grad_norm);
+      }
       sums["loss"] += loss.loss.item<double>();
-      sums["kl"] += loss.kl;
+      if (!ppo) sums["kl"] += loss.kl;
       sums["clipfrac_low"] += loss.clipfrac_low;
       sums["clipfrac_high"] += loss.clipfrac_high;
       sums["approx_kl"] += loss.approx_kl;
+      if (ppo) {
+        torch::Tensor values = BatchValues(*critic_, b);
+        ASSIGN_OR_RETURN(TokenValueLoss vl,
+                         ComputeTokenValueLoss(values, rows_of(tt.old_values),
+                                               rows_of(tt.returns), b.mask,
+                                               config_.critic.value_clip, agg));
+        critic_optimizer_->ZeroGrad();
+        vl.loss.backward();
+        sums["value_grad_norm"] += critic_optimizer_->ClipGradNorm(config_.trainer.max_grad_norm);
+        critic_optimizer_->Step();
+        sums["value_loss"] += vl.loss.item<double>();
+        sums["value_clipfrac"] += vl.clipfrac;
+      }
       ++updates;
     }
   }
   policy->eval();
-  ++version_;
+  if (ppo) critic_->get()->eval();
   const double train_s = Since(t0);
   const auto p0 = std::chrono::steady_clock::now();
-  reply = Publish();
+  // A critic-only warm-up iteration leaves the policy as it was: same version.
+  reply = update_policy ? state_->PublishNewVersion() : state_->Publish();
   const int64_t first_epoch_updates = updates / g.epochs;
   for (const auto& [k, v] : sums) {
     const bool per_first_epoch = k == "logprob_mismatch_mean" || k == "entropy";
     if (k == "logprob_mismatch_max") {
-      metric(k, v);
+      out[k] = v;
     } else {
-      metric(k, v / static_cast<double>(per_first_epoch ? first_epoch_updates : updates));
+      out[k] = v / static_cast<double>(per_first_epoch ? first_epoch_updates : updates);
     }
   }
-  metric("degenerate_groups", static_cast<double>(adv.num_degenerate));
-  metric("groups", static_cast<double>(groups.size()));
-  metric("update_s", train_s);
-  metric("publish_s", Since(p0));
-  metric("weight_bytes", static_cast<double>(flat_.size() * sizeof(float)));
+  if (!update_policy) out["critic_warmup"] = 1;
+  out["update_s"] = train_s;
+  out["publish_s"] = Since(p0);
+  out["weight_bytes"] = static_cast<double>(state_->weight_bytes());
+  for (const auto& [k, v] : out) (*reply.result.mutable_metrics())[k] = v;
   return reply;
 }
 

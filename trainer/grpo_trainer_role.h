@@ -1,8 +1,13 @@
-// GrpoTrainerRole: the learner of GRPO jobs.
+// GrpoTrainerRole: the learner of GRPO and LM-PPO jobs (job.algorithm grpo, lm_ppo).
 //
-// GrpoTrain (groups + rewards) -> group advantages -> padded [B, T] batch -> policy (and
-// frozen reference) token logprobs -> clipped loss (lm_losses.h) -> FlatAdamW -> new version
+// GrpoTrain (groups + rewards) -> advantages -> padded [B, T] batch -> policy (and frozen
+// reference) token logprobs -> clipped loss (lm_losses.h) -> FlatAdamW -> new version
 // published through shared memory (or inline) -> WeightsReady
+//
+// Advantages: grpo normalises each group's rewards (one advantage per sample); lm_ppo runs
+// a critic (model.path with a fresh value head, its own AdamW) over the batch and computes
+// token-level GAE (token_ppo.h), with the KL to the reference as a per-token reward
+// penalty; the critic is then fitted to the returns with the clipped value loss.
 //
 // Starts from model.path, the same checkpoint the rollout workers load, so both hold
 // version 0 at start. Synchronous: every sample in a batch comes from the version the
@@ -15,7 +20,7 @@
 #include "actors/role.h"
 #include "models/transformer.h"
 #include "trainer/flat_adamw.h"
-#include "trainer/weight_sync.h"
+#include "trainer/lm_policy_state.h"
 
 namespace rlforge {
 
@@ -25,20 +30,18 @@ class GrpoTrainerRole final : public Role {
                                                       const proto::Assignment& assignment);
   absl::StatusOr<WorkReply> Handle(const proto::WorkRequest& request,
                                    std::vector<TensorFrame> tensors) override;
-  int64_t policy_version() const override { return version_; }
+  int64_t policy_version() const override { return state_->version(); }
 
  private:
   explicit GrpoTrainerRole(const JobConfig& config) : config_(config) {}
   absl::StatusOr<WorkReply> Train(const proto::GrpoTrain& task,
                                   const std::vector<TensorFrame>& tensors);
-  WorkReply Publish();
 
   JobConfig config_;
-  std::optional<models::Transformer> policy_, reference_;
-  std::unique_ptr<FlatAdamW> optimizer_;
-  std::optional<WeightPublisher> publisher_;
-  std::vector<float> flat_;
-  int64_t version_ = 0;
+  std::unique_ptr<LmPolicyState> state_;
+  std::optional<models::Transformer> reference_;
+  std::optional<models::Transformer> critic_;  // lm_ppo only
+  std::unique_ptr<FlatAdamW> critic_optimizer_;
 };
 
 }  // namespace rlforge

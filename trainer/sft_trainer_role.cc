@@ -28,6 +28,7 @@ absl::StatusOr<ArithmeticTask> MakeTask(const DataOptions& d) {
   o.max_digits = d.max_digits;
   o.ops = d.ops;
   o.style = d.style;
+  o.demo_carry_errors = d.demo_carry_errors;
   return ArithmeticTask::Create(o);
 }
 

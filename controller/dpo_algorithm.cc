@@ -1,0 +1,99 @@
+#include "controller/dpo_algorithm.h"
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/status.h"
+#include "controller/lm_loop.h"
+
+namespace rlforge {
+
+using SteadyClock = std::chrono::steady_clock;
+
+absl::StatusOr<std::unique_ptr<Algorithm>> DpoAlgorithm::Create(const JobConfig& config) {
+  RETURN_IF_ERROR(CheckStartCheckpoint(config));
+  return std::unique_ptr<Algorithm>(new DpoAlgorithm(config));
+}
+
+absl::Status DpoAlgorithm::Run(JobContext& ctx) {
+  Controller& ctl = ctx.controller();
+  const DpoJobOptions& d = config_.dpo;
+  ASSIGN_OR_RETURN(TaskText text, LoadTaskText(config_, d.eval_examples));
+  if (!text.task) return absl::InvalidArgumentError("dpo: data.source must be arithmetic");
+  // The same problem stream with every carry dropped from the responses: the rejected side.
+  ArithmeticOptions careless = text.task->options();
+  careless.demo_carry_errors = 1;
+  ASSIGN_OR_RETURN(ArithmeticTask careless_task, ArithmeticTask::Create(careless));
+  LmLoop loop(ctx, text);
+  const int64_t iterations = config_.job.iterations;
+  ctx.SetTotalIterations(iterations);
+  const uint64_t seed = static_cast<uint64_t>(config_.job.seed);
+  spdlog::info("dpo: {} pairs per iteration (rejected: {}), {} iterations, {} held-out prompts",
+               d.pairs_per_iteration, d.rejected, iterations, text.heldout.size());
+  RETURN_IF_ERROR(loop.EvaluateStart(d.max_new_tokens, seed));  // step 0: the starting policy
+  for (int64_t it = 1; it <= iterations; ++it) {
+    const auto t_iter = SteadyClock::now();
+    IterationRecord rec;
+    rec.step = it;
+    const uint64_t offset = static_cast<uint64_t>((it - 1) * d.pairs_per_iteration);
+    std::vector<PromptExample> batch = text.TrainBatch(seed, offset, d.pairs_per_iteration);
+    std::vector<LmGroup> pairs(batch.size());
+    std::vector<SampleRecord> shown;
+    double carryless = 0;
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const PromptExample& ex = batch[i];
+      const std::string chosen = text.task->ResponseFor(ex.answer);
+      std::string rejected;
+      if (d.rejected == "carryless") {
+        rejected = careless_task.Example(seed, Split::kTrain, offset + i).response;
+      }
+      if (rejected.empty() || rejected == chosen) {
+        rejected = text.task->ResponseFor(text.task->WrongAnswer(ex, seed * 7919 + offset + i));
+      } else {
+        ++carryless;
+      }
+      pairs[i].request_id = static_cast<int64_t>(i);
+      pairs[i].prompt = text.Encode(config_.data.system_prompt, ex.prompt);
+      for (const std::string& side : {chosen, rejected}) {
+        LmSample s;
+        s.tokens = text.EncodeResponse(side);
+        s.logprobs.assign(s.tokens.size(), 0.0f);
+        s.versions.assign(s.tokens.size(), -1);  // offline data: no policy produced it
+        s.stopped = true;
+        pairs[i].samples.push_back(std::move(s));
+      }
+      if (i < 2) {
+        shown.push_back({it, ex.prompt, chosen, 1.0});
+        shown.push_back({it, ex.prompt, rejected, 0.0});
+      }
+    }
+    ctx.AddSamples(shown);
+    rec.metrics["carryless_rejected_fraction"] = carryless / static_cast<double>(batch.size());
+
+    const auto t_train = SteadyClock::now();
+    proto::WorkRequest train;
+    train.mutable_dpo_train()->set_step(it);
+    ASSIGN_OR_RETURN(uint64_t tid, ctl.Submit("trainer-0", std::move(train),
+                                              GroupsToFrames(pairs, true)));
+    ASSIGN_OR_RETURN(WorkOutcome trained, ctl.Await(tid));
+    for (const auto& [k, v] : trained.result.metrics()) {
+      (IsTiming(k) ? rec.timings : rec.metrics)[k] = v;
+    }
+    rec.timings["train_s"] = SecondsSince(t_train);
+    rec.metrics["policy_version"] = static_cast<double>(trained.result.weights().version());
+
+    if (it == iterations || (d.eval_every > 0 && it % d.eval_every == 0)) {
+      const auto t_sync = SteadyClock::now();
+      RETURN_IF_ERROR(loop.SyncWeights(trained.result.weights(), std::move(trained.tensors)));
+      rec.timings["weight_sync_s"] = SecondsSince(t_sync);
+      RETURN_IF_ERROR(loop.Evaluate(d.max_new_tokens, seed, rec));
+    }
+    rec.timings["iteration_s"] = SecondsSince(t_iter);
+    rec.timings["pairs_per_s"] = static_cast<double>(batch.size()) / rec.timings["iteration_s"];
+    RETURN_IF_ERROR(ctx.EndIteration(rec));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace rlforge

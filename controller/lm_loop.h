@@ -1,0 +1,112 @@
+// The controller's side of language-model RL jobs (grpo, lm_ppo, dpo): prompts in, scored
+// samples out, and held-out evaluation.
+//
+// examples -> TaskText::Encode -> rollout-0 (LmGenerate; groups stream back in chunks)
+//   -> reward-0 scores each chunk as it arrives (overlapping the next chunk's generation)
+//   -> Scored {groups, rewards, per-reward sums}
+//
+// Not thread-safe: one algorithm's loop drives it. The controller does not load libtorch;
+// everything here is token ids and text.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "config/job_config.h"
+#include "controller/algorithm.h"
+#include "controller/arith_task.h"
+#include "models/chat_template.h"
+#include "models/tokenizer.h"
+#include "proto/lm_groups.h"
+
+namespace rlforge {
+
+// Everything the controller needs to turn examples into prompts and responses into text.
+struct TaskText {
+  std::unique_ptr<models::Tokenizer> tokenizer;
+  std::optional<models::PromptTemplate> tmpl;
+  std::optional<ArithmeticTask> task;  // data.source arithmetic
+  std::vector<PromptExample> train_file, heldout;
+
+  // bos (when the tokenizer has one) + the templated prompt: what the rollout engine sees.
+  std::vector<int32_t> Encode(const std::string& system, const std::string& prompt) const;
+  // Response text + end of turn + eos: the tokens a policy emits for `response` (as SFT
+  // trains them), e.g. one side of a DPO pair.
+  std::vector<int32_t> EncodeResponse(const std::string& response) const;
+  // Response text without the stop token and end-of-turn marker.
+  std::string Response(const LmSample& s) const;
+  // `count` training examples starting at `offset`: the arithmetic task's stream, or the
+  // training file cycled.
+  std::vector<PromptExample> TrainBatch(uint64_t seed, uint64_t offset, int64_t count) const;
+};
+
+// Loads model.path's tokenizer, data.prompt_template and the data; keeps at most
+// `heldout_examples` held-out examples.
+absl::StatusOr<TaskText> LoadTaskText(const JobConfig& c, int64_t heldout_examples);
+
+struct SamplingParams {
+  int64_t n = 1;  // samples per prompt
+  double temperature = 1.0;
+  double top_p = 1.0;
+  int64_t top_k = 0;
+  int64_t max_tokens = 8;
+  uint64_t seed = 0;
+  int64_t stream_groups = 4;  // groups per streamed chunk
+  static SamplingParams Greedy(int64_t max_tokens, uint64_t seed);
+};
+
+struct Scored {
+  std::vector<LmGroup> groups;  // in example order
+  std::vector<double> rewards;  // [G * n], total reward per sample
+  std::vector<PromptExample> examples;
+  std::map<std::string, double> metrics;  // reward/<name>/sum and /sumsq, generated_tokens, ...
+  std::map<std::string, double> timings;  // generate_s, reward_s, rollout_wall_s
+};
+
+class LmLoop {
+ public:
+  // `ctx` and `text` must outlive the loop.
+  LmLoop(JobContext& ctx, const TaskText& text) : ctx_(ctx), text_(text) {}
+
+  // Generates p.n answers to each example on rollout-0 and scores them on reward-0 chunk by
+  // chunk. A sample the reward worker could not score is an error naming the prompt.
+  absl::StatusOr<Scored> GenerateAndScore(const std::vector<PromptExample>& examples,
+                                          const SamplingParams& p);
+
+  // Greedy answers to the held-out examples: heldout_accuracy (exact match of the extracted
+  // answer), heldout_examples, heldout_reward/<name>/mean|std into rec.metrics; eval_s into
+  // rec.timings.
+  absl::Status Evaluate(int64_t max_tokens, uint64_t seed, IterationRecord& rec);
+
+  // Step 0 of metrics.jsonl: the starting policy's held-out evaluation.
+  absl::Status EvaluateStart(int64_t max_tokens, uint64_t seed);
+
+  // Sends the trainer's WeightsReady (with its inline "weights" frame, when any) to
+  // rollout-0 and waits until it serves that version.
+  absl::Status SyncWeights(const proto::WeightsReady& weights, std::vector<TensorFrame> tensors);
+
+ private:
+  JobContext& ctx_;
+  const TaskText& text_;
+};
+
+// Per-reward mean and std (as `prefix`reward/<name>/mean|std) from GenerateAndScore's sums.
+void RewardStats(const Scored& s, double count, std::map<std::string, double>& metrics,
+                 const std::string& prefix);
+
+// Seconds of wall-clock time since `t`.
+double SecondsSince(std::chrono::steady_clock::time_point t);
+
+// Keys actors report that depend on wall-clock time (they go to IterationRecord::timings).
+bool IsTiming(const std::string& key);
+
+// Refuses a missing model.path before any actor starts: otherwise the trainer, the rollout
+// worker and the controller race to report the same missing checkpoint, each in its words.
+absl::Status CheckStartCheckpoint(const JobConfig& c);
+
+}  // namespace rlforge
