@@ -55,9 +55,13 @@ absl::StatusOr<WorkReply> DpoTrainerRole::Train(const std::vector<TensorFrame>& 
   }
   PaddedBatch b = PadGroups(pairs);
   DpoInput in;
+  std::map<std::string, double> out;
   {
     torch::NoGradGuard ng;
+    const auto r0 = std::chrono::steady_clock::now();
     ASSIGN_OR_RETURN(torch::Tensor ref_logp, BatchTokenLogprobs(*reference_, b));
+    out["reference_s"] =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - r0).count();
     ASSIGN_OR_RETURN(torch::Tensor ref_seq, SequenceLogprobs(ref_logp, b.mask));
     std::tie(in.ref_chosen_logp, in.ref_rejected_logp) = SplitPairs(ref_seq);
   }
@@ -68,7 +72,6 @@ absl::StatusOr<WorkReply> DpoTrainerRole::Train(const std::vector<TensorFrame>& 
 
   models::Transformer& policy = state_->policy();
   policy->train();
-  std::map<std::string, double> out;
   for (int64_t epoch = 0; epoch < d.epochs; ++epoch) {
     ASSIGN_OR_RETURN(torch::Tensor logp, BatchTokenLogprobs(policy, b));
     ASSIGN_OR_RETURN(torch::Tensor seq, SequenceLogprobs(logp, b.mask));

@@ -137,7 +137,9 @@ absl::StatusOr<WorkReply> GrpoTrainerRole::Train(const proto::GrpoTrain& task,
     tt.old_values = BatchValues(*critic_, full) * full.mask;
     torch::Tensor kl;
     if (reference_) {
+      const auto r0 = std::chrono::steady_clock::now();
       ASSIGN_OR_RETURN(torch::Tensor ref_logp, BatchTokenLogprobs(*reference_, full));
+      out["reference_s"] += Since(r0);
       ASSIGN_OR_RETURN(KlEstimator est, ParseKlEstimator(g.kl_estimator));
       ASSIGN_OR_RETURN(kl, KlPenalty(full.old_logp, ref_logp, est));
       tt.kl = MaskedMean(kl, full.mask).item<double>();
@@ -210,7 +212,9 @@ absl::StatusOr<WorkReply> GrpoTrainerRole::Train(const proto::GrpoTrain& task,
       in.mask = b.mask;
       if (reference_ && !ppo) {
         torch::NoGradGuard ng;
+        const auto r0 = std::chrono::steady_clock::now();
         ASSIGN_OR_RETURN(in.ref_logp, BatchTokenLogprobs(*reference_, b));
+        out["reference_s"] += Since(r0);
       }
       ASSIGN_OR_RETURN(LmPolicyLoss loss, ComputeLmPolicyLoss(in, lo));
       if (epoch == 0) {
