@@ -67,6 +67,21 @@ TEST(JobConfigTest, DpoOptionsAreChecked) {
   EXPECT_EQ(bad.errors[0].key, "dpo.rejected");
 }
 
+TEST(JobConfigTest, InitJobMustNameAFileAndACheckpoint) {
+  LoadedJob j = LoadJobText(
+      "job: {algorithm: grpo}\nmodel:\n  path: runs/x/checkpoints/step_1\n  init_job: "
+      "no/such/stage.yaml\n",
+      "t.yaml");
+  ASSERT_EQ(j.errors.size(), 1u) << config::FormatErrors(j.errors);
+  EXPECT_NE(j.errors[0].ToString().find("t.yaml:4:3: model.init_job: no job file "
+                                        "'no/such/stage.yaml'"),
+            std::string::npos)
+      << j.errors[0].ToString();
+  LoadedJob k = LoadJobText("job: {algorithm: grpo}\nmodel: {init_job: t.yaml}\n", "t.yaml");
+  ASSERT_EQ(k.errors.size(), 1u) << config::FormatErrors(k.errors);
+  EXPECT_NE(k.errors[0].ToString().find("model.init_job: needs model.path"), std::string::npos);
+}
+
 // docs/config.md embeds the generated reference; a key added without
 // regenerating it (rlforge config-docs) fails here.
 TEST(JobConfigTest, DocsConfigMdIsCurrent) {

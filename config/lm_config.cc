@@ -1,6 +1,8 @@
 // Schemas of the language-model sections (see lm_options.h).
 #include "config/lm_config.h"
 
+#include <filesystem>
+
 #include "absl/strings/str_cat.h"
 
 namespace rlforge {
@@ -153,6 +155,20 @@ void AddLmSections(SchemaBuilder<JobConfig>& b) {
   b.Section("model", &JobConfig::model, ModelSection());
   b.Section("data", &JobConfig::data, DataSection());
   b.Section("sft", &JobConfig::sft, SftSection());
+  b.Check([](const JobConfig& c, CheckContext& ctx) {
+    const std::string& init = c.model.init_job;
+    if (init.empty()) return;
+    if (c.model.path.empty()) {
+      ctx.Error("model.init_job", "needs model.path: the checkpoint the first stage writes");
+    } else if (!std::filesystem::is_directory(c.model.path) &&
+               !std::filesystem::is_regular_file(init)) {
+      // Only when it would run: an actor on another host loads the existing checkpoint and
+      // need not have the first stage's file.
+      ctx.Error("model.init_job",
+                absl::StrCat("no job file '", init, "' (relative to the working directory ",
+                             std::filesystem::current_path().string(), ")"));
+    }
+  });
   b.Check([](const JobConfig& c, CheckContext& ctx) {
     if (c.job.algorithm != "sft") return;
     if (c.trainer.ranks != 1) ctx.Error("trainer.ranks", "SFT uses one trainer rank");
