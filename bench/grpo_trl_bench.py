@@ -2,7 +2,8 @@
 """GRPO iteration throughput: rlforge vs TRL's GRPOTrainer, same checkpoint, task and batch.
 
     python3 bench/grpo_trl_bench.py [--rounds 3] [--steps 20] [--warmup 2] \
-        [--trl-threads 2 1] [--venv /work/.venv-trl] [--out /tmp/grpo_trl_bench.json]
+        [--trl-threads 2 1] [--rlforge-set trainer.threads=2] [--venv /work/.venv-trl] \
+        [--out /tmp/grpo_trl_bench.json]
 
 Both sides run configs/grpo_arith.yaml's job from its SFT checkpoint
 (runs/sft_arith_flawed/checkpoints/step_1500): 1-2 digit +/- problems ("12+34=" -> "46"),
@@ -16,8 +17,10 @@ machine is shared and noisy; each round reports its own ratio.
 rlforge: `build/rlforge run configs/grpo_arith.yaml` for warmup+steps+1 iterations; the
 first `warmup` iterations are dropped and so is the last (it always runs a held-out
 evaluation, so it has eval_s > 0; grpo.eval_every=0 means no other one). Timings come
-from metrics.jsonl. Its 3 actors (rollout, trainer, reward) each get 1 thread
-(trainer.threads=1 and OMP/OPENBLAS_NUM_THREADS=1) and take turns on the 2 cores.
+from metrics.jsonl. Its 3 actors (rollout, trainer, reward) take turns on the 2 cores with
+trainer.threads=1 torch threads each; it runs twice per round: with the environment as
+it is (as `launch/rlforge run` does; OpenBLAS then adds one thread per core) and with
+OMP/OPENBLAS_NUM_THREADS=1 (strictly 1 thread per actor). Ratios use both.
 TRL: one process, torch.set_num_threads(N) with OMP/MKL/OPENBLAS_NUM_THREADS=N, for each
 N in --trl-threads; wall-clock between consecutive optimizer steps (TrainerCallback),
 first `warmup` steps dropped.
@@ -211,15 +214,21 @@ def thread_env(n):
     return env
 
 
+def quiet_run(cmd, env):
+    p = subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if p.returncode:
+        sys.exit(f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stdout[-4000:]}")
+
+
 def run_rlforge(a, tag, pinned):
     name = f"grpo-trl-bench-{os.getpid()}-{tag}{'-pinned' if pinned else ''}"
     cmd = [a.rlforge, "run", "configs/grpo_arith.yaml", f"model.path={a.checkpoint}",
            f"job.iterations={a.warmup + a.steps + 1}", "grpo.eval_every=0", "grpo.eval_examples=16",
-           f"job.seed={a.seed}", f"job.name={name}", f"job.run_root={a.run_root}"]
+           f"job.seed={a.seed}", f"job.name={name}", f"job.run_root={a.run_root}", *a.rlforge_set]
     # Unpinned is how `launch/rlforge run` runs it: trainer.threads=1 sets torch's intra-op
     # threads, but OpenBLAS (which libtorch uses here) still starts one thread per core.
     env = thread_env(1) if pinned else dict(os.environ)
-    subprocess.run(cmd, cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL)
+    quiet_run(cmd, env)
     recs = [json.loads(l) for l in open(os.path.join(a.run_root, name, "metrics.jsonl"))]
     recs = [r for r in recs if r["step"] > a.warmup]  # step 0 is the evaluation-only record
     assert recs[-1]["timings"].get("eval_s", 0) > 0 and all(r["timings"].get("eval_s", 0) == 0 for r in recs[:-1])
@@ -231,7 +240,7 @@ def run_rlforge(a, tag, pinned):
                       "weight_sync_s": tm["weight_sync_s"], "controller_share": tm["controller_share"],
                       "tokens": tm["tokens_per_s"] * tm["iteration_s"]})
     env = "OMP/OPENBLAS_NUM_THREADS=1" if pinned else "default env"
-    return {"system": f"rlforge ({env})", "steps": steps}
+    return {"system": f"rlforge ({' '.join([env, *a.rlforge_set])})", "steps": steps}
 
 
 def run_trl(a, py, threads, tag):
@@ -239,7 +248,7 @@ def run_trl(a, py, threads, tag):
     cmd = [py, os.path.abspath(__file__), "--trl-worker", "--threads", str(threads), "--result", result,
            "--checkpoint", a.checkpoint, "--steps", str(a.steps), "--warmup", str(a.warmup), "--seed", str(a.seed),
            "--max-new-tokens", str(a.max_new_tokens), "--prompts", str(a.prompts), "--group", str(a.group)]
-    subprocess.run(cmd, cwd=ROOT, env=thread_env(threads), check=True, stdout=subprocess.DEVNULL)
+    quiet_run(cmd, thread_env(threads))
     steps = json.load(open(result))["steps"]
     for s in steps:  # train: the rest of the optimizer step; other: between steps (data loader, callbacks)
         s["train_s"] = s["in_step_s"] - s["rollout_s"]
@@ -291,6 +300,8 @@ def main():
     ap.add_argument("--max-new-tokens", type=int, default=6, help="configs/grpo_arith.yaml grpo.max_new_tokens")
     ap.add_argument("--checkpoint", default=CKPT)
     ap.add_argument("--rlforge", default=os.path.join(ROOT, "build", "rlforge"))
+    ap.add_argument("--rlforge-set", nargs="*", default=[], metavar="KEY=VALUE",
+                    help="extra rlforge overrides, e.g. trainer.threads=2")
     ap.add_argument("--run-root", default="/tmp/grpo-trl-bench-runs")
     ap.add_argument("--venv", default="/work/.venv-trl")
     ap.add_argument("--out", default="/tmp/grpo_trl_bench.json")
@@ -309,26 +320,27 @@ def main():
         plan += [lambda n=n: run_trl(a, py, n, f"r{r}t{n}") for n in a.trl_threads]
         runs = [measured(job) for job in plan]
         rows = [summarize(x, samples) for x in runs]
-        # rlforge as launched (rows[0]) against each TRL configuration
-        ratios = {row["system"]: rows[0]["samples_per_s"] / row["samples_per_s"] for row in rows[2:]}
+        # each rlforge variant (rows[0]: as launched) against each TRL configuration
+        ratios = {f"{x['system']} / {y['system']}": x["samples_per_s"] / y["samples_per_s"]
+                  for x in rows[:2] for y in rows[2:]}
         rounds.append({"rows": rows, "ratios": ratios, "runs": runs})
         print(f"round {r + 1}: " + ", ".join(f"{x['system']} {x['iteration_s']:.3f} s/it" for x in rows)
-              + " | rlforge/" + ", rlforge/".join(f"{k}: {v:.2f}x" for k, v in ratios.items()), flush=True)
+              + " | " + ", ".join(f"{k}: {v:.2f}x" for k, v in ratios.items()), flush=True)
 
     print(f"\n{samples} samples/iteration, {a.steps} iterations per run after {a.warmup} warm-up, {a.rounds} rounds; "
           f"torch {versions['torch']}, transformers {versions['transformers']}, trl {versions['trl']}\n")
     print("| round | system | iteration s (median) | samples/s | tokens/s | rollout s | generate s | train s "
-          "| weight sync s | other s | others' load (cores) |")
+          "| weight sync s | other ms | others' load (cores) |")
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for i, rd in enumerate(rounds):
         for x in rd["rows"]:
             print(f"| {i + 1} | {x['system']} | {x['iteration_s']:.3f} | {x['samples_per_s']:.0f} | {x['tokens_per_s']:.0f} "
                   f"| {x['rollout_s']:.3f} | {x['generate_s']:.3f} | {x['train_s']:.3f} | {x['weight_sync_s']:.3f} "
-                  f"| {x['other_s']:.4f} | {x['foreign_cores']:.2f} |")
+                  f"| {1000 * x['other_s']:.2f} | {x['foreign_cores']:.2f} |")
     print()
     for name in rounds[0]["ratios"]:
         per = [rd["ratios"][name] for rd in rounds]
-        print(f"rlforge / {name} samples/s: per round {', '.join(f'{v:.2f}x' for v in per)}; "
+        print(f"{name} samples/s: per round {', '.join(f'{v:.2f}x' for v in per)}; "
               f"median {statistics.median(per):.2f}x (target >= 2x)")
     shares = [rd["rows"][0]["controller_share"] for rd in rounds]
     print(f"rlforge controller share (median per round): {', '.join(f'{100 * s:.3f}%' for s in shares)} (target < 2%)")
