@@ -146,7 +146,8 @@ std::pair<torch::Tensor, torch::Tensor> TransformerImpl::RopeTables(const torch:
 }
 
 torch::Tensor TransformerImpl::Hidden(const torch::Tensor& tokens, const torch::Tensor& positions,
-                                      const torch::Tensor& segment_ids) {
+                                      const torch::Tensor& segment_ids,
+                                      const torch::Tensor& shared_segment) {
   const auto& c = config_;
   const int64_t B = tokens.size(0), T = tokens.size(1);
   const int64_t nh = c.num_attention_heads, nkv = c.num_key_value_heads, d = c.head_dim;
@@ -158,6 +159,7 @@ torch::Tensor TransformerImpl::Hidden(const torch::Tensor& tokens, const torch::
   sin = sin.unsqueeze(1);
   // Additive mask [B, 1, 1, T, T]: same segment and not in the future.
   auto same = segment_ids.unsqueeze(2) == segment_ids.unsqueeze(1);
+  if (shared_segment.defined()) same = same | (shared_segment.unsqueeze(2) == segment_ids.unsqueeze(1));
   auto causal = torch::ones({T, T}, torch::dtype(torch::kBool).device(tokens.device())).tril();
   auto mask = torch::zeros({B, T, T}, torch::dtype(torch::kFloat32).device(tokens.device()))
                   .masked_fill_(~(same & causal), -std::numeric_limits<float>::infinity())

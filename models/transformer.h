@@ -66,8 +66,14 @@ class TransformerImpl : public torch::nn::Module {
   // tokens, positions, segment_ids: [B, T] int64. A token attends to earlier-or-equal
   // tokens of the same segment id in its row; segment id < 0 marks padding (its output is
   // defined but meaningless). Returns final-normed hidden [B, T, H].
+  //
+  // shared_segment [B, T] int64 (optional): token i also attends to earlier tokens whose
+  // segment id is shared_segment[i] (use -2 for none). This lets n responses in one row
+  // share their prompt, computed once: prompt segment 0, response k segment k with
+  // shared_segment 0 (tree attention of depth one).
   torch::Tensor Hidden(const torch::Tensor& tokens, const torch::Tensor& positions,
-                       const torch::Tensor& segment_ids);
+                       const torch::Tensor& segment_ids,
+                       const torch::Tensor& shared_segment = torch::Tensor());
   torch::Tensor Logits(const torch::Tensor& hidden);  // [..., vocab]
   torch::Tensor Values(const torch::Tensor& hidden);  // [...]; needs the value head
 

@@ -53,13 +53,13 @@ absl::StatusOr<WorkReply> DpoTrainerRole::Train(const std::vector<TensorFrame>& 
           absl::StrCat("dpo_train: pair ", p.request_id, " has an empty chosen or rejected answer"));
     }
   }
-  PaddedBatch b = PadGroups(pairs);
+  ASSIGN_OR_RETURN(GroupBatch b, PackGroups(pairs));
   DpoInput in;
   std::map<std::string, double> out;
   {
     torch::NoGradGuard ng;
     const auto r0 = std::chrono::steady_clock::now();
-    ASSIGN_OR_RETURN(torch::Tensor ref_logp, BatchTokenLogprobs(*reference_, b));
+    ASSIGN_OR_RETURN(torch::Tensor ref_logp, GroupTokenLogprobs(*reference_, b));
     out["reference_s"] =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - r0).count();
     ASSIGN_OR_RETURN(torch::Tensor ref_seq, SequenceLogprobs(ref_logp, b.mask));
@@ -73,7 +73,7 @@ absl::StatusOr<WorkReply> DpoTrainerRole::Train(const std::vector<TensorFrame>& 
   models::Transformer& policy = state_->policy();
   policy->train();
   for (int64_t epoch = 0; epoch < d.epochs; ++epoch) {
-    ASSIGN_OR_RETURN(torch::Tensor logp, BatchTokenLogprobs(policy, b));
+    ASSIGN_OR_RETURN(torch::Tensor logp, GroupTokenLogprobs(policy, b));
     ASSIGN_OR_RETURN(torch::Tensor seq, SequenceLogprobs(logp, b.mask));
     std::tie(in.chosen_logp, in.rejected_logp) = SplitPairs(seq);
     ASSIGN_OR_RETURN(DpoLoss loss, ComputeDpoLoss(in, o));

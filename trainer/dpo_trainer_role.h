@@ -1,6 +1,6 @@
 // DpoTrainerRole: the learner of DPO jobs (job.algorithm dpo).
 //
-// DpoTrain (pairs as 2-sample groups: chosen, rejected) -> padded batch -> frozen reference
+// DpoTrain (pairs as 2-sample groups: chosen, rejected) -> one packed row per pair -> frozen reference
 // sequence logprobs (once per pair) -> epochs x [policy sequence logprobs -> DPO loss
 // (dpo_loss.h) -> FlatAdamW] -> new version published (as GRPO's trainer does)
 //

@@ -35,16 +35,15 @@ absl::StatusOr<models::Transformer> LoadCritic(const std::string& path) {
   return critic;
 }
 
-// Critic values [B, T-1] aligned with the batch's targets: column t is V(tokens[0..t]), the
-// state before emitting token t+1.
-torch::Tensor BatchValues(models::Transformer& critic, const PaddedBatch& b) {
-  torch::Tensor v = critic->Values(critic->Hidden(b.tokens, b.positions, b.segments));
-  return v.slice(1, 0, v.size(1) - 1);
+// Critic values [S, R]: column j is V(prompt + response tokens before j), the state that
+// emits response token j.
+torch::Tensor GroupValues(models::Transformer& critic, const GroupBatch& b) {
+  return critic->Values(GroupHidden(critic, b));
 }
 
 // Per-token advantages, returns and the values they were computed from, for lm_ppo.
 struct TokenTargets {
-  torch::Tensor advantages, returns, old_values;  // [B, T-1] over the whole batch
+  torch::Tensor advantages, returns, old_values;  // [S, R] over the whole batch
   double kl = 0;                                   // masked mean of the reward's KL term
 };
 
@@ -132,13 +131,13 @@ absl::StatusOr<WorkReply> GrpoTrainerRole::Train(const proto::GrpoTrain& task,
   } else {
     for (int64_t i = 0; i < static_cast<int64_t>(groups.size()); ++i) kept_groups.push_back(i);
     torch::NoGradGuard ng;
-    PaddedBatch full = PadGroups(groups);
+    ASSIGN_OR_RETURN(GroupBatch full, PackGroups(groups));
     critic_->get()->eval();
-    tt.old_values = BatchValues(*critic_, full) * full.mask;
+    tt.old_values = GroupValues(*critic_, full) * full.mask;
     torch::Tensor kl;
     if (reference_) {
       const auto r0 = std::chrono::steady_clock::now();
-      ASSIGN_OR_RETURN(torch::Tensor ref_logp, BatchTokenLogprobs(*reference_, full));
+      ASSIGN_OR_RETURN(torch::Tensor ref_logp, GroupTokenLogprobs(*reference_, full));
       out["reference_s"] += Since(r0);
       ASSIGN_OR_RETURN(KlEstimator est, ParseKlEstimator(g.kl_estimator));
       ASSIGN_OR_RETURN(kl, KlPenalty(full.old_logp, ref_logp, est));
@@ -197,14 +196,14 @@ absl::StatusOr<WorkReply> GrpoTrainerRole::Train(const proto::GrpoTrain& task,
         mb.push_back(groups[kept_groups[k]]);
         for (int64_t j = 0; j < n; ++j) rows_idx.push_back(kept_groups[k] * n + j);
       }
-      PaddedBatch b = PadGroups(mb);
+      ASSIGN_OR_RETURN(GroupBatch b, PackGroups(mb));
       const torch::Tensor idx = torch::tensor(rows_idx, torch::kLong);
-      const int64_t width = b.mask.size(1);  // rows are left-aligned: a prefix of the batch's
+      const int64_t width = b.mask.size(1);  // responses are left-aligned: a prefix of the batch's
       auto rows_of = [&](const torch::Tensor& t) {
         return t.index_select(0, idx).slice(1, 0, width);
       };
       torch::Tensor logits;
-      ASSIGN_OR_RETURN(torch::Tensor logp, BatchTokenLogprobs(policy, b, &logits));
+      ASSIGN_OR_RETURN(torch::Tensor logp, GroupTokenLogprobs(policy, b, &logits));
       LmPolicyLossInput in;
       in.logp = logp;
       in.old_logp = b.old_logp;
@@ -213,7 +212,7 @@ absl::StatusOr<WorkReply> GrpoTrainerRole::Train(const proto::GrpoTrain& task,
       if (reference_ && !ppo) {
         torch::NoGradGuard ng;
         const auto r0 = std::chrono::steady_clock::now();
-        ASSIGN_OR_RETURN(in.ref_logp, BatchTokenLogprobs(*reference_, b));
+        ASSIGN_OR_RETURN(in.ref_logp, GroupTokenLogprobs(*reference_, b));
         out["reference_s"] += Since(r0);
       }
       ASSIGN_OR_RETURN(LmPolicyLoss loss, ComputeLmPolicyLoss(in, lo));
@@ -239,7 +238,7 @@ absl::StatusOr<WorkReply> GrpoTrainerRole::Train(const proto::GrpoTrain& task,
       sums["clipfrac_high"] += loss.clipfrac_high;
       sums["approx_kl"] += loss.approx_kl;
       if (ppo) {
-        torch::Tensor values = BatchValues(*critic_, b);
+        torch::Tensor values = GroupValues(*critic_, b);
         ASSIGN_OR_RETURN(TokenValueLoss vl,
                          ComputeTokenValueLoss(values, rows_of(tt.old_values),
                                                rows_of(tt.returns), b.mask,

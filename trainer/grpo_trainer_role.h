@@ -1,7 +1,7 @@
 // GrpoTrainerRole: the learner of GRPO and LM-PPO jobs (job.algorithm grpo, lm_ppo).
 //
-// GrpoTrain (groups + rewards) -> advantages -> padded [B, T] batch -> policy (and frozen
-// reference) token logprobs -> clipped loss (lm_losses.h) -> FlatAdamW -> new version
+// GrpoTrain (groups + rewards) -> advantages -> groups packed one row each, the prompt
+// computed once for its n samples (GroupBatch) -> policy (and frozen reference) token logprobs -> clipped loss (lm_losses.h) -> FlatAdamW -> new version
 // published through shared memory (or inline) -> WeightsReady
 //
 // Advantages: grpo normalises each group's rewards (one advantage per sample); lm_ppo runs

@@ -12,46 +12,78 @@
 
 namespace rlforge {
 
-PaddedBatch PadGroups(const std::vector<LmGroup>& groups) {
-  int64_t rows = 0, width = 0;
+absl::StatusOr<GroupBatch> PackGroups(const std::vector<LmGroup>& groups) {
+  const int64_t G = static_cast<int64_t>(groups.size());
+  int64_t S = 0, L = 1, R = 1;
   for (const auto& g : groups) {
-    for (const auto& s : g.samples) {
-      ++rows;
-      width = std::max<int64_t>(width, g.prompt.size() + s.tokens.size());
+    if (g.prompt.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "request ", g.request_id, " has an empty prompt: nothing predicts its first token"));
     }
+    int64_t len = static_cast<int64_t>(g.prompt.size());
+    for (const auto& s : g.samples) {
+      ++S;
+      len += static_cast<int64_t>(s.tokens.size());
+      R = std::max<int64_t>(R, s.tokens.size());
+    }
+    L = std::max(L, len);
   }
-  PaddedBatch b;
-  b.tokens = torch::zeros({rows, width}, torch::kLong);
-  b.segments = torch::full({rows, width}, -1, torch::kLong);
-  b.positions = torch::arange(width, torch::kLong).unsqueeze(0).expand({rows, width}).contiguous();
-  b.mask = torch::zeros({rows, width - 1});
-  b.old_logp = torch::zeros({rows, width - 1});
+  GroupBatch b;
+  b.tokens = torch::zeros({G, L}, torch::kLong);
+  b.positions = torch::zeros({G, L}, torch::kLong);
+  b.segments = torch::full({G, L}, -1, torch::kLong);
+  b.shared = torch::full({G, L}, -2, torch::kLong);
+  b.source = torch::zeros({S, R}, torch::kLong);
+  b.targets = torch::zeros({S, R}, torch::kLong);
+  b.mask = torch::zeros({S, R});
+  b.old_logp = torch::zeros({S, R});
   auto tok = b.tokens.accessor<int64_t, 2>();
+  auto pos = b.positions.accessor<int64_t, 2>();
   auto seg = b.segments.accessor<int64_t, 2>();
+  auto shr = b.shared.accessor<int64_t, 2>();
+  auto src = b.source.accessor<int64_t, 2>();
+  auto tgt = b.targets.accessor<int64_t, 2>();
   auto mask = b.mask.accessor<float, 2>();
   auto old = b.old_logp.accessor<float, 2>();
-  int64_t r = 0;
-  for (const auto& g : groups) {
-    const int64_t p = static_cast<int64_t>(g.prompt.size());
-    for (const auto& s : g.samples) {
-      for (int64_t t = 0; t < p; ++t) tok[r][t] = g.prompt[t];
-      for (size_t j = 0; j < s.tokens.size(); ++j) {
-        tok[r][p + j] = s.tokens[j];
-        mask[r][p + j - 1] = 1;
-        old[r][p + j - 1] = j < s.logprobs.size() ? s.logprobs[j] : 0.0f;
+  int64_t row = 0;
+  for (int64_t g = 0; g < G; ++g) {
+    const LmGroup& grp = groups[g];
+    const int64_t p = static_cast<int64_t>(grp.prompt.size());
+    for (int64_t t = 0; t < p; ++t) {
+      tok[g][t] = grp.prompt[t];
+      pos[g][t] = t;
+      seg[g][t] = 0;
+    }
+    int64_t col = p;
+    for (size_t k = 0; k < grp.samples.size(); ++k, ++row) {
+      const LmSample& s = grp.samples[k];
+      int64_t prev = g * L + p - 1;  // the state that predicts the next token
+      for (size_t j = 0; j < s.tokens.size(); ++j, ++col) {
+        tok[g][col] = s.tokens[j];
+        pos[g][col] = p + static_cast<int64_t>(j);
+        seg[g][col] = static_cast<int64_t>(k) + 1;
+        shr[g][col] = 0;
+        src[row][j] = prev;
+        tgt[row][j] = s.tokens[j];
+        mask[row][j] = 1;
+        old[row][j] = j < s.logprobs.size() ? s.logprobs[j] : 0.0f;
+        prev = g * L + col;
       }
-      for (int64_t t = 0; t < p + static_cast<int64_t>(s.tokens.size()); ++t) seg[r][t] = 0;
-      ++r;
     }
   }
-  b.targets = b.tokens.slice(1, 1).contiguous();
   return b;
 }
 
-absl::StatusOr<torch::Tensor> BatchTokenLogprobs(models::Transformer& model, const PaddedBatch& b,
+torch::Tensor GroupHidden(models::Transformer& model, const GroupBatch& b) {
+  torch::Tensor h = model->Hidden(b.tokens, b.positions, b.segments, b.shared);
+  const int64_t H = h.size(2);
+  return h.reshape({-1, H}).index_select(0, b.source.reshape({-1})).view(
+      {b.source.size(0), b.source.size(1), H});
+}
+
+absl::StatusOr<torch::Tensor> GroupTokenLogprobs(models::Transformer& model, const GroupBatch& b,
                                                  torch::Tensor* logits_out) {
-  torch::Tensor logits = model->Logits(model->Hidden(b.tokens, b.positions, b.segments));
-  logits = logits.slice(1, 0, logits.size(1) - 1);
+  torch::Tensor logits = model->Logits(GroupHidden(model, b));
   if (logits_out != nullptr) *logits_out = logits;
   return TokenLogprobs(logits, b.targets);
 }

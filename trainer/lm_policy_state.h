@@ -23,19 +23,30 @@
 
 namespace rlforge {
 
-// Rows prompt + response, right-padded. Column t of the [B, T-1] tensors is the prediction
-// of token t+1: mask is 1 where that token is a response token, old_logp the sampler's
-// logprob of it.
-struct PaddedBatch {
-  torch::Tensor tokens, positions, segments;  // [B, T]
-  torch::Tensor targets, mask, old_logp;      // [B, T-1]
+// Groups packed one row each: [prompt, response 1, ..., response n]. The responses attend
+// to their shared prompt (Hidden's shared_segment) and to themselves, so the prompt is
+// computed once per group instead of n times, and nothing is padded but each row's tail.
+// The math is that of n separate prompt + response sequences (tested against it).
+//
+// Per-token tensors are response-major, [S, R]: S samples in group order, R the longest
+// response; column j is the sample's response token j (mask 1), predicted by the hidden
+// state at `source` (the prompt's last token for j = 0).
+struct GroupBatch {
+  torch::Tensor tokens, positions, segments, shared;  // [G, L]
+  torch::Tensor source;                               // [S, R] int64 into the [G * L] states
+  torch::Tensor targets, mask, old_logp;              // [S, R]
 };
 
-// One row per sample, groups in order.
-PaddedBatch PadGroups(const std::vector<LmGroup>& groups);
+// Fails, naming the request, when a group's prompt is empty (nothing predicts its first
+// response token).
+absl::StatusOr<GroupBatch> PackGroups(const std::vector<LmGroup>& groups);
 
-// Token logprobs [B, T-1] of b.targets under `model` (with gradient unless under NoGradGuard).
-absl::StatusOr<torch::Tensor> BatchTokenLogprobs(models::Transformer& model, const PaddedBatch& b,
+// Hidden states [S, R, H] that predict each response token.
+torch::Tensor GroupHidden(models::Transformer& model, const GroupBatch& b);
+
+// Logprobs [S, R] of the response tokens under `model` (with gradient unless under
+// NoGradGuard); the logits [S, R, V] they came from into *logits_out when given.
+absl::StatusOr<torch::Tensor> GroupTokenLogprobs(models::Transformer& model, const GroupBatch& b,
                                                  torch::Tensor* logits_out = nullptr);
 
 // A frozen copy of model.path (no gradient, eval mode): the reference policy.
