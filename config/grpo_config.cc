@@ -96,9 +96,11 @@ void AddGrpoSection(SchemaBuilder<JobConfig>& job) {
   job.Section("critic", &JobConfig::critic, cb.Build());
 
   SchemaBuilder<DpoJobOptions> db(
-      "Direct preference optimisation (`job.algorithm: dpo`): each iteration builds fresh "
-      "(chosen, rejected) answer pairs from the task, the frozen starting policy scores them "
-      "once, the policy minimises the DPO loss; held-out accuracy by greedy generation.");
+      "Direct preference optimisation (`job.algorithm: dpo`): each iteration takes "
+      "(chosen, rejected) answer pairs (built fresh from the arithmetic task, or the next "
+      "lines of data.train_path: {\"prompt\", \"chosen\", \"rejected\"}), the frozen "
+      "starting policy scores them once, the policy minimises the DPO loss; held-out accuracy "
+      "by greedy generation.");
   db.Int("pairs_per_iteration", &DpoJobOptions::pairs_per_iteration,
          "Preference pairs per optimiser step.")
       .Min(1)
@@ -112,8 +114,9 @@ void AddGrpoSection(SchemaBuilder<JobConfig>& job) {
       .Min(0)
       .Max(0.5, false);
   db.Choice("rejected", &DpoJobOptions::rejected, {"carryless", "random"},
-            "The rejected answer: carryless (the answer with every carry and borrow dropped, "
-            "where that differs; else random) or random (a nearby wrong number).");
+            "Arithmetic task: the rejected answer is carryless (the answer with every carry and "
+            "borrow dropped, where that differs; else random) or random (a nearby wrong "
+            "number). JSONL pairs bring their own.");
   db.Int("epochs", &DpoJobOptions::epochs, "Optimiser steps on each iteration's pairs.")
       .Min(1)
       .Max(64);
@@ -128,11 +131,6 @@ void AddGrpoSection(SchemaBuilder<JobConfig>& job) {
       .Min(1);
   job.Section("dpo", &JobConfig::dpo, db.Build());
   job.Check([](const JobConfig& c, CheckContext& ctx) {
-    if (c.job.algorithm == "dpo" && c.data.source != "arithmetic") {
-      ctx.Error("data.source", absl::StrCat("dpo builds its preference pairs from the "
-                                            "arithmetic task; data.source ",
-                                            c.data.source, " has no pairs"));
-    }
     if (c.job.algorithm == "dpo" && c.dpo.loss_type == "ipo" && c.dpo.label_smoothing > 0) {
       ctx.Error("dpo.label_smoothing", "applies to loss_type sigmoid only");
     }

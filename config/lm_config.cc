@@ -75,7 +75,8 @@ std::shared_ptr<const Schema> DataSection() {
            "arithmetic: generated problems (prompt \"12+345=\", response \"357\"); jsonl: "
            "train_path / heldout_path.");
   b.String("train_path", &DataOptions::train_path,
-           "source jsonl: training lines {\"prompt\": ..., \"response\": ...}.");
+           "source jsonl: training lines, {\"prompt\", \"response\"} for sft, {\"prompt\", "
+           "\"answer\"} for grpo and lm_ppo, {\"prompt\", \"chosen\", \"rejected\"} for dpo.");
   b.String("heldout_path", &DataOptions::heldout_path,
            "source jsonl: held-out lines, scored by exact match of the greedy response.");
   b.Int("train_examples", &DataOptions::train_examples,

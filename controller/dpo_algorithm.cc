@@ -1,6 +1,7 @@
 #include "controller/dpo_algorithm.h"
 
 #include <chrono>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
@@ -20,11 +21,14 @@ absl::Status DpoAlgorithm::Run(JobContext& ctx) {
   Controller& ctl = ctx.controller();
   const DpoJobOptions& d = config_.dpo;
   ASSIGN_OR_RETURN(TaskText text, LoadTaskText(config_, d.eval_examples));
-  if (!text.task) return absl::InvalidArgumentError("dpo: data.source must be arithmetic");
-  // The same problem stream with every carry dropped from the responses: the rejected side.
-  ArithmeticOptions careless = text.task->options();
-  careless.demo_carry_errors = 1;
-  ASSIGN_OR_RETURN(ArithmeticTask careless_task, ArithmeticTask::Create(careless));
+  // Arithmetic: the same problem stream with every carry dropped from the responses is the
+  // rejected side.
+  std::optional<ArithmeticTask> careless_task;
+  if (text.task) {
+    ArithmeticOptions careless = text.task->options();
+    careless.demo_carry_errors = 1;
+    ASSIGN_OR_RETURN(careless_task, ArithmeticTask::Create(careless));
+  }
   LmLoop loop(ctx, text);
   const int64_t iterations = config_.job.iterations;
   ctx.SetTotalIterations(iterations);
@@ -37,22 +41,32 @@ absl::Status DpoAlgorithm::Run(JobContext& ctx) {
     IterationRecord rec;
     rec.step = it;
     const uint64_t offset = static_cast<uint64_t>((it - 1) * d.pairs_per_iteration);
-    std::vector<PromptExample> batch = text.TrainBatch(seed, offset, d.pairs_per_iteration);
-    std::vector<LmGroup> pairs(batch.size());
-    std::vector<SampleRecord> shown;
+    std::vector<PreferenceExample> batch;
     double carryless = 0;
-    for (size_t i = 0; i < batch.size(); ++i) {
-      const PromptExample& ex = batch[i];
-      const std::string chosen = text.task->ResponseFor(ex.answer);
-      std::string rejected;
-      if (d.rejected == "carryless") {
-        rejected = careless_task.Example(seed, Split::kTrain, offset + i).response;
+    for (int64_t k = 0; k < d.pairs_per_iteration; ++k) {
+      const uint64_t index = offset + static_cast<uint64_t>(k);
+      if (!text.task) {
+        batch.push_back(text.preference_file[index % text.preference_file.size()]);
+        continue;
       }
-      if (rejected.empty() || rejected == chosen) {
-        rejected = text.task->ResponseFor(text.task->WrongAnswer(ex, seed * 7919 + offset + i));
+      const PromptExample ex = text.task->Example(seed, Split::kTrain, index);
+      PreferenceExample pe{ex.prompt, text.task->ResponseFor(ex.answer), ""};
+      if (d.rejected == "carryless") {
+        pe.rejected = careless_task->Example(seed, Split::kTrain, index).response;
+      }
+      if (pe.rejected.empty() || pe.rejected == pe.chosen) {
+        pe.rejected = text.task->ResponseFor(text.task->WrongAnswer(ex, seed * 7919 + index));
       } else {
         ++carryless;
       }
+      batch.push_back(std::move(pe));
+    }
+    std::vector<LmGroup> pairs(batch.size());
+    std::vector<SampleRecord> shown;
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const PreferenceExample& ex = batch[i];
+      const std::string& chosen = ex.chosen;
+      const std::string& rejected = ex.rejected;
       pairs[i].request_id = static_cast<int64_t>(i);
       pairs[i].prompt = text.Encode(config_.data.system_prompt, ex.prompt);
       for (const std::string& side : {chosen, rejected}) {
@@ -69,7 +83,9 @@ absl::Status DpoAlgorithm::Run(JobContext& ctx) {
       }
     }
     ctx.AddSamples(shown);
-    rec.metrics["carryless_rejected_fraction"] = carryless / static_cast<double>(batch.size());
+    if (text.task) {
+      rec.metrics["carryless_rejected_fraction"] = carryless / static_cast<double>(batch.size());
+    }
 
     const auto t_train = SteadyClock::now();
     proto::WorkRequest train;

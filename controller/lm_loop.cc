@@ -65,9 +65,16 @@ absl::StatusOr<TaskText> LoadTaskText(const JobConfig& c, int64_t heldout_exampl
   t.tmpl = tmpl;
   const DataOptions& d = c.data;
   if (d.source == "jsonl") {
-    ASSIGN_OR_RETURN(t.train_file, ReadPromptJsonl(d.train_path, JsonlFormat::kRl));
+    if (c.job.algorithm == "dpo") {
+      ASSIGN_OR_RETURN(t.preference_file, ReadPreferenceJsonl(d.train_path));
+      if (t.preference_file.empty()) {
+        return absl::InvalidArgumentError(d.train_path + ": no preference pairs");
+      }
+    } else {
+      ASSIGN_OR_RETURN(t.train_file, ReadPromptJsonl(d.train_path, JsonlFormat::kRl));
+      if (t.train_file.empty()) return absl::InvalidArgumentError(d.train_path + ": no examples");
+    }
     ASSIGN_OR_RETURN(t.heldout, ReadPromptJsonl(d.heldout_path, JsonlFormat::kRl));
-    if (t.train_file.empty()) return absl::InvalidArgumentError(d.train_path + ": no examples");
   } else {
     ArithmeticOptions o;
     o.min_digits = d.min_digits;

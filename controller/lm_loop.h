@@ -32,6 +32,7 @@ struct TaskText {
   std::optional<models::PromptTemplate> tmpl;
   std::optional<ArithmeticTask> task;  // data.source arithmetic
   std::vector<PromptExample> train_file, heldout;
+  std::vector<PreferenceExample> preference_file;  // dpo with data.source jsonl
 
   // bos (when the tokenizer has one) + the templated prompt: what the rollout engine sees.
   std::vector<int32_t> Encode(const std::string& system, const std::string& prompt) const;
@@ -46,7 +47,8 @@ struct TaskText {
 };
 
 // Loads model.path's tokenizer, data.prompt_template and the data; keeps at most
-// `heldout_examples` held-out examples.
+// `heldout_examples` held-out examples. For dpo, a JSONL train file holds preference pairs
+// ({"prompt", "chosen", "rejected"}).
 absl::StatusOr<TaskText> LoadTaskText(const JobConfig& c, int64_t heldout_examples);
 
 struct SamplingParams {

@@ -173,6 +173,50 @@ TEST(DpoTest, PreferenceJobTrainsOnFreshPairsAndEvaluates) {
   EXPECT_NE(m[4]["metrics"]["dpo/margin"].get<double>(), 0.0);
 }
 
+TEST(DpoTest, JsonlPreferencePairsTrainAndAMalformedLineIsNamed) {
+  std::string root = FreshDir("dpo_jsonl");
+  const std::string base = SftCheckpoint(root);
+  const std::string pairs = root + "/pairs.jsonl", heldout = root + "/heldout.jsonl";
+  std::ofstream(pairs) << "{\"prompt\": \"12+3=\", \"chosen\": \"15\", \"rejected\": \"16\"}\n"
+                       << "{\"prompt\": \"7-2=\", \"chosen\": \"5\", \"rejected\": \"9\"}\n"
+                       << "\n"
+                       << "{\"prompt\": \"48+5=\", \"chosen\": \"53\", \"rejected\": \"43\", "
+                          "\"source\": \"annotator 2\"}\n";
+  std::ofstream(heldout) << "{\"prompt\": \"21+4=\", \"answer\": \"25\"}\n"
+                         << "{\"prompt\": \"9-6=\", \"answer\": \"3\"}\n";
+  const std::vector<std::string> common = {
+      "run", Dpo(), "job.run_root=" + root, "model.path=" + base, "data.source=jsonl",
+      "data.heldout_path=" + heldout, "job.iterations=3", "dpo.pairs_per_iteration=4",
+      "dpo.eval_every=0", "trainer.warmup_steps=0", "trainer.lr=1e-3"};
+  std::vector<std::string> args = common;
+  args.push_back("job.name=d");
+  args.push_back("data.train_path=" + pairs);
+  auto [code, out] = RunRlforge(args, 300);
+  ASSERT_EQ(code, 0) << out;
+  auto m = ReadMetricsJsonl(root + "/d");
+  ASSERT_EQ(m.size(), 4u) << out;
+  EXPECT_EQ(m[0]["metrics"]["heldout_examples"].get<double>(), 2);
+  EXPECT_EQ(m[3]["metrics"]["heldout_examples"].get<double>(), 2);
+  for (int step = 1; step <= 3; ++step) {
+    const auto& r = m[step]["metrics"];
+    EXPECT_EQ(r["pairs"].get<double>(), 4);  // 3 lines in the file, cycled
+    EXPECT_FALSE(r.contains("carryless_rejected_fraction"));
+  }
+  EXPECT_NEAR(m[1]["metrics"]["dpo/loss"].get<double>(), std::log(2.0), 1e-4);
+  EXPECT_NE(m[3]["metrics"]["dpo/margin"].get<double>(), 0.0);
+
+  const std::string bad = root + "/bad.jsonl";
+  std::ofstream(bad) << "{\"prompt\": \"1+1=\", \"chosen\": \"2\", \"rejected\": \"3\"}\n"
+                     << "{\"prompt\": \"1+2=\", \"chosen\": \"3\"}\n";
+  args = common;
+  args.push_back("job.name=bad");
+  args.push_back("data.train_path=" + bad);
+  auto [code2, out2] = RunRlforge(args, 300);
+  EXPECT_NE(code2, 0) << out2;
+  EXPECT_NE(out2.find(bad + ":2:"), std::string::npos) << out2;
+  EXPECT_NE(out2.find("rejected"), std::string::npos) << out2;
+}
+
 TEST(InitJobTest, FirstStageRunsWhenTheCheckpointIsMissingAndOnlyThen) {
   std::string root = FreshDir("init_job");
   // The first stage: sft_tiny writing into this test's folder.
