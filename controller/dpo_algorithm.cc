@@ -90,8 +90,8 @@ absl::Status DpoAlgorithm::Run(JobContext& ctx) {
     const auto t_train = SteadyClock::now();
     proto::WorkRequest train;
     train.mutable_dpo_train()->set_step(it);
-    ASSIGN_OR_RETURN(uint64_t tid, ctl.Submit("trainer-0", std::move(train),
-                                              GroupsToFrames(pairs, true)));
+    ASSIGN_OR_RETURN(uint64_t tid,
+                     ctl.Submit("trainer-0", std::move(train), GroupsToFrames(pairs, true)));
     ASSIGN_OR_RETURN(WorkOutcome trained, ctl.Await(tid));
     for (const auto& [k, v] : trained.result.metrics()) {
       (IsTiming(k) ? rec.timings : rec.metrics)[k] = v;

@@ -25,17 +25,11 @@ bool IsTiming(const std::string& k) {
 }
 
 std::vector<int32_t> TaskText::Encode(const std::string& system, const std::string& prompt) const {
-  std::vector<int32_t> ids;
-  if (tokenizer->bos_id() >= 0) ids.push_back(tokenizer->bos_id());
-  auto body = tokenizer->Encode(tmpl->Apply(system, prompt));
-  ids.insert(ids.end(), body.begin(), body.end());
-  return ids;
+  return models::EncodePrompt(*tokenizer, *tmpl, system, prompt);
 }
 
 std::vector<int32_t> TaskText::EncodeResponse(const std::string& response) const {
-  std::vector<int32_t> ids = tokenizer->Encode(response + tmpl->end_of_turn());
-  ids.push_back(tokenizer->eos_id());
-  return ids;
+  return models::EncodeResponse(*tokenizer, *tmpl, response);
 }
 
 std::string TaskText::Response(const LmSample& s) const {
@@ -245,7 +239,8 @@ absl::Status LmLoop::SyncWeights(const proto::WeightsReady& weights,
     if (t.name() == "weights") inline_weights.push_back(std::move(t));
   }
   Controller& ctl = ctx_.controller();
-  ASSIGN_OR_RETURN(uint64_t id, ctl.Submit("rollout-0", std::move(load), std::move(inline_weights)));
+  ASSIGN_OR_RETURN(uint64_t id,
+                   ctl.Submit("rollout-0", std::move(load), std::move(inline_weights)));
   return ctl.Await(id).status();
 }
 

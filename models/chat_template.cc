@@ -47,4 +47,20 @@ std::string ApplyPromptTemplate(const std::string& template_name, const std::str
   return t->Apply(system, user);
 }
 
+std::vector<int32_t> EncodePrompt(const Tokenizer& tok, const PromptTemplate& tmpl,
+                                  const std::string& system, const std::string& prompt) {
+  std::vector<int32_t> ids;
+  if (tok.bos_id() >= 0) ids.push_back(tok.bos_id());
+  auto body = tok.Encode(tmpl.Apply(system, prompt));
+  ids.insert(ids.end(), body.begin(), body.end());
+  return ids;
+}
+
+std::vector<int32_t> EncodeResponse(const Tokenizer& tok, const PromptTemplate& tmpl,
+                                    const std::string& response) {
+  std::vector<int32_t> ids = tok.Encode(response + tmpl.end_of_turn());
+  ids.push_back(tok.eos_id());
+  return ids;
+}
+
 }  // namespace rlforge::models

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "models/tokenizer.h"
 
 namespace rlforge::models {
 
@@ -39,5 +40,13 @@ std::vector<std::string> KnownPromptTemplates();  // the built-in names
 // one is an internal error that aborts with its name.
 std::string ApplyPromptTemplate(const std::string& template_name, const std::string& system,
                                 const std::string& user);
+
+// Token ids as a policy sees and writes them, shared by SFT and the RL jobs so both agree:
+// the prompt (template applied, bos first when the tokenizer has one), and the response
+// (its text, the template's end of turn, then eos).
+std::vector<int32_t> EncodePrompt(const Tokenizer& tok, const PromptTemplate& tmpl,
+                                  const std::string& system, const std::string& prompt);
+std::vector<int32_t> EncodeResponse(const Tokenizer& tok, const PromptTemplate& tmpl,
+                                    const std::string& response);
 
 }  // namespace rlforge::models

@@ -7,7 +7,6 @@
 #include <filesystem>
 #include <cmath>
 #include <fstream>
-#include <sstream>
 
 #include "nlohmann/json.hpp"
 #include "tests/job_process.h"
@@ -90,10 +89,7 @@ TEST(GrpoTest, MissingStartingCheckpointIsAClearError) {
 // configs/ppo_arith.yaml with `exact` replaced by a length penalty: a seconds-long SFT model
 // never answers correctly, and all-zero rewards would leave the critic nothing to learn.
 std::string PpoWithLengthReward(const std::string& root) {
-  std::ifstream in(Ppo());
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string text = ss.str();
+  std::string text = ReadFile(Ppo());
   const std::string exact = "kind: exact_answer\n      params:\n        extract: full\n";
   const size_t at = text.find(exact);
   EXPECT_NE(at, std::string::npos) << "configs/ppo_arith.yaml's reward section changed";
@@ -222,10 +218,7 @@ TEST(InitJobTest, FirstStageRunsWhenTheCheckpointIsMissingAndOnlyThen) {
   // The first stage: sft_tiny writing into this test's folder.
   std::string sft = root + "/sft_stage.yaml";
   {
-    std::ifstream in(SourceDir() + "/configs/sft_tiny.yaml");
-    std::stringstream ss;
-    ss << in.rdbuf();
-    std::string text = ss.str();
+    std::string text = ReadFile(SourceDir() + "/configs/sft_tiny.yaml");
     text.replace(text.find("  seed: 3\n"), 10,
                  "  seed: 3\n  name: stage\n  run_root: " + root + "\n");
     text.replace(text.find("  steps: 12\n"), 12, "  steps: 4\n");

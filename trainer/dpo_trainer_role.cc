@@ -49,8 +49,8 @@ absl::StatusOr<WorkReply> DpoTrainerRole::Train(const std::vector<TensorFrame>& 
   if (pairs.empty()) return absl::InvalidArgumentError("dpo_train: no pairs");
   for (const auto& p : pairs) {
     if (p.samples[0].tokens.empty() || p.samples[1].tokens.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("dpo_train: pair ", p.request_id, " has an empty chosen or rejected answer"));
+      return absl::InvalidArgumentError(absl::StrCat("dpo_train: pair ", p.request_id,
+                                                     " has an empty chosen or rejected answer"));
     }
   }
   ASSIGN_OR_RETURN(GroupBatch b, PackGroups(pairs));

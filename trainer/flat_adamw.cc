@@ -48,4 +48,14 @@ void FlatAdamW::Step() {
   data_.addcdiv_(m_, denom_, -o.lr / bias1);
 }
 
+FlatAdamW::Options AdamWOptions(const TrainerOptions& t, double lr) {
+  FlatAdamW::Options o;
+  o.lr = lr;
+  o.beta1 = t.adam_beta1;
+  o.beta2 = t.adam_beta2;
+  o.eps = t.adam_eps;
+  o.weight_decay = t.weight_decay;
+  return o;
+}
+
 }  // namespace rlforge

@@ -14,6 +14,8 @@
 
 #include <vector>
 
+#include "config/job_config.h"
+
 namespace rlforge {
 
 class FlatAdamW {
@@ -39,5 +41,8 @@ class FlatAdamW {
   torch::Tensor data_, grad_, m_, v_, denom_;
   int64_t steps_ = 0;
 };
+
+// The trainer section's betas, eps and weight decay, with learning rate `lr`.
+FlatAdamW::Options AdamWOptions(const TrainerOptions& t, double lr);
 
 }  // namespace rlforge

@@ -77,8 +77,9 @@ absl::StatusOr<GroupBatch> PackGroups(const std::vector<LmGroup>& groups) {
 torch::Tensor GroupHidden(models::Transformer& model, const GroupBatch& b) {
   torch::Tensor h = model->Hidden(b.tokens, b.positions, b.segments, b.shared);
   const int64_t H = h.size(2);
-  return h.reshape({-1, H}).index_select(0, b.source.reshape({-1})).view(
-      {b.source.size(0), b.source.size(1), H});
+  return h.reshape({-1, H})
+      .index_select(0, b.source.reshape({-1}))
+      .view({b.source.size(0), b.source.size(1), H});
 }
 
 absl::StatusOr<torch::Tensor> GroupTokenLogprobs(models::Transformer& model, const GroupBatch& b,
@@ -94,16 +95,6 @@ absl::StatusOr<models::Transformer> LoadFrozenReference(const JobConfig& config)
   ref->eval();
   for (auto& p : ref->parameters()) p.set_requires_grad(false);
   return ref;
-}
-
-FlatAdamW::Options AdamWOptions(const TrainerOptions& t, double lr) {
-  FlatAdamW::Options o;
-  o.lr = lr;
-  o.beta1 = t.adam_beta1;
-  o.beta2 = t.adam_beta2;
-  o.eps = t.adam_eps;
-  o.weight_decay = t.weight_decay;
-  return o;
 }
 
 absl::StatusOr<std::unique_ptr<LmPolicyState>> LmPolicyState::Create(
@@ -124,9 +115,9 @@ absl::StatusOr<std::unique_ptr<LmPolicyState>> LmPolicyState::Create(
     s->flat_.resize(static_cast<size_t>(FlatSize(*s->policy_)));
     if (config.weights.transport != "zmq") {
       std::string name = absl::StrCat("rlforge-w-", getpid(), "-", assignment.actor_id());
-      ASSIGN_OR_RETURN(WeightPublisher p,
-                       WeightPublisher::Create(name, s->flat_.size() * sizeof(float),
-                                               LayoutHash(*s->policy_)));
+      ASSIGN_OR_RETURN(
+          WeightPublisher p,
+          WeightPublisher::Create(name, s->flat_.size() * sizeof(float), LayoutHash(*s->policy_)));
       s->publisher_.emplace(std::move(p));
     }
     return s;
@@ -136,8 +127,8 @@ absl::StatusOr<std::unique_ptr<LmPolicyState>> LmPolicyState::Create(
 }
 
 double LmPolicyState::NextLearningRate(int64_t total_steps) {
-  const double lr = ScheduledLearningRate(config_.trainer, optimizer_steps_++,
-                                          std::max<int64_t>(1, total_steps));
+  const double lr =
+      ScheduledLearningRate(config_.trainer, optimizer_steps_++, std::max<int64_t>(1, total_steps));
   optimizer_->set_lr(lr);
   return lr;
 }
@@ -159,12 +150,7 @@ WorkReply LmPolicyState::Publish() {
   if (publisher_) {
     *reply.result.mutable_weights() = publisher_->Publish(version_, flat_.data());
   } else {
-    proto::WeightsReady* w = reply.result.mutable_weights();
-    w->set_version(version_);
-    w->set_location("inline");
-    w->set_nbytes(flat_.size() * sizeof(float));
-    w->set_checksum(WeightChecksum(flat_.data(), flat_.size() * sizeof(float)));
-    w->set_layout_hash(LayoutHash(*policy_));
+    *reply.result.mutable_weights() = InlineWeights(version_, flat_, LayoutHash(*policy_));
     reply.tensors.push_back(TensorFrame::FromVector("weights", flat_));
   }
   return reply;

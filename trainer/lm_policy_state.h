@@ -87,7 +87,4 @@ class LmPolicyState {
   int64_t optimizer_steps_ = 0;
 };
 
-// FlatAdamW options from the trainer section, with `lr`.
-FlatAdamW::Options AdamWOptions(const TrainerOptions& t, double lr);
-
 }  // namespace rlforge

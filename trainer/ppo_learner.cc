@@ -28,10 +28,8 @@ PpoLearner::PpoLearner(const JobConfig& config, const proto::PolicySpec& spec)
   // Weight init draws from torch's global generator: seed it for repeatable runs.
   torch::manual_seed(static_cast<uint64_t>(config.job.seed));
   model_ = ActorCritic(ActorCriticOptionsFor(config, spec));
-  const TrainerOptions& t = config.trainer;
-  optimizer_ = std::make_unique<FlatAdamW>(
-      model_->parameters(),
-      FlatAdamW::Options{t.lr, t.adam_beta1, t.adam_beta2, t.adam_eps, t.weight_decay});
+  optimizer_ = std::make_unique<FlatAdamW>(model_->parameters(),
+                                           AdamWOptions(config.trainer, config.trainer.lr));
   // After FlatAdamW: it re-points the parameters, whose storage FastPpoGrad reads.
   if (config.ppo.fused_update) {
     auto fast = FastPpoGrad::Create(model_);

@@ -74,12 +74,7 @@ WorkReply PpoTrainerRole::Publish() {
   if (publisher_) {
     *reply.result.mutable_weights() = publisher_->Publish(v, flat_.data());
   } else {
-    proto::WeightsReady* w = reply.result.mutable_weights();
-    w->set_version(v);
-    w->set_location("inline");
-    w->set_nbytes(flat_.size() * sizeof(float));
-    w->set_checksum(WeightChecksum(flat_.data(), flat_.size() * sizeof(float)));
-    w->set_layout_hash(LayoutHash(*learner_->model()));
+    *reply.result.mutable_weights() = InlineWeights(v, flat_, LayoutHash(*learner_->model()));
     reply.tensors.push_back(TensorFrame::FromVector("weights", flat_));
   }
   (*reply.result.mutable_metrics())["publish_s"] =

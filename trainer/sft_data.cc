@@ -4,27 +4,13 @@
 
 namespace rlforge {
 
-std::vector<int32_t> EncodePrompt(const models::Tokenizer& tok, const models::PromptTemplate& tmpl,
-                                  const std::string& system, const std::string& prompt) {
-  std::vector<int32_t> ids;
-  if (tok.bos_id() >= 0) ids.push_back(tok.bos_id());
-  auto body = tok.Encode(tmpl.Apply(system, prompt));
-  ids.insert(ids.end(), body.begin(), body.end());
-  return ids;
-}
-
-std::string TargetText(const models::PromptTemplate& tmpl, const std::string& response) {
-  return response + tmpl.end_of_turn();
-}
-
 TokenizedExample TokenizeExample(const models::Tokenizer& tok, const models::PromptTemplate& tmpl,
                                  const std::string& system, const PromptExample& example) {
   TokenizedExample out;
-  out.tokens = EncodePrompt(tok, tmpl, system, example.prompt);
+  out.tokens = models::EncodePrompt(tok, tmpl, system, example.prompt);
   out.prompt_len = static_cast<int64_t>(out.tokens.size());
-  auto resp = tok.Encode(TargetText(tmpl, example.response));
+  auto resp = models::EncodeResponse(tok, tmpl, example.response);
   out.tokens.insert(out.tokens.end(), resp.begin(), resp.end());
-  out.tokens.push_back(tok.eos_id());
   return out;
 }
 

@@ -25,12 +25,7 @@ struct TokenizedExample {
   int64_t prompt_len = 0;       // tokens[prompt_len:] are trained on
 };
 
-// The prompt as the model sees it: template applied, bos first when the tokenizer has one.
-std::vector<int32_t> EncodePrompt(const models::Tokenizer& tok, const models::PromptTemplate& tmpl,
-                                  const std::string& system, const std::string& prompt);
-// The text the model must produce for `response` (the template's end-of-turn appended).
-std::string TargetText(const models::PromptTemplate& tmpl, const std::string& response);
-
+// Prompt and response ids: models::EncodePrompt and models::EncodeResponse.
 TokenizedExample TokenizeExample(const models::Tokenizer& tok, const models::PromptTemplate& tmpl,
                                  const std::string& system, const PromptExample& example);
 

@@ -144,13 +144,8 @@ absl::StatusOr<WorkReply> SftTrainerRole::Init() {
                      " tokens but the model only ", (*model_)->config().vocab_size));
   }
   (*model_)->train();
-  FlatAdamW::Options o;
-  o.lr = config_.trainer.lr;
-  o.beta1 = config_.trainer.adam_beta1;
-  o.beta2 = config_.trainer.adam_beta2;
-  o.eps = config_.trainer.adam_eps;
-  o.weight_decay = config_.trainer.weight_decay;
-  optimizer_ = std::make_unique<FlatAdamW>((*model_)->parameters(), o);
+  optimizer_ = std::make_unique<FlatAdamW>((*model_)->parameters(),
+                                           AdamWOptions(config_.trainer, config_.trainer.lr));
   RETURN_IF_ERROR(NextEpoch());
 
   WorkReply reply;
@@ -275,7 +270,7 @@ absl::StatusOr<WorkReply> SftTrainerRole::Evaluate(const proto::LmEvaluate& task
     std::vector<std::vector<int32_t>> prompts;
     for (size_t i = begin; i < end; ++i) {
       prompts.push_back(
-          EncodePrompt(*tokenizer_, *template_, config_.data.system_prompt, heldout_[i].prompt));
+          models::EncodePrompt(*tokenizer_, *template_, config_.data.system_prompt, heldout_[i].prompt));
     }
     auto outs = models::GreedyGenerate(model, prompts, o);
     for (size_t i = begin; i < end; ++i) {

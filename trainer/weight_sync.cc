@@ -181,4 +181,15 @@ absl::Status WeightReader::Read(const proto::WeightsReady& ready, uint64_t expec
   return absl::OkStatus();
 }
 
+proto::WeightsReady InlineWeights(int64_t version, const std::vector<float>& flat,
+                                  uint64_t layout_hash) {
+  proto::WeightsReady w;
+  w.set_version(version);
+  w.set_location("inline");
+  w.set_nbytes(flat.size() * sizeof(float));
+  w.set_checksum(WeightChecksum(flat.data(), flat.size() * sizeof(float)));
+  w.set_layout_hash(layout_hash);
+  return w;
+}
+
 }  // namespace rlforge

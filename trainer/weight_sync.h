@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "proto/control.pb.h"
@@ -21,6 +22,11 @@ namespace rlforge {
 
 // 64-bit checksum of a byte buffer, word at a time (fast enough for GB-sized weights).
 uint64_t WeightChecksum(const void* data, size_t size);
+
+// The WeightsReady of weights sent inline (weights.transport: zmq): location "inline", the
+// flat buffer's size and checksum; the bytes go as a "weights" tensor frame beside it.
+proto::WeightsReady InlineWeights(int64_t version, const std::vector<float>& flat,
+                                  uint64_t layout_hash);
 
 class WeightPublisher {
  public:
