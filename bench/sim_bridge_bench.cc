@@ -5,10 +5,12 @@
 // each over ZeroMQ on a Unix socket (ipc://) and over shared memory (shm://). "+policy" rows add
 // what a rollout worker does per step: one batched forward of the 64x64 MLP actor-critic, pipelined
 // over servers as the worker does it (see Measure). Rounds are interleaved so machine noise hits
-// every variant alike.
+// every variant alike. With --pin auto (the default, as sim.cpu_affinity: auto in a job) this
+// process and the servers are placed as a job places a worker and its servers.
 //
 //   build/bench/sim_bridge_bench [--steps 2000] [--rounds 3] [--rlforge build/rlforge]
 //                                [--env CartPole-v1] [--via shm]   (one env / transport only)
+//                                [--pin auto|none]
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "common/cpu_affinity.h"
 #include "common/status.h"
 #include "launch/process_launcher.h"
 #include "models/actor_critic.h"
@@ -93,11 +96,24 @@ double Measure(VectorEnv& env, int steps, rlforge::ActorCritic* policy, bool pip
 
 }  // namespace
 
+constexpr char kUsage[] =
+    "usage: sim_bridge_bench [--steps 2000] [--rounds 3] [--rlforge build/rlforge]\n"
+    "                        [--env CartPole-v1|Acrobot-v1|Pendulum-v1] [--via ipc|shm]\n"
+    "                        [--pin auto|none]\n";
+
 int main(int argc, char** argv) {
   int steps = 2000, rounds = 3;
-  std::string bin = "build/rlforge", only_env, only_via;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  std::string bin = "build/rlforge", only_env, only_via, pin = "auto";
+  for (int i = 1; i < argc; i += 2) {
     std::string k = argv[i];
+    if (k == "--help" || k == "-h") {
+      std::printf("%s", kUsage);
+      return 0;
+    }
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "%s needs a value\n%s", k.c_str(), kUsage);
+      return 2;
+    }
     if (k == "--steps")
       steps = std::atoi(argv[i + 1]);
     else if (k == "--rounds")
@@ -108,6 +124,29 @@ int main(int argc, char** argv) {
       only_env = argv[i + 1];
     else if (k == "--via")
       only_via = argv[i + 1];
+    else if (k == "--pin")
+      pin = argv[i + 1];
+    else {
+      std::fprintf(stderr, "unknown option %s\n%s", k.c_str(), kUsage);
+      return 2;
+    }
+  }
+  if ((pin != "auto" && pin != "none") || steps < 1 || rounds < 1) {
+    std::fprintf(stderr, "bad --pin, --steps or --rounds\n%s", kUsage);
+    return 2;
+  }
+  // As a job with sim.cpu_affinity: auto places one worker with one or two servers.
+  rlforge::SimPlacement one_server, two_servers;
+  if (pin == "auto") {
+    auto allowed = rlforge::AllowedCpus();
+    if (!allowed.ok()) return 2;
+    one_server = rlforge::PlanSimPlacement(*allowed, 1, 1);
+    two_servers = rlforge::PlanSimPlacement(*allowed, 1, 2);
+    if (two_servers.pinned && !rlforge::PinProcess(two_servers.worker_cpus[0]).ok()) return 2;
+    std::printf("placement: 1 server: %s; 2 servers: %s\n", one_server.why.c_str(),
+                two_servers.why.c_str());
+  } else {
+    std::printf("placement: not pinned (--pin none)\n");
   }
   torch::set_num_threads(1);
   setvbuf(stdout, nullptr, _IOLBF, 0);
@@ -135,11 +174,19 @@ int main(int argc, char** argv) {
         std::string tag = std::to_string(getpid()) + "-" + id + "-" + via + std::to_string(k);
         std::string ep = via == "shm" ? "shm://rlforge-bench-" + tag
                                       : "ipc:///tmp/rlforge-bench-" + tag + ".sock";
-        auto pid =
-            launcher.Start({"sim",
-                            {bin, "sim-server", "--env", id, "--num-envs", "64", "--bind", ep},
-                            "/tmp/rlforge-bench-sim.log",
-                            {}});
+        // Server 0 serves the 1-server case, servers 1 and 2 the 2-server case.
+        const rlforge::SimPlacement& plan = k == 0 ? one_server : two_servers;
+        rlforge::ProcessSpec spec{
+            "sim",
+            {bin, "sim-server", "--env", id, "--num-envs", "64", "--bind", ep},
+            "/tmp/rlforge-bench-sim.log",
+            {},
+            {}};
+        if (plan.pinned) {
+          spec.cpus = plan.server_cpus[k == 0 ? 0 : k - 1];
+          spec.argv.insert(spec.argv.end(), {"--spin-us", "2000"});  // as the controller does
+        }
+        auto pid = launcher.Start(spec);
         if (!pid.ok()) {
           std::fprintf(stderr, "cannot start %s: %s\n", bin.c_str(),
                        rlforge::Msg(pid.status()).c_str());

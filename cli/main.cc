@@ -67,8 +67,8 @@ int RunInitJob(const std::string& path, const rlforge::JobConfig& main_job,
     std::fprintf(stderr,
                  "error: %s: model.init_job %s finished, but model.path %s still does not exist "
                  "(its checkpoints went to %s/%s*/checkpoints/)\n",
-                 path.c_str(), m.init_job.c_str(), m.path.c_str(), first.config.job.run_root.c_str(),
-                 first.config.job.name.c_str());
+                 path.c_str(), m.init_job.c_str(), m.path.c_str(),
+                 first.config.job.run_root.c_str(), first.config.job.name.c_str());
     return 2;
   }
   return 0;
@@ -146,7 +146,8 @@ int CmdStatus(const std::string& target, std::string token) {
   return 0;
 }
 
-int CmdSimServer(const std::string& env_id, int num_envs, int max_steps, const std::string& bind) {
+int CmdSimServer(const std::string& env_id, int num_envs, int max_steps, const std::string& bind,
+                 int spin_us) {
   rlforge::InitLogging("sim-server", "info");
   auto envs = rlforge::sim::LocalVectorEnv::Create(env_id, num_envs, max_steps);
   if (!envs.ok()) {
@@ -154,7 +155,9 @@ int CmdSimServer(const std::string& env_id, int num_envs, int max_steps, const s
     return 2;
   }
   zmq::context_t ctx;
-  auto server = rlforge::sim::SimServer::Bind(ctx, std::move(*envs), bind);
+  rlforge::sim::ShmChannel::Options shm;
+  shm.spin_us = spin_us;
+  auto server = rlforge::sim::SimServer::Bind(ctx, std::move(*envs), bind, shm);
   if (!server.ok()) {
     std::fprintf(stderr, "error: --bind: %s\n", rlforge::Msg(server.status()).c_str());
     return 2;
@@ -205,7 +208,8 @@ int main(int argc, char** argv) {
       ->allow_extras();
 
   std::string sim_env, sim_bind;
-  int sim_num_envs = 1, sim_max_steps = 0;
+  int sim_num_envs = 1, sim_max_steps = 0,
+      sim_spin_us = rlforge::sim::ShmChannel::Options{}.spin_us;
   auto* simsrv =
       app.add_subcommand("sim-server", "Serve built-in envs over the sim_bridge protocol");
   simsrv->add_option("--env", sim_env, "Env id, e.g. CartPole-v1")->required();
@@ -216,6 +220,12 @@ int main(int argc, char** argv) {
                    "Address, e.g. tcp://127.0.0.1:5555, ipc:///tmp/s.sock or shm://name (one "
                    "client, same host)")
       ->required();
+  simsrv
+      ->add_option("--spin-us", sim_spin_us,
+                   "shm: busy-wait this long for the next request before sleeping (longer "
+                   "answers sooner, but holds a core; the controller passes 2000 when this "
+                   "server has a core apart from its worker's)")
+      ->check(CLI::Range(0, 1000000));
 
   std::string write_path;
   auto* docs = app.add_subcommand("config-docs", "Print the reference of every job-file key");
@@ -244,6 +254,6 @@ int main(int argc, char** argv) {
   if (*validate) return CmdValidate(job_path, overrides);
   if (*docs) return CmdConfigDocs(write_path);
   if (*stat) return CmdStatus(status_target, status_token);
-  if (*simsrv) return CmdSimServer(sim_env, sim_num_envs, sim_max_steps, sim_bind);
+  if (*simsrv) return CmdSimServer(sim_env, sim_num_envs, sim_max_steps, sim_bind, sim_spin_us);
   return 2;
 }

@@ -50,14 +50,22 @@ std::shared_ptr<const Schema> SimSection() {
       .Min(0, false);
   b.Choice("transport", &SimOptions::transport, {"auto", "shm", "ipc"},
            "backend server: how workers reach the servers the controller starts. shm: shared "
-           "memory (same host, the built-in server; ~10x less overhead than ipc); ipc: ZeroMQ "
+           "memory (same host, the built-in server; ~5x less overhead than ipc); ipc: ZeroMQ "
            "on a Unix socket (any sim_bridge server); auto: shm for the built-in server, ipc "
            "for a sim.command.");
-  b.Bool("pipeline", &SimOptions::pipeline,
-         "With several servers per worker, step them one by one so the policy computes one "
-         "server's actions while the others step; hides slow envs' step time. false: one "
-         "forward over all envs, then all servers step (better for envs cheaper than the "
-         "policy).");
+  b.Choice("pipeline", &SimOptions::pipeline, {"auto", "true", "false"},
+           "With several servers per worker. true: step them one by one, so the policy "
+           "computes one server's actions while the others step (hides slow envs' step "
+           "time). false: one forward over every env, then all servers step at once (better "
+           "for envs cheaper than the policy). auto: the worker times its 2nd rollout "
+           "pipelined and its 3rd as one batch and keeps the faster; both give the same "
+           "samples.");
+  b.Choice("cpu_affinity", &SimOptions::cpu_affinity, {"auto", "none"},
+           "backend server: auto pins each rollout worker to a core of its own and deals its "
+           "servers over the other cores the controller may use (its cpuset), and lets shm "
+           "servers spin 2 ms for the next request; this keeps spinning servers off the "
+           "worker's core. Skipped when there are no more cores than workers, and for "
+           "rollout.external workers. none: leave placement to the OS.");
   return b.Build();
 }
 

@@ -22,7 +22,9 @@ struct SimOptions {
   double step_timeout_s = 30;
   double start_timeout_s = 60;
   std::string transport = "auto";  // backend server: auto | shm | ipc
-  bool pipeline = true;            // step servers one by one, overlapping the policy
+  std::string pipeline =
+      "auto";  // auto | true | false: step servers one by one, overlapping the policy
+  std::string cpu_affinity = "auto";  // backend server: auto | none
 };
 
 struct RolloutOptions {

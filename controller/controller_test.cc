@@ -160,7 +160,7 @@ TEST_F(ControllerTest, LaunchedSlotNeedsItsLaunchToken) {
   controller().ExpectRole("echo", 1, false);
   ASSERT_TRUE(controller()
                   .LaunchAll([](const ActorInfo& a) {
-                    return ProcessSpec{a.id, {"/bin/true"}, "/tmp/x.log", {}};
+                    return ProcessSpec{a.id, {"/bin/true"}, "/tmp/x.log", {}, {}};
                   })
                   .ok());
   ASSERT_EQ(launcher_.specs.size(), 1u);
@@ -302,7 +302,7 @@ TEST_F(ControllerTest, ChildExitStopsTheJobNamingActorAndSignal) {
   controller().ExpectRole("echo", 1, false);
   ASSERT_TRUE(controller()
                   .LaunchAll([](const ActorInfo& a) {
-                    return ProcessSpec{a.id, {"/bin/true"}, "/nonexistent/echo-0.log", {}};
+                    return ProcessSpec{a.id, {"/bin/true"}, "/nonexistent/echo-0.log", {}, {}};
                   })
                   .ok());
   SendRegister("p0", "echo", 0, "i0", launcher_.specs[0].env.at("RLFORGE_LAUNCH_TOKEN"));
@@ -327,7 +327,7 @@ TEST_F(ControllerTest, ShutdownTellsActorsThenForcesStragglers) {
   controller().ExpectRole("echo", 1, false);
   ASSERT_TRUE(controller()
                   .LaunchAll([](const ActorInfo& a) {
-                    return ProcessSpec{a.id, {"/bin/true"}, "/tmp/x.log", {}};
+                    return ProcessSpec{a.id, {"/bin/true"}, "/tmp/x.log", {}, {}};
                   })
                   .ok());
   SendRegister("p0", "echo", 0, "i0", launcher_.specs[0].env.at("RLFORGE_LAUNCH_TOKEN"));

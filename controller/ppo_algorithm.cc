@@ -55,11 +55,39 @@ std::vector<RoleRequirement> PpoAlgorithm::Roles() const {
           {"trainer", 1, false}};
 }
 
+// A pinned shm server spins this long for the next request: longer than a
+// worker's policy forward (0.1-1 ms), so in steady state it never sleeps and
+// answers within microseconds. Its core holds only servers, so the spin costs
+// the worker nothing; two servers on one core yield to each other.
+constexpr int kPinnedServerSpinUs = 2000;
+
+SimPlacement PpoAlgorithm::PlanPlacement() const {
+  const SimOptions& sim = config_.sim;
+  SimPlacement none;
+  if (sim.backend != "server" || sim.cpu_affinity == "none") {
+    none.why = "not pinned (sim.cpu_affinity none)";
+    return none;
+  }
+  if (config_.rollout.external) {
+    none.why = "not pinned: rollout workers are external (rollout.external)";
+    return none;
+  }
+  auto allowed = AllowedCpus();
+  if (!allowed.ok()) {
+    none.why = absl::StrCat("not pinned: ", allowed.status().message());
+    return none;
+  }
+  return PlanSimPlacement(*allowed, static_cast<int>(workers_.size()),
+                          static_cast<int>(sim.servers_per_worker));
+}
+
 absl::StatusOr<std::vector<std::vector<std::pair<std::string, std::string>>>>
 PpoAlgorithm::StartSimServers(JobContext& ctx) {
   const SimOptions& sim = config_.sim;
   std::vector<std::vector<std::pair<std::string, std::string>>> per_worker(workers_.size());
   if (sim.backend == "inprocess") return per_worker;
+  placement_ = PlanPlacement();
+  if (sim.backend == "server") spdlog::info("sim placement: {}", placement_.why);
   int64_t spw = sim.servers_per_worker;
   int64_t envs_each = config_.env.num_envs / spw;
   for (size_t w = 0; w < workers_.size(); ++w) {
@@ -90,6 +118,10 @@ PpoAlgorithm::StartSimServers(JobContext& ctx) {
                      std::to_string(config_.env.max_episode_steps),
                      "--bind",
                      endpoint};
+        if (placement_.pinned) {
+          spec.argv.push_back("--spin-us");
+          spec.argv.push_back(std::to_string(kPinnedServerSpinUs));
+        }
       } else {
         for (const std::string& part : sim.command) {
           spec.argv.push_back(absl::StrReplaceAll(
@@ -109,6 +141,7 @@ PpoAlgorithm::StartSimServers(JobContext& ctx) {
         }
       }
       if (std::getenv("OMP_WAIT_POLICY") == nullptr) spec.env["OMP_WAIT_POLICY"] = "PASSIVE";
+      if (placement_.pinned) spec.cpus = placement_.server_cpus[idx];
       RETURN_IF_ERROR(Annotate(ctx.controller().LaunchService(spec), "sim.command"));
       per_worker[w].emplace_back(name, endpoint);
     }
@@ -160,6 +193,9 @@ absl::Status PpoAlgorithm::Run(JobContext& ctx) {
     }
     s->set_first_env_index(static_cast<int64_t>(w) * N);
     s->set_seed(config_.job.seed);
+    if (placement_.pinned) {
+      for (int cpu : placement_.worker_cpus[w]) s->add_cpus(cpu);
+    }
     ASSIGN_OR_RETURN(uint64_t id, c.Submit(workers_[w], std::move(req)));
     ids.push_back(id);
   }

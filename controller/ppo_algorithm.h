@@ -11,6 +11,7 @@
 
 #include <deque>
 
+#include "common/cpu_affinity.h"
 #include "controller/algorithm.h"
 #include "trainer/running_stats.h"
 
@@ -26,10 +27,13 @@ class PpoAlgorithm final : public Algorithm {
   // Per rollout worker: sim servers as (name, endpoint).
   absl::StatusOr<std::vector<std::vector<std::pair<std::string, std::string>>>> StartSimServers(
       JobContext& ctx);
+  // sim.cpu_affinity: where workers and the servers StartSimServers starts run.
+  SimPlacement PlanPlacement() const;
   absl::Status Broadcast(Controller& c, const proto::WeightsReady& w,
                          const std::vector<TensorFrame>& inline_weights);
 
   JobConfig config_;
+  SimPlacement placement_;
   std::vector<std::string> workers_;
   std::vector<RewardScaler> reward_scalers_;
   std::deque<double> recent_returns_, recent_lengths_;

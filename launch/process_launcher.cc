@@ -1,6 +1,7 @@
 #include "launch/process_launcher.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
@@ -49,6 +50,15 @@ absl::StatusOr<int> LocalProcessLauncher::Start(const ProcessSpec& spec) {
   for (auto& s : env_strings) envp.push_back(s.data());
   envp.push_back(nullptr);
 
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  for (int c : spec.cpus) {
+    if (c < 0 || c >= CPU_SETSIZE) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cpu ", c, " for ", spec.name, " is out of range"));
+    }
+    CPU_SET(c, &cpus);
+  }
   int log_fd = open(spec.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (log_fd < 0) {
     return absl::UnavailableError(
@@ -78,6 +88,12 @@ absl::StatusOr<int> LocalProcessLauncher::Start(const ProcessSpec& spec) {
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
+    if (!spec.cpus.empty() && sched_setaffinity(0, sizeof cpus, &cpus) != 0) {
+      int err = -errno;  // negative: the pinning failed, not the exec
+      ssize_t ignored = write(pipefd[1], &err, sizeof err);
+      (void)ignored;
+      _exit(127);
+    }
     execve(argv[0], argv.data(), envp.data());
     int err = errno;
     ssize_t ignored = write(pipefd[1], &err, sizeof err);
@@ -92,6 +108,13 @@ absl::StatusOr<int> LocalProcessLauncher::Start(const ProcessSpec& spec) {
     n = read(pipefd[0], &child_errno, sizeof child_errno);
   } while (n < 0 && errno == EINTR);
   close(pipefd[0]);
+  if (n == sizeof child_errno && child_errno < 0) {
+    waitpid(pid, nullptr, 0);
+    std::string list;
+    for (int c : spec.cpus) absl::StrAppend(&list, list.empty() ? "" : ",", c);
+    return absl::InvalidArgumentError(absl::StrCat("cannot start ", spec.name, ": pinning to cpus ",
+                                                   list, ": ", std::strerror(-child_errno)));
+  }
   if (n == sizeof child_errno) {
     waitpid(pid, nullptr, 0);
     return absl::InvalidArgumentError(absl::StrCat("cannot start ", spec.name, ": exec ",

@@ -20,6 +20,7 @@ struct ProcessSpec {
   std::vector<std::string> argv;           // argv[0] is the executable path
   std::string log_path;                    // stdout and stderr go here (appended)
   std::map<std::string, std::string> env;  // added to the controller's environment
+  std::vector<int> cpus;                   // pinned to these before exec; empty: inherited
 };
 
 struct ProcessExit {

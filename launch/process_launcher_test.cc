@@ -1,6 +1,7 @@
 #include "launch/process_launcher.h"
 
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -53,7 +54,7 @@ TEST(LocalProcessLauncherTest, CapturesOutputAndExitCode) {
   LocalProcessLauncher l;
   std::string log = TempLog("a.log");
   std::filesystem::remove(log);
-  auto pid = l.Start({"a", {"/bin/sh", "-c", "echo hello; echo oops >&2; exit 3"}, log, {}});
+  auto pid = l.Start({"a", {"/bin/sh", "-c", "echo hello; echo oops >&2; exit 3"}, log, {}, {}});
   ASSERT_TRUE(pid.ok()) << pid.status();
   auto exits = WaitForExit(l, 1);
   ASSERT_EQ(exits.size(), 1u);
@@ -69,14 +70,41 @@ TEST(LocalProcessLauncherTest, PassesEnvironment) {
   std::string log = TempLog("env.log");
   std::filesystem::remove(log);
   ASSERT_TRUE(
-      l.Start({"e", {"/bin/sh", "-c", "echo v=$RLFORGE_X"}, log, {{"RLFORGE_X", "42"}}}).ok());
+      l.Start({"e", {"/bin/sh", "-c", "echo v=$RLFORGE_X"}, log, {{"RLFORGE_X", "42"}}, {}}).ok());
   WaitForExit(l, 1);
   EXPECT_NE(TailOfFile(log, 2).find("v=42"), std::string::npos);
 }
 
+TEST(LocalProcessLauncherTest, PinsTheChildToItsCpus) {
+  LocalProcessLauncher l;
+  std::string log = TempLog("cpus.log");
+  std::filesystem::remove(log);
+  cpu_set_t mine;
+  ASSERT_EQ(sched_getaffinity(0, sizeof mine, &mine), 0);
+  int last = 0;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &mine)) last = c;
+  }
+  ProcessSpec spec{"p", {"/bin/grep", "Cpus_allowed_list", "/proc/self/status"}, log, {}, {}};
+  spec.cpus = {last};
+  ASSERT_TRUE(l.Start(spec).ok());
+  WaitForExit(l, 1);
+  EXPECT_NE(TailOfFile(log, 2).find("Cpus_allowed_list:\t" + std::to_string(last) + "\n"),
+            std::string::npos)
+      << TailOfFile(log, 2);
+  // A cpu outside the machine's set is an error naming the process and the cpus.
+  spec.cpus = {CPU_SETSIZE - 1};
+  auto bad = l.Start(spec);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("cannot start p: pinning to cpus " +
+                                        std::to_string(CPU_SETSIZE - 1)),
+            std::string::npos)
+      << bad.status();
+}
+
 TEST(LocalProcessLauncherTest, ExecFailureIsAnErrorNamingTheProgram) {
   LocalProcessLauncher l;
-  auto pid = l.Start({"b", {"/nonexistent/prog"}, TempLog("b.log"), {}});
+  auto pid = l.Start({"b", {"/nonexistent/prog"}, TempLog("b.log"), {}, {}});
   ASSERT_FALSE(pid.ok());
   EXPECT_NE(pid.status().message().find("/nonexistent/prog"), std::string::npos);
   EXPECT_TRUE(l.Running().empty());
@@ -85,7 +113,7 @@ TEST(LocalProcessLauncherTest, ExecFailureIsAnErrorNamingTheProgram) {
 TEST(LocalProcessLauncherTest, SignalReachesTheProcessGroup) {
   LocalProcessLauncher l;
   // The shell's child sleep is in the same group and must die with it.
-  auto pid = l.Start({"c", {"/bin/sh", "-c", "sleep 30 & wait"}, TempLog("c.log"), {}});
+  auto pid = l.Start({"c", {"/bin/sh", "-c", "sleep 30 & wait"}, TempLog("c.log"), {}, {}});
   ASSERT_TRUE(pid.ok());
   l.Signal(*pid, SIGTERM);
   auto exits = WaitForExit(l, 1);
@@ -104,7 +132,7 @@ TEST(LocalProcessLauncherTest, DestructorLeavesNoOrphans) {
   int pid = 0;
   {
     LocalProcessLauncher l;
-    auto p = l.Start({"d", {"/bin/sleep", "30"}, TempLog("d.log"), {}});
+    auto p = l.Start({"d", {"/bin/sleep", "30"}, TempLog("d.log"), {}, {}});
     ASSERT_TRUE(p.ok());
     pid = *p;
   }

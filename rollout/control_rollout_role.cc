@@ -6,6 +6,8 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/cpu_affinity.h"
+#include "common/logging.h"
 #include "common/status.h"
 #include "sim_bridge/remote_vector_env.h"
 #include "trainer/ppo_learner.h"
@@ -38,6 +40,11 @@ absl::StatusOr<WorkReply> ControlRolloutRole::Handle(const proto::WorkRequest& r
 }
 
 absl::StatusOr<WorkReply> ControlRolloutRole::Setup(const proto::RolloutSetup& setup) {
+  if (!setup.cpus().empty()) {
+    std::vector<int> cpus(setup.cpus().begin(), setup.cpus().end());
+    RETURN_IF_ERROR(Annotate(PinProcess(cpus), "sim.cpu_affinity"));
+    spdlog::info("pinned to cpus {} (sim.cpu_affinity)", FormatCpuList(cpus));
+  }
   first_env_index_ = setup.first_env_index();
   rng_.seed(static_cast<uint64_t>(setup.seed()) * 1000003ull +
             static_cast<uint64_t>(assignment_.rank()));
@@ -158,6 +165,31 @@ void ControlRolloutRole::Sample(const ActorCriticImpl::Output& out, std::vector<
   }
 }
 
+bool ControlRolloutRole::Pipelined() const {
+  if (envs_->num_groups() < 2 || config_.sim.pipeline == "false") return false;
+  if (config_.sim.pipeline == "true") return true;
+  // auto: the 1st rollout warms up (as one batch), the 2nd is timed
+  // pipelined, the 3rd as one batch; then the faster stays.
+  if (rollouts_ == 0) return false;
+  if (rollouts_ == 1) return true;
+  if (rollouts_ == 2) return false;
+  return pipelined_step_s_ < batch_step_s_;
+}
+
+void ControlRolloutRole::TimePipeline(int64_t steps, double seconds) {
+  ++rollouts_;
+  if (config_.sim.pipeline != "auto" || envs_->num_groups() < 2 || rollouts_ > 3) return;
+  if (rollouts_ == 2) pipelined_step_s_ = seconds / static_cast<double>(steps);
+  if (rollouts_ == 3) {
+    batch_step_s_ = seconds / static_cast<double>(steps);
+    spdlog::info(
+        "sim.pipeline auto: {:.1f} us a step pipelined over {} servers, {:.1f} us as one batch: "
+        "{}",
+        pipelined_step_s_ * 1e6, envs_->num_groups(), batch_step_s_ * 1e6,
+        pipelined_step_s_ < batch_step_s_ ? "pipelined" : "one batch");
+  }
+}
+
 absl::StatusOr<WorkReply> ControlRolloutRole::Rollout(const proto::RolloutTask& task) {
   if (!model_) return absl::FailedPreconditionError("rollout before load_weights");
   const int64_t T = task.num_steps(), N = envs_->num_envs(), O = spec_.obs_size();
@@ -180,7 +212,8 @@ absl::StatusOr<WorkReply> ControlRolloutRole::Rollout(const proto::RolloutTask& 
   // step costs only what the policy does not hide. Groups are contiguous and
   // visited in order, so the sampler draws in the same order as one batch.
   // Otherwise one group of every env, stepped with one Step.
-  const bool pipelined = config_.sim.pipeline && envs_->num_groups() > 1;
+  const bool pipelined = Pipelined();
+  const auto t_loop = std::chrono::steady_clock::now();
   const int G = pipelined ? envs_->num_groups() : 1;
   std::vector<std::vector<int64_t>> g_discrete(G);  // actions in flight, per group
   std::vector<std::vector<float>> g_learner(G), g_env(G);
@@ -256,6 +289,7 @@ absl::StatusOr<WorkReply> ControlRolloutRole::Rollout(const proto::RolloutTask& 
     absl::Status s = observe(T - 1, g);
     if (!s.ok()) return at(s);
   }
+  TimePipeline(T, std::chrono::duration<double>(std::chrono::steady_clock::now() - t_loop).count());
   auto lv = model_->Value(torch::from_blob(obs_.data(), {N, O}, torch::kFloat32)).contiguous();
   std::memcpy(last.data(), lv.data_ptr<float>(), N * sizeof(float));
   result->set_env_steps(T * N);

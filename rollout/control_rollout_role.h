@@ -32,6 +32,11 @@ class ControlRolloutRole final : public Role {
   absl::StatusOr<WorkReply> Setup(const proto::RolloutSetup& setup);
   absl::StatusOr<WorkReply> Load(const proto::LoadWeights& load, std::vector<TensorFrame>& tensors);
   absl::StatusOr<WorkReply> Rollout(const proto::RolloutTask& task);
+  // Whether this rollout steps the servers group by group (sim.pipeline).
+  bool Pipelined() const;
+  // Counts a rollout of `steps` steps that took `seconds`; sim.pipeline auto
+  // keeps the 2nd's and 3rd's time.
+  void TimePipeline(int64_t steps, double seconds);
   // Samples one action per env from the policy output; writes actions for
   // the env (clipped to the Box) and for the learner (unclipped).
   void Sample(const ActorCriticImpl::Output& out, std::vector<int64_t>* discrete,
@@ -46,6 +51,10 @@ class ControlRolloutRole final : public Role {
   std::vector<float> obs_;  // current observation of every env
   ActorCritic model_{nullptr};
   int64_t version_ = -1;
+  // sim.pipeline auto: rollouts done, and seconds per step of the timed
+  // pipelined and one-batch rollouts (0: not timed yet).
+  int64_t rollouts_ = 0;
+  double pipelined_step_s_ = 0, batch_step_s_ = 0;
   WeightReader reader_;
   std::vector<float> flat_;
   std::mt19937_64 rng_;

@@ -22,7 +22,7 @@ class PythonServer {
                                      "--bind", endpoint_};
     argv.insert(argv.end(), extra.begin(), extra.end());
     log_ = "/tmp/rlforge-pytest-" + std::to_string(getpid()) + "-" + tag + ".log";
-    auto pid = launcher_.Start({tag, argv, log_, {}});
+    auto pid = launcher_.Start({tag, argv, log_, {}, {}});
     EXPECT_TRUE(pid.ok()) << pid.status();
   }
   const std::string& endpoint() const { return endpoint_; }

@@ -32,9 +32,10 @@ SimServer::SimServer(zmq::socket_t socket, std::unique_ptr<ShmChannel> shm, std:
 
 absl::StatusOr<std::unique_ptr<SimServer>> SimServer::Bind(zmq::context_t& ctx,
                                                            std::unique_ptr<LocalVectorEnv> envs,
-                                                           const std::string& address) {
+                                                           const std::string& address,
+                                                           ShmChannel::Options shm_options) {
   if (IsShmAddress(address)) {
-    ASSIGN_OR_RETURN(auto shm, ShmChannel::Create(address, {}));
+    ASSIGN_OR_RETURN(auto shm, ShmChannel::Create(address, shm_options));
     return std::unique_ptr<SimServer>(
         new SimServer(zmq::socket_t(), std::move(shm), address, std::move(envs)));
   }

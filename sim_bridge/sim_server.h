@@ -24,10 +24,12 @@ namespace rlforge::sim {
 class SimServer {
  public:
   // Binds `address` ("tcp://127.0.0.1:0" picks a port; "ipc:///tmp/x.sock";
-  // "shm://name": one client on this host, see shm_channel.h).
+  // "shm://name": one client on this host, see shm_channel.h; `shm` sets how
+  // long it spins for the next request before sleeping).
   static absl::StatusOr<std::unique_ptr<SimServer>> Bind(zmq::context_t& ctx,
                                                          std::unique_ptr<LocalVectorEnv> envs,
-                                                         const std::string& address);
+                                                         const std::string& address,
+                                                         ShmChannel::Options shm = {});
   std::string endpoint() const { return endpoint_; }
   // Handles at most one request, waiting up to timeout_ms; false when none came.
   bool ServeOne(int timeout_ms);

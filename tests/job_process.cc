@@ -44,7 +44,7 @@ JobProcess::JobProcess(const std::vector<std::string>& args, const std::string& 
   std::vector<std::string> argv = {RlforgeBin()};
   argv.insert(argv.end(), args.begin(), args.end());
   std::filesystem::remove(output_path);
-  auto pid = launcher_.Start(ProcessSpec{"rlforge", argv, output_path, {}});
+  auto pid = launcher_.Start(ProcessSpec{"rlforge", argv, output_path, {}, {}});
   if (pid.ok()) pid_ = *pid;
 }
 

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <thread>
 
 #include "nlohmann/json.hpp"
 #include "tests/job_process.h"
@@ -74,7 +75,8 @@ TEST(PpoTest, SimServersAndZmqWeightsChangeNothingButSpeed) {
     return v;
   };
   auto [code, out] =
-      RunJob(root, "servers", with({"sim.backend=server", "sim.servers_per_worker=2"}));
+      RunJob(root, "servers",
+             with({"sim.backend=server", "sim.servers_per_worker=2", "sim.pipeline=true"}));
   ASSERT_EQ(code, 0) << out;
   EXPECT_NE(ReadFile(root + "/servers/logs/sim-1.log").find("serving CartPole-v1 x 4"),
             std::string::npos);
@@ -87,10 +89,23 @@ TEST(PpoTest, SimServersAndZmqWeightsChangeNothingButSpeed) {
   EXPECT_NE(ReadFile(root + "/ipc/logs/sim-0.log").find("on ipc://"), std::string::npos);
   auto [zcode, zout] = RunJob(root, "zmq", with({"weights.transport=zmq"}));
   ASSERT_EQ(zcode, 0) << zout;
+  // Defaults: sim.pipeline auto switches between the two loops mid-run;
+  // sim.cpu_affinity auto pins the worker and its servers apart.
+  auto [acode, aout] =
+      RunJob(root, "auto", with({"sim.backend=server", "sim.servers_per_worker=2"}));
+  ASSERT_EQ(acode, 0) << aout;
+  std::string worker_log = ReadFile(root + "/auto/logs/rollout-0.log");
+  EXPECT_NE(worker_log.find("sim.pipeline auto: "), std::string::npos) << worker_log;
+  EXPECT_NE(aout.find("sim placement: "), std::string::npos) << aout;
+  if (std::thread::hardware_concurrency() >= 2 && aout.find("not pinned") == std::string::npos) {
+    EXPECT_NE(worker_log.find("pinned to cpus "), std::string::npos) << worker_log;
+    EXPECT_NE(ReadFile(root + "/auto/logs/sim-0.log").find("serving"), std::string::npos);
+  }
   std::string local = Reproducible(root + "/local");
   EXPECT_EQ(local, Reproducible(root + "/servers"));  // shm, pipelined
   EXPECT_EQ(local, Reproducible(root + "/ipc"));      // ZeroMQ, one batch
   EXPECT_EQ(local, Reproducible(root + "/zmq"));
+  EXPECT_EQ(local, Reproducible(root + "/auto"));  // one batch, pipelined, then the faster
 }
 
 TEST(PpoTest, TwoRolloutWorkersShareTheBatch) {
