@@ -14,8 +14,11 @@ constexpr float kLog2e = 1.44269504f, kLn2Hi = 0.693145751953125f, kLn2Lo = 1.42
 // polynomial for exp(r), times 2^k built in the exponent bits.
 inline float ExpReduced(float y) {
   const float t = y * kLog2e;
-  const int32_t k = static_cast<int32_t>(t + (t >= 0 ? 0.5f : -0.5f));  // round to nearest
-  const float kf = static_cast<float>(k);
+  // Round to nearest without a branch (a branch here kept GCC from
+  // vectorising the callers' loops: 7.5 ns a tanh instead of 1.1): adding
+  // 1.5 * 2^23 leaves no fraction bits.
+  const float kf = (t + 12582912.0f) - 12582912.0f;
+  const int32_t k = static_cast<int32_t>(kf);
   const float r = (y - kf * kLn2Hi) - kf * kLn2Lo;
   float e = 1.0f / 5040.0f;
   e = e * r + 1.0f / 720.0f;
@@ -33,11 +36,15 @@ inline float ExpReduced(float y) {
 
 }  // namespace
 
-void ExpInPlace(float* x, int64_t n) {
+// Each loop is built twice, for x86-64-v3 (AVX2, FMA: 8 floats a step, fused
+// multiply-adds) and for the baseline; the loader picks one for the CPU.
+#define RLFORGE_VECTOR_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+
+RLFORGE_VECTOR_CLONES void ExpInPlace(float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] = ExpReduced(std::min(std::max(x[i], -87.0f), 88.0f));
 }
 
-void TanhInPlace(float* x, int64_t n) {
+RLFORGE_VECTOR_CLONES void TanhInPlace(float* x, int64_t n) {
   // |x| < 0.5: the odd Taylor series to x^15 (next term < 5e-9 there).
   // Otherwise tanh|x| = (1 - e) / (1 + e) with e = exp(-2|x|) in (0, 0.37].
   for (int64_t i = 0; i < n; ++i) {
