@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "models/compute_threads.h"
 #include "trainer/ppo_learner.h"
 
 namespace {
@@ -39,7 +40,7 @@ int main(int argc, char** argv) {
     if (k == "--updates") updates = std::atoi(argv[i + 1]);
     if (k == "--fused-only") fused_only = std::string(argv[i + 1]) == "1";
   }
-  torch::set_num_threads(1);
+  rlforge::SetComputeThreads(1);  // torch's and OpenBLAS's pools, as trainer.threads: 1
   std::printf("ms per PPO update (64x64 tanh actor and critic), best of %d rounds x %d updates\n",
               rounds, updates);
   std::printf("%-34s %10s %10s %8s\n", "case", "autograd", "fused", "ratio");

@@ -25,6 +25,7 @@
 #include "common/status.h"
 #include "launch/process_launcher.h"
 #include "models/actor_critic.h"
+#include "models/compute_threads.h"
 #include "sim_bridge/remote_vector_env.h"
 #include "sim_bridge/vector_env.h"
 
@@ -148,7 +149,7 @@ int main(int argc, char** argv) {
   } else {
     std::printf("placement: not pinned (--pin none)\n");
   }
-  torch::set_num_threads(1);
+  rlforge::SetComputeThreads(1);  // as a rollout worker: one torch and one BLAS thread
   setvbuf(stdout, nullptr, _IOLBF, 0);
   std::printf(
       "env steps/s (median of %d interleaved rounds of %d steps), 64 envs per server; "

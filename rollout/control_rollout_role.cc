@@ -9,6 +9,7 @@
 #include "common/cpu_affinity.h"
 #include "common/logging.h"
 #include "common/status.h"
+#include "models/compute_threads.h"
 #include "sim_bridge/remote_vector_env.h"
 #include "trainer/ppo_learner.h"
 
@@ -17,7 +18,7 @@ namespace rlforge {
 ControlRolloutRole::ControlRolloutRole(const JobConfig& config, const proto::Assignment& assignment)
     : config_(config), assignment_(assignment) {
   // One thread per worker: workers are many, batches per step are small.
-  torch::set_num_threads(1);
+  SetComputeThreads(1);
 }
 
 absl::StatusOr<WorkReply> ControlRolloutRole::Handle(const proto::WorkRequest& request,

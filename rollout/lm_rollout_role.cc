@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "models/actor_critic.h"
+#include "models/compute_threads.h"
 #include "models/hf_checkpoint.h"
 #include "proto/lm_groups.h"
 
@@ -29,8 +30,8 @@ EngineSettings EngineSettingsFor(const EngineOptions& o, const models::Transform
   if (s.num_blocks == 0) {
     const double block_bytes = 2.0 * m.num_hidden_layers * o.block_size * m.num_key_value_heads *
                                m.head_dim * sizeof(float);
-    s.num_blocks = std::max<int64_t>(1, static_cast<int64_t>(o.kv_memory_mb * 1048576.0 /
-                                                             block_bytes));
+    s.num_blocks =
+        std::max<int64_t>(1, static_cast<int64_t>(o.kv_memory_mb * 1048576.0 / block_bytes));
   }
   return s;
 }
@@ -43,7 +44,7 @@ absl::StatusOr<std::unique_ptr<Role>> LmRolloutRole::Create(const JobConfig& con
         " starts from a checkpoint (e.g. the SFT stage's runs/<name>/checkpoints/step_<N>)"));
   }
   std::unique_ptr<LmRolloutRole> role(new LmRolloutRole());
-  if (config.trainer.threads > 0) torch::set_num_threads(static_cast<int>(config.trainer.threads));
+  SetComputeThreads(config.trainer.threads, config.trainer.ranks);
   try {
     ASSIGN_OR_RETURN(role->tokenizer_, models::LoadTokenizer(config.model.path));
     ASSIGN_OR_RETURN(models::Transformer model,
@@ -69,8 +70,9 @@ absl::StatusOr<WorkReply> LmRolloutRole::Handle(const proto::WorkRequest& reques
       case proto::WorkRequest::kLoadWeights:
         return Load(request.load_weights(), tensors);
       default:
-        return absl::InvalidArgumentError("the LM rollout worker takes lm_generate and "
-                                          "load_weights work");
+        return absl::InvalidArgumentError(
+            "the LM rollout worker takes lm_generate and "
+            "load_weights work");
     }
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("libtorch: ", e.what()));

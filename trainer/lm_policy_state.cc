@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "models/actor_critic.h"
+#include "models/compute_threads.h"
 #include "models/hf_checkpoint.h"
 #include "trainer/lm_losses.h"
 #include "trainer/lm_metrics.h"
@@ -104,7 +105,7 @@ absl::StatusOr<std::unique_ptr<LmPolicyState>> LmPolicyState::Create(
         "model.path: job.algorithm ", config.job.algorithm,
         " starts from a checkpoint (e.g. the SFT stage's runs/<name>/checkpoints/step_<N>)"));
   }
-  if (config.trainer.threads > 0) torch::set_num_threads(static_cast<int>(config.trainer.threads));
+  SetComputeThreads(config.trainer.threads, config.trainer.ranks);
   torch::manual_seed(static_cast<uint64_t>(config.job.seed));
   try {
     ASSIGN_OR_RETURN(models::Transformer policy,

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "models/compute_threads.h"
 
 namespace rlforge {
 
@@ -48,9 +49,7 @@ absl::StatusOr<WorkReply> PpoTrainerRole::Handle(const proto::WorkRequest& reque
 }
 
 absl::StatusOr<WorkReply> PpoTrainerRole::Init(const proto::TrainInit& init) {
-  if (config_.trainer.threads > 0) {
-    torch::set_num_threads(static_cast<int>(config_.trainer.threads));
-  }
+  SetComputeThreads(config_.trainer.threads, config_.trainer.ranks);
   spec_ = init.spec();
   transport_ = init.weights_transport();
   learner_ = std::make_unique<PpoLearner>(config_, spec_);

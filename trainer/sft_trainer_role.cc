@@ -10,6 +10,7 @@
 #include "common/status.h"
 #include "controller/arith_task.h"
 #include "controller/jsonl_dataset.h"
+#include "models/compute_threads.h"
 #include "models/greedy_generate.h"
 #include "models/hf_checkpoint.h"
 #include "trainer/lr_schedule.h"
@@ -80,8 +81,7 @@ absl::StatusOr<std::vector<PromptExample>> SftTrainerRole::TrainExamples(int64_t
 }
 
 absl::StatusOr<WorkReply> SftTrainerRole::Init() {
-  if (config_.trainer.threads > 0)
-    torch::set_num_threads(static_cast<int>(config_.trainer.threads));
+  SetComputeThreads(config_.trainer.threads, config_.trainer.ranks);
   torch::manual_seed(static_cast<uint64_t>(config_.job.seed));
   const DataOptions& d = config_.data;
   const ModelOptions& m = config_.model;
@@ -269,8 +269,8 @@ absl::StatusOr<WorkReply> SftTrainerRole::Evaluate(const proto::LmEvaluate& task
     size_t end = std::min(n, begin + chunk);
     std::vector<std::vector<int32_t>> prompts;
     for (size_t i = begin; i < end; ++i) {
-      prompts.push_back(
-          models::EncodePrompt(*tokenizer_, *template_, config_.data.system_prompt, heldout_[i].prompt));
+      prompts.push_back(models::EncodePrompt(*tokenizer_, *template_, config_.data.system_prompt,
+                                             heldout_[i].prompt));
     }
     auto outs = models::GreedyGenerate(model, prompts, o);
     for (size_t i = begin; i < end; ++i) {

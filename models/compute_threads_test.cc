@@ -1,0 +1,30 @@
+#include "models/compute_threads.h"
+
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <thread>
+
+namespace rlforge {
+namespace {
+
+TEST(ComputeThreadsTest, SetsTorchAndOpenBlasPools) {
+  // launch/setup.sh installs libopenblas0-pthread: libblas.so.3 is OpenBLAS.
+  using GetThreads = int (*)();
+  auto get = reinterpret_cast<GetThreads>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+  ASSERT_NE(get, nullptr) << "libblas.so.3 is not OpenBLAS";
+  EXPECT_EQ(SetComputeThreads(1), 1);
+  EXPECT_EQ(torch::get_num_threads(), 1);
+  EXPECT_EQ(get(), 1);
+  // 0: the host's cores divided among the ranks, at least one.
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  EXPECT_EQ(SetComputeThreads(0, 1), std::max(1, cores));
+  EXPECT_EQ(torch::get_num_threads(), std::max(1, cores));
+  EXPECT_EQ(get(), std::max(1, cores));
+  EXPECT_EQ(SetComputeThreads(0, 4 * cores), 1);
+  SetComputeThreads(1);
+}
+
+}  // namespace
+}  // namespace rlforge
