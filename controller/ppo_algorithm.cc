@@ -64,7 +64,11 @@ constexpr int kPinnedServerSpinUs = 2000;
 SimPlacement PpoAlgorithm::PlanPlacement() const {
   const SimOptions& sim = config_.sim;
   SimPlacement none;
-  if (sim.backend != "server" || sim.cpu_affinity == "none") {
+  if (sim.backend != "server") {
+    none.why = "not pinned: the controller starts no servers (sim.backend " + sim.backend + ")";
+    return none;
+  }
+  if (sim.cpu_affinity == "none") {
     none.why = "not pinned (sim.cpu_affinity none)";
     return none;
   }

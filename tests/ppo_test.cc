@@ -82,10 +82,13 @@ TEST(PpoTest, SimServersAndZmqWeightsChangeNothingButSpeed) {
             std::string::npos);
   EXPECT_NE(ReadFile(root + "/servers/logs/sim-1.log").find("on shm://"), std::string::npos)
       << "the built-in server on the same host defaults to shared memory";
-  auto [icode, iout] = RunJob(root, "ipc",
-                              with({"sim.backend=server", "sim.servers_per_worker=2",
-                                    "sim.transport=ipc", "sim.pipeline=false"}));
+  auto [icode, iout] =
+      RunJob(root, "ipc",
+             with({"sim.backend=server", "sim.servers_per_worker=2", "sim.transport=ipc",
+                   "sim.pipeline=false", "sim.cpu_affinity=none"}));
   ASSERT_EQ(icode, 0) << iout;
+  EXPECT_NE(iout.find("sim placement: not pinned (sim.cpu_affinity none)"), std::string::npos);
+  EXPECT_EQ(ReadFile(root + "/ipc/logs/rollout-0.log").find("pinned to cpus"), std::string::npos);
   EXPECT_NE(ReadFile(root + "/ipc/logs/sim-0.log").find("on ipc://"), std::string::npos);
   auto [zcode, zout] = RunJob(root, "zmq", with({"weights.transport=zmq"}));
   ASSERT_EQ(zcode, 0) << zout;
