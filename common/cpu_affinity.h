@@ -11,7 +11,7 @@
 // forward's time, and a sleeping server on an idle vCPU takes tens of
 // microseconds to wake. Workers on cores of their own, servers spinning on the
 // others (yielding to each other), gives both: measured on a 2-core VM, two
-// servers per worker went from 22-23 % bridge overhead to 10-13 % (README).
+// servers per worker went from 17-19 % bridge overhead to 12-15 % (README).
 #pragma once
 
 #include <string>
