@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "config/lm_options.h"
 
 namespace rlforge {
 
@@ -211,6 +212,16 @@ std::string ArithmeticTask::WrongAnswer(const PromptExample& example, uint64_t s
     if (wrong == value) wrong = value + 1;
   }
   return absl::StrCat(wrong);
+}
+
+absl::StatusOr<ArithmeticTask> ArithmeticTaskFor(const DataOptions& data) {
+  ArithmeticOptions o;
+  o.min_digits = data.min_digits;
+  o.max_digits = data.max_digits;
+  o.ops = data.ops;
+  o.style = data.style;
+  o.demo_carry_errors = data.demo_carry_errors;
+  return ArithmeticTask::Create(o);
 }
 
 }  // namespace rlforge

@@ -36,6 +36,8 @@ struct ArithmeticOptions {
   double demo_carry_errors = 0;
 };
 
+struct DataOptions;  // config/lm_options.h
+
 enum class Split { kTrain, kHeldout };
 const char* SplitName(Split split);
 
@@ -68,5 +70,9 @@ class ArithmeticTask {
   explicit ArithmeticTask(ArithmeticOptions o) : options_(std::move(o)) {}
   ArithmeticOptions options_;
 };
+
+// The task a job's `data:` section describes (data.source arithmetic); errors name the
+// bad option.
+absl::StatusOr<ArithmeticTask> ArithmeticTaskFor(const DataOptions& data);
 
 }  // namespace rlforge

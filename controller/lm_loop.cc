@@ -70,13 +70,7 @@ absl::StatusOr<TaskText> LoadTaskText(const JobConfig& c, int64_t heldout_exampl
     }
     ASSIGN_OR_RETURN(t.heldout, ReadPromptJsonl(d.heldout_path, JsonlFormat::kRl));
   } else {
-    ArithmeticOptions o;
-    o.min_digits = d.min_digits;
-    o.max_digits = d.max_digits;
-    o.ops = d.ops;
-    o.style = d.style;
-    o.demo_carry_errors = d.demo_carry_errors;
-    ASSIGN_OR_RETURN(ArithmeticTask task, ArithmeticTask::Create(o));
+    ASSIGN_OR_RETURN(ArithmeticTask task, ArithmeticTaskFor(d));
     t.task = task;
     t.heldout = task.Examples(static_cast<uint64_t>(c.job.seed), Split::kHeldout, 0,
                               static_cast<size_t>(heldout_examples));

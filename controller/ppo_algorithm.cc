@@ -91,7 +91,7 @@ PpoAlgorithm::StartSimServers(JobContext& ctx) {
   std::vector<std::vector<std::pair<std::string, std::string>>> per_worker(workers_.size());
   if (sim.backend == "inprocess") return per_worker;
   placement_ = PlanPlacement();
-  if (sim.backend == "server") spdlog::info("sim placement: {}", placement_.why);
+  spdlog::info("sim placement: {}", placement_.why);
   int64_t spw = sim.servers_per_worker;
   int64_t envs_each = config_.env.num_envs / spw;
   for (size_t w = 0; w < workers_.size(); ++w) {

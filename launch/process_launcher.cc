@@ -14,6 +14,7 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/cpu_affinity.h"
 
 extern char** environ;
 
@@ -110,10 +111,9 @@ absl::StatusOr<int> LocalProcessLauncher::Start(const ProcessSpec& spec) {
   close(pipefd[0]);
   if (n == sizeof child_errno && child_errno < 0) {
     waitpid(pid, nullptr, 0);
-    std::string list;
-    for (int c : spec.cpus) absl::StrAppend(&list, list.empty() ? "" : ",", c);
     return absl::InvalidArgumentError(absl::StrCat("cannot start ", spec.name, ": pinning to cpus ",
-                                                   list, ": ", std::strerror(-child_errno)));
+                                                   FormatCpuList(spec.cpus), ": ",
+                                                   std::strerror(-child_errno)));
   }
   if (n == sizeof child_errno) {
     waitpid(pid, nullptr, 0);

@@ -23,16 +23,6 @@ double Since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
-absl::StatusOr<ArithmeticTask> MakeTask(const DataOptions& d) {
-  ArithmeticOptions o;
-  o.min_digits = d.min_digits;
-  o.max_digits = d.max_digits;
-  o.ops = d.ops;
-  o.style = d.style;
-  o.demo_carry_errors = d.demo_carry_errors;
-  return ArithmeticTask::Create(o);
-}
-
 std::string Trim(const std::string& s) {
   size_t b = s.find_first_not_of(" \t\r\n"), e = s.find_last_not_of(" \t\r\n");
   return b == std::string::npos ? "" : s.substr(b, e - b + 1);
@@ -71,9 +61,8 @@ absl::StatusOr<std::vector<PromptExample>> SftTrainerRole::TrainExamples(int64_t
   if (d.source == "jsonl") {
     out = file_train_;
   } else {
-    ASSIGN_OR_RETURN(ArithmeticTask task, MakeTask(d));
-    out = task.Examples(seed, Split::kTrain, static_cast<uint64_t>(epoch * d.train_examples),
-                        static_cast<size_t>(d.train_examples));
+    out = task_->Examples(seed, Split::kTrain, static_cast<uint64_t>(epoch * d.train_examples),
+                          static_cast<size_t>(d.train_examples));
   }
   std::mt19937_64 rng(seed * 1000003 + static_cast<uint64_t>(epoch));
   std::shuffle(out.begin(), out.end(), rng);
@@ -99,9 +88,9 @@ absl::StatusOr<WorkReply> SftTrainerRole::Init() {
       heldout_.resize(static_cast<size_t>(d.heldout_examples));
     }
   } else {
-    ASSIGN_OR_RETURN(ArithmeticTask task, MakeTask(d));
-    heldout_ = task.Examples(static_cast<uint64_t>(config_.job.seed), Split::kHeldout, 0,
-                             static_cast<size_t>(d.heldout_examples));
+    ASSIGN_OR_RETURN(task_, ArithmeticTaskFor(d));
+    heldout_ = task_->Examples(static_cast<uint64_t>(config_.job.seed), Split::kHeldout, 0,
+                               static_cast<size_t>(d.heldout_examples));
   }
 
   if (!m.path.empty()) {

@@ -15,6 +15,7 @@
 #include <optional>
 
 #include "actors/role.h"
+#include "controller/arith_task.h"
 #include "controller/prompt_example.h"
 #include "models/chat_template.h"
 #include "models/tokenizer.h"
@@ -47,6 +48,7 @@ class SftTrainerRole final : public Role {
   std::optional<models::Transformer> model_;
   std::unique_ptr<FlatAdamW> optimizer_;
   std::vector<PromptExample> file_train_, heldout_;
+  std::optional<ArithmeticTask> task_;  // data.source arithmetic
   std::vector<PackedRow> rows_;
   size_t next_row_ = 0;
   int64_t epoch_ = -1;
