@@ -161,7 +161,7 @@ int RunActor(const ActorOptions& options) {
                   config::FormatErrors(job.errors));
     return 1;
   }
-  auto role = CreateRole(a.role(), job.config, a);
+  auto role = options.create_role(a.role(), job.config, a);
   if (!role.ok()) {
     spdlog::error("{}: cannot start role {}: {}", a.actor_id(), a.role(), role.status().ToString());
     return 1;

@@ -12,6 +12,8 @@
 #include <atomic>
 #include <string>
 
+#include "actors/role.h"
+
 namespace rlforge {
 
 struct ActorOptions {
@@ -24,6 +26,8 @@ struct ActorOptions {
   double register_timeout_s = 60;
   // Non-zero (a signal number, or any value from a test) stops the actor; may be null.
   const std::atomic<int>* stop = nullptr;
+  // Builds the role the controller assigns (the binary's registry); required.
+  RoleFactory create_role = nullptr;
 };
 
 // Runs one actor until the controller shuts it down. Returns the exit code:

@@ -33,10 +33,10 @@ class Role {
   virtual int64_t policy_version() const { return -1; }
 };
 
-// Builds the role named `role` ("echo", ...). Unknown names are an error
-// that lists the known ones.
-absl::StatusOr<std::unique_ptr<Role>> CreateRole(const std::string& role, const JobConfig& config,
-                                                 const proto::Assignment& assignment);
-std::vector<std::string> KnownRoles();
+// Builds the role named `role` for an actor process. The binary supplies it (cli/role_registry.h),
+// so this folder depends on no role folder.
+using RoleFactory = absl::StatusOr<std::unique_ptr<Role>> (*)(const std::string& role,
+                                                             const JobConfig& config,
+                                                             const proto::Assignment& assignment);
 
 }  // namespace rlforge

@@ -13,6 +13,7 @@
 
 #include "CLI/CLI.hpp"
 #include "actors/actor_runtime.h"
+#include "cli/role_registry.h"
 #include "cli/signals.h"
 #include "common/logging.h"
 
@@ -43,5 +44,6 @@ int main(int argc, char** argv) {
   rlforge::InitLogging(o.rank >= 0 ? o.role + "-" + std::to_string(o.rank) : o.role, log_level);
   rlforge::InstallSignalHandlers();
   o.stop = &rlforge::StopFlag();
+  o.create_role = &rlforge::CreateRole;
   return rlforge::RunActor(o);
 }

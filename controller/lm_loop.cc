@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status.h"
-#include "controller/jsonl_dataset.h"
+#include "data/jsonl_dataset.h"
 #include "reward/reward_role.h"
 #include "reward/verifiers.h"
 

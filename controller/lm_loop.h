@@ -19,7 +19,7 @@
 #include "absl/status/statusor.h"
 #include "config/job_config.h"
 #include "controller/algorithm.h"
-#include "controller/arith_task.h"
+#include "data/arith_task.h"
 #include "models/chat_template.h"
 #include "models/tokenizer.h"
 #include "proto/lm_groups.h"

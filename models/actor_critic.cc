@@ -40,6 +40,21 @@ torch::nn::Sequential Mlp(int64_t in, const std::vector<int64_t>& hidden, int64_
 
 }  // namespace
 
+ActorCriticOptions ActorCriticOptionsFor(const PolicyOptions& policy, const PpoOptions& ppo,
+                                         const proto::PolicySpec& spec) {
+  ActorCriticOptions o;
+  o.obs_size = spec.obs_size();
+  o.discrete = spec.discrete();
+  o.action_size = spec.action_size();
+  o.hidden_sizes = policy.hidden_sizes;
+  o.activation = policy.activation;
+  o.log_std_init = policy.log_std_init;
+  o.ortho_init = policy.ortho_init;
+  o.normalize_obs = ppo.normalize_obs;
+  o.clip_obs = ppo.clip_obs;
+  return o;
+}
+
 ActorCriticImpl::ActorCriticImpl(const ActorCriticOptions& o) : options_(o) {
   actor_ = register_module(
       "actor", Mlp(o.obs_size, o.hidden_sizes, o.action_size, o.activation, o.ortho_init, 0.01));

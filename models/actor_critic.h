@@ -17,6 +17,9 @@
 #include <string>
 #include <vector>
 
+#include "config/control_options.h"
+#include "proto/control.pb.h"
+
 namespace rlforge {
 
 struct ActorCriticOptions {
@@ -30,6 +33,11 @@ struct ActorCriticOptions {
   bool normalize_obs = false;
   double clip_obs = 10.0;
 };
+
+// The network of a control job: the env's spec (from the sim) with policy.* and ppo.*'s
+// observation settings. The trainer and every rollout worker build it alike.
+ActorCriticOptions ActorCriticOptionsFor(const PolicyOptions& policy, const PpoOptions& ppo,
+                                         const proto::PolicySpec& spec);
 
 class ActorCriticImpl : public torch::nn::Module {
  public:

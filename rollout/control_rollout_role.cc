@@ -11,7 +11,6 @@
 #include "common/status.h"
 #include "models/compute_threads.h"
 #include "sim_bridge/remote_vector_env.h"
-#include "trainer/ppo_learner.h"
 
 namespace rlforge {
 
@@ -87,7 +86,7 @@ absl::StatusOr<WorkReply> ControlRolloutRole::Load(const proto::LoadWeights& loa
   if (!envs_) return absl::FailedPreconditionError("load_weights before rollout_setup");
   auto t0 = std::chrono::steady_clock::now();
   if (!model_) {
-    model_ = ActorCritic(ActorCriticOptionsFor(config_, spec_));
+    model_ = ActorCritic(ActorCriticOptionsFor(config_.policy, config_.ppo, spec_));
     model_->eval();
     flat_.resize(static_cast<size_t>(FlatSize(*model_)));
   }

@@ -16,7 +16,7 @@
 #include "actors/role.h"
 #include "models/actor_critic.h"
 #include "sim_bridge/vector_env.h"
-#include "trainer/weight_sync.h"
+#include "weights/weight_sync.h"
 #include "zmq.hpp"
 
 namespace rlforge {

@@ -14,7 +14,7 @@
 #include "actors/role.h"
 #include "models/tokenizer.h"
 #include "rollout/llm_engine.h"
-#include "trainer/weight_sync.h"
+#include "weights/weight_sync.h"
 
 namespace rlforge {
 

@@ -19,7 +19,7 @@
 #include "models/transformer.h"
 #include "proto/lm_groups.h"
 #include "trainer/flat_adamw.h"
-#include "trainer/weight_sync.h"
+#include "weights/weight_sync.h"
 
 namespace rlforge {
 

@@ -9,25 +9,11 @@
 
 namespace rlforge {
 
-ActorCriticOptions ActorCriticOptionsFor(const JobConfig& config, const proto::PolicySpec& spec) {
-  ActorCriticOptions o;
-  o.obs_size = spec.obs_size();
-  o.discrete = spec.discrete();
-  o.action_size = spec.action_size();
-  o.hidden_sizes = config.policy.hidden_sizes;
-  o.activation = config.policy.activation;
-  o.log_std_init = config.policy.log_std_init;
-  o.ortho_init = config.policy.ortho_init;
-  o.normalize_obs = config.ppo.normalize_obs;
-  o.clip_obs = config.ppo.clip_obs;
-  return o;
-}
-
 PpoLearner::PpoLearner(const JobConfig& config, const proto::PolicySpec& spec)
     : config_(config), rng_(static_cast<uint64_t>(config.job.seed) * 7919 + 17) {
   // Weight init draws from torch's global generator: seed it for repeatable runs.
   torch::manual_seed(static_cast<uint64_t>(config.job.seed));
-  model_ = ActorCritic(ActorCriticOptionsFor(config, spec));
+  model_ = ActorCritic(ActorCriticOptionsFor(config.policy, config.ppo, spec));
   optimizer_ = std::make_unique<FlatAdamW>(model_->parameters(),
                                            AdamWOptions(config.trainer, config.trainer.lr));
   // After FlatAdamW: it re-points the parameters, whose storage FastPpoGrad reads.

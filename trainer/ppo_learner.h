@@ -24,7 +24,6 @@
 namespace rlforge {
 
 // Builds the network a PolicySpec and the job's policy section describe.
-ActorCriticOptions ActorCriticOptionsFor(const JobConfig& config, const proto::PolicySpec& spec);
 
 struct PpoBatch {
   torch::Tensor obs, actions, logprobs, values, advantages, returns;

@@ -12,7 +12,7 @@
 
 #include "actors/role.h"
 #include "trainer/ppo_learner.h"
-#include "trainer/weight_sync.h"
+#include "weights/weight_sync.h"
 
 namespace rlforge {
 

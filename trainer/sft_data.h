@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "controller/prompt_example.h"
+#include "data/prompt_example.h"
 #include "models/chat_template.h"
 #include "models/tokenizer.h"
 

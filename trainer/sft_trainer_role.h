@@ -15,8 +15,8 @@
 #include <optional>
 
 #include "actors/role.h"
-#include "controller/arith_task.h"
-#include "controller/prompt_example.h"
+#include "data/arith_task.h"
+#include "data/prompt_example.h"
 #include "models/chat_template.h"
 #include "models/tokenizer.h"
 #include "models/transformer.h"

@@ -1,4 +1,4 @@
-#include "controller/jsonl_dataset.h"
+#include "data/jsonl_dataset.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

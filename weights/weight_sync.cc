@@ -1,4 +1,4 @@
-#include "trainer/weight_sync.h"
+#include "weights/weight_sync.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "controller/prompt_example.h"
+#include "data/prompt_example.h"
 
 namespace rlforge {
 

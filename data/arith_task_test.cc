@@ -1,4 +1,4 @@
-#include "controller/arith_task.h"
+#include "data/arith_task.h"
 
 #include <gtest/gtest.h>
 
