@@ -52,7 +52,7 @@ int main(int argc, char** argv) {
     spec.set_discrete(s.discrete);
     spec.set_action_size(s.actions);
     rlforge::JobConfig c;
-    c.job.algorithm = "ppo";
+    c.job.algorithm = rlforge::FindAlgorithm("ppo");
     c.ppo.epochs = s.epochs;
     c.ppo.minibatches = s.minibatches;
     c.trainer.max_grad_norm = 0.5;

@@ -99,7 +99,7 @@ int CmdValidate(const std::string& path, const std::vector<std::string>& overrid
     return 2;
   }
   std::printf("%s: ok (algorithm %s, run directory %s/%s)\n", path.c_str(),
-              job.config.job.algorithm.c_str(), job.config.job.run_root.c_str(),
+              job.config.job.algorithm->name.c_str(), job.config.job.run_root.c_str(),
               job.config.job.name.c_str());
   return 0;
 }

@@ -6,7 +6,7 @@
 #include "rollout/control_rollout_role.h"
 #include "rollout/lm_rollout_role.h"
 #include "trainer/dpo_trainer_role.h"
-#include "trainer/grpo_trainer_role.h"
+#include "trainer/lm_rl_trainer_role.h"
 #include "trainer/ppo_trainer_role.h"
 #include "trainer/sft_trainer_role.h"
 
@@ -23,25 +23,48 @@ absl::StatusOr<std::unique_ptr<Role>> MakeEcho(const JobConfig&, const proto::As
   return std::make_unique<EchoRole>();
 }
 
-// Roles whose implementation depends on the algorithm dispatch on it.
-absl::StatusOr<std::unique_ptr<Role>> MakeRollout(const JobConfig& c, const proto::Assignment& a) {
-  if (c.job.algorithm == "ppo") return std::make_unique<ControlRolloutRole>(c, a);
-  if (c.job.algorithm == "grpo" || c.job.algorithm == "lm_ppo" || c.job.algorithm == "dpo") {
-    return LmRolloutRole::Create(c, a);
-  }
+absl::Status NoRole(const JobConfig& c, const char* role) {
   return absl::InvalidArgumentError(
-      absl::StrCat("job.algorithm ", c.job.algorithm, " has no rollout role"));
+      absl::StrCat("job.algorithm ", c.job.algorithm->name, " has no ", role, " role"));
+}
+
+absl::Status NoAlgorithm(const char* role) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("the ", role, " role needs the job's job.algorithm, and the config has none"));
+}
+
+// Roles whose implementation depends on the algorithm dispatch on its family; a family
+// without a case here fails to compile (-Werror=switch).
+absl::StatusOr<std::unique_ptr<Role>> MakeRollout(const JobConfig& c, const proto::Assignment& a) {
+  if (c.job.algorithm == nullptr) return NoAlgorithm("rollout");
+  switch (c.job.algorithm->family) {
+    case AlgorithmFamily::kControlPpo:
+      return std::make_unique<ControlRolloutRole>(c, a);
+    case AlgorithmFamily::kLmRl:
+    case AlgorithmFamily::kDpo:
+      return LmRolloutRole::Create(c, a);
+    case AlgorithmFamily::kEcho:
+    case AlgorithmFamily::kSft:
+      break;
+  }
+  return NoRole(c, "rollout");
 }
 
 absl::StatusOr<std::unique_ptr<Role>> MakeTrainer(const JobConfig& c, const proto::Assignment& a) {
-  if (c.job.algorithm == "ppo") return std::make_unique<PpoTrainerRole>(c, a);
-  if (c.job.algorithm == "sft") return std::make_unique<SftTrainerRole>(c, a);
-  if (c.job.algorithm == "grpo" || c.job.algorithm == "lm_ppo") {
-    return GrpoTrainerRole::Create(c, a);
+  if (c.job.algorithm == nullptr) return NoAlgorithm("trainer");
+  switch (c.job.algorithm->family) {
+    case AlgorithmFamily::kControlPpo:
+      return std::make_unique<PpoTrainerRole>(c, a);
+    case AlgorithmFamily::kSft:
+      return std::make_unique<SftTrainerRole>(c, a);
+    case AlgorithmFamily::kLmRl:
+      return LmRlTrainerRole::Create(c, a);
+    case AlgorithmFamily::kDpo:
+      return DpoTrainerRole::Create(c, a);
+    case AlgorithmFamily::kEcho:
+      break;
   }
-  if (c.job.algorithm == "dpo") return DpoTrainerRole::Create(c, a);
-  return absl::InvalidArgumentError(
-      absl::StrCat("job.algorithm ", c.job.algorithm, " has no trainer role"));
+  return NoRole(c, "trainer");
 }
 
 // Every role an actor process can take. New roles add one line here.

@@ -15,7 +15,7 @@ TEST(RoleRegistryTest, UnknownRoleListsKnownOnes) {
 
 TEST(RoleRegistryTest, RewardRoleIsRegistered) {
   LoadedJob j = LoadJobText(
-      "job: {algorithm: echo}\nreward:\n  rewards:\n    - {name: c, kind: exact_answer}\n", "t");
+      "job: {algorithm: grpo}\nreward:\n  rewards:\n    - {name: c, kind: exact_answer}\n", "t");
   ASSERT_TRUE(j.ok()) << config::FormatErrors(j.errors);
   auto role = CreateRole("reward", j.config, proto::Assignment{});
   ASSERT_TRUE(role.ok()) << role.status();

@@ -15,8 +15,12 @@ add_library(rlforge_torch_pch OBJECT ${CMAKE_SOURCE_DIR}/cmake/torch_pch.cc)
 target_link_libraries(rlforge_torch_pch PUBLIC rlforge_torch PRIVATE rlforge_warnings)
 target_precompile_headers(rlforge_torch_pch PRIVATE <torch/torch.h>)
 
-# rlforge_use_torch(TARGET): link libtorch and reuse the shared PCH.
+# rlforge_use_torch(TARGET): link libtorch and reuse the shared PCH. A test target that
+# -DRLFORGE_TESTS=OFF did not create is skipped.
 function(rlforge_use_torch target)
+  if(NOT TARGET ${target})
+    return()
+  endif()
   target_link_libraries(${target} PUBLIC rlforge_torch)
   target_precompile_headers(${target} REUSE_FROM rlforge_torch_pch)
 endfunction()

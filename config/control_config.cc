@@ -160,9 +160,8 @@ void AddControlSections(SchemaBuilder<JobConfig>& b) {
   b.Section("ppo", &JobConfig::ppo, PpoSection());
   b.Section("weights", &JobConfig::weights, WeightsSection());
   b.Check([](const JobConfig& c, CheckContext& ctx) {
-    if (c.job.algorithm != "ppo") return;
-    if (c.trainer.ranks != 1) {
-      ctx.Error("trainer.ranks", "PPO on control policies uses one trainer rank");
+    if (c.job.algorithm == nullptr || c.job.algorithm->family != AlgorithmFamily::kControlPpo) {
+      return;
     }
     if (c.sim.backend == "server" && c.env.num_envs % c.sim.servers_per_worker != 0) {
       ctx.Error("sim.servers_per_worker",

@@ -7,18 +7,35 @@ namespace rlforge {
 using config::CheckContext;
 using config::SchemaBuilder;
 
+namespace {
+
+// "auto: ..." listing each algorithm's default, from the registry.
+std::string AutoAggregationDoc() {
+  std::string doc = "auto: the algorithm's default (";
+  bool first = true;
+  for (const AlgorithmSpec& a : Algorithms()) {
+    if (a.default_loss_aggregation.empty()) continue;
+    absl::StrAppend(&doc, first ? "" : ", ", a.name, ": ", a.default_loss_aggregation);
+    first = false;
+  }
+  return doc + "), written into the resolved config.";
+}
+
+}  // namespace
+
 void AddGrpoSection(SchemaBuilder<JobConfig>& job) {
   SchemaBuilder<GrpoOptions> b(
-      "Policy-gradient RL of a language model (`job.algorithm: grpo` and `lm_ppo`): n samples "
-      "per prompt, PPO clip (separate low/high bounds), optional KL to the starting policy, "
-      "held-out evaluation. grpo uses group-normalised advantages; lm_ppo a critic (`critic:`). "
-      "Starts from model.path.");
+      "Policy-gradient RL of a language model (the algorithms that read this section, see "
+      "job.algorithm): n samples per prompt, PPO clip (separate low/high bounds), optional KL "
+      "to the starting policy, held-out evaluation. The algorithm picks how rewards become "
+      "advantages (lm_ppo: a critic, `critic:`). Starts from model.path.");
   b.Int("prompts_per_iteration", &GrpoOptions::prompts_per_iteration,
         "Prompts (groups) per iteration.")
       .Min(1)
       .Max(65536);
   b.Int("group_size", &GrpoOptions::group_size,
-        "Samples per prompt (GRPO's n; at least 2 for grpo, any for lm_ppo).")
+        "Samples per prompt (GRPO's n; at least 2 where the advantage compares the samples of "
+        "a group, any for lm_ppo).")
       .Min(1)
       .Max(1024);
   b.Double("temperature", &GrpoOptions::temperature, "Sampling temperature for training rollouts.")
@@ -39,10 +56,10 @@ void AddGrpoSection(SchemaBuilder<JobConfig>& job) {
       .Min(0);
   b.Choice("kl_estimator", &GrpoOptions::kl_estimator, {"k1", "k2", "k3"}, "KL estimator.");
   b.Choice("loss_aggregation", &GrpoOptions::loss_aggregation,
-           {"token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"},
-           "How per-token losses become one number (seq-mean-token-sum-norm is Dr.GRPO's).");
-  b.Bool("scale_by_std", &GrpoOptions::scale_by_std,
-         "Divide advantages by the group's reward std (off: Dr.GRPO).");
+           {"auto", "token-mean", "seq-mean-token-sum", "seq-mean-token-mean",
+            "seq-mean-token-sum-norm"},
+           "How per-token losses become one number (seq-mean-token-sum-norm is Dr.GRPO's). " +
+               AutoAggregationDoc());
   b.Bool("filter_degenerate", &GrpoOptions::filter_degenerate,
          "Drop groups whose rewards are all equal before the update (DAPO dynamic sampling).");
   b.Int("epochs", &GrpoOptions::epochs, "Passes over each batch.").Min(1).Max(64);
@@ -69,10 +86,12 @@ void AddGrpoSection(SchemaBuilder<JobConfig>& job) {
   });
   job.Section("grpo", &JobConfig::grpo, b.Build());
   job.Check([](const JobConfig& c, CheckContext& ctx) {
-    if (c.job.algorithm == "grpo" && c.grpo.group_size < 2) {
-      ctx.Error("grpo.group_size", absl::StrCat("grpo normalises rewards within a group, which "
-                                                "needs at least 2 samples per prompt, got ",
-                                                c.grpo.group_size));
+    if (c.job.algorithm != nullptr && NeedsGroups(c.job.algorithm->advantage) &&
+        c.grpo.group_size < 2) {
+      ctx.Error("grpo.group_size",
+                absl::StrCat(c.job.algorithm->name, "'s advantage compares the samples of a "
+                             "group, which needs at least 2 samples per prompt, got ",
+                             c.grpo.group_size));
     }
   });
 
@@ -131,7 +150,8 @@ void AddGrpoSection(SchemaBuilder<JobConfig>& job) {
       .Min(1);
   job.Section("dpo", &JobConfig::dpo, db.Build());
   job.Check([](const JobConfig& c, CheckContext& ctx) {
-    if (c.job.algorithm == "dpo" && c.dpo.loss_type == "ipo" && c.dpo.label_smoothing > 0) {
+    if (c.job.algorithm != nullptr && c.job.algorithm->family == AlgorithmFamily::kDpo &&
+        c.dpo.loss_type == "ipo" && c.dpo.label_smoothing > 0) {
       ctx.Error("dpo.label_smoothing", "applies to loss_type sigmoid only");
     }
   });

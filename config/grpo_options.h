@@ -20,8 +20,7 @@ struct GrpoOptions {
   double dual_clip = 0;
   double kl_beta = 0.0;
   std::string kl_estimator = "k3";
-  std::string loss_aggregation = "token-mean";
-  bool scale_by_std = true;
+  std::string loss_aggregation = "auto";  // auto: AlgorithmSpec::default_loss_aggregation
   bool filter_degenerate = false;
   int64_t epochs = 1;
   int64_t minibatches = 1;

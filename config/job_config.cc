@@ -2,7 +2,10 @@
 
 #include <filesystem>
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "config/control_config.h"
 #include "config/engine_config.h"
 #include "config/grpo_config.h"
@@ -17,18 +20,54 @@ namespace {
 using config::Schema;
 using config::SchemaBuilder;
 
+// The table's names and summaries: docs/config.md cannot drift from the registry.
+std::string AlgorithmDoc() {
+  std::string doc = "The training loop:";
+  const auto& all = Algorithms();
+  for (size_t i = 0; i < all.size(); ++i) {
+    absl::StrAppend(&doc, i == 0 ? " " : "; ", "`", all[i].name, "` (", all[i].summary, ")");
+  }
+  return doc + ".";
+}
+
+bool ParseAlgorithm(const YAML::Node& n, const AlgorithmSpec** out, std::string* why) {
+  std::string name;
+  if (!config::MakeChoiceParser(AlgorithmNames())(n, &name, why)) return false;
+  *out = FindAlgorithm(name);
+  return true;
+}
+
+// A section that some algorithm reads, set for one that does not, would do nothing. Only
+// values other than the defaults count: a resolved config lists every section.
+void CheckAlgorithmSections(const JobConfig& c, config::CheckContext& ctx) {
+  if (c.job.algorithm == nullptr) return;
+  static const JobConfig defaults;
+  for (const config::Field& f : JobSchema().fields) {
+    const auto& own = c.job.algorithm->sections;
+    if (f.kind != config::Field::Kind::kSection || !IsAlgorithmSection(f.name) ||
+        !ctx.Written(f.name) || std::find(own.begin(), own.end(), f.name) != own.end()) {
+      continue;
+    }
+    if (config::DumpYaml(*f.section, f.const_member(&c)) ==
+        config::DumpYaml(*f.section, f.const_member(&defaults))) {
+      continue;
+    }
+    ctx.Error(f.name, absl::StrCat("job.algorithm ", c.job.algorithm->name,
+                                   " does not read this section (it reads: ",
+                                   absl::StrJoin(own, ", "), "); remove it"));
+  }
+}
+
 std::shared_ptr<const Schema> JobSection() {
   SchemaBuilder<JobOptions> b("What to run and where its results go.");
   b.String("name", &JobOptions::name,
            "Run name; the run directory is job.run_root/job.name. Default: the job file's "
            "name. An existing directory gets a numeric suffix.");
-  b.Choice("algorithm", &JobOptions::algorithm,
-           {"echo", "ppo", "sft", "grpo", "lm_ppo", "dpo"},
-           "The training loop: `ppo` (control policies in simulators), `sft` (supervised "
-           "fine-tuning of a language model), `grpo` (RL of a language model on a verifiable "
-           "task, group-normalised advantages), `lm_ppo` (the same with a critic), `dpo` "
-           "(preference optimisation of a language model) or `echo` (the transport "
-           "self-test).")
+  b.Typed<const AlgorithmSpec*>("algorithm", &JobOptions::algorithm, AlgorithmDoc(),
+                                config::ChoiceType(AlgorithmNames()), ParseAlgorithm,
+                                [](const AlgorithmSpec* const& a) {
+                                  return a == nullptr ? YAML::Node() : YAML::Node(a->name);
+                                })
       .Required();
   b.Int("seed", &JobOptions::seed, "Seed for every random choice in the job.").Min(0);
   b.Int("iterations", &JobOptions::iterations, "Iterations of the training loop.").Min(1);
@@ -134,7 +173,23 @@ std::shared_ptr<const Schema> BuildJobSchema() {
   AddDashboardSection(b);
   AddLmSections(b);
   b.Check([](const JobConfig& c, config::CheckContext& ctx) {
-    if (c.job.algorithm == "echo" && c.echo.workers < 1) {
+    CheckAlgorithmSections(c, ctx);
+    // Refused rather than ignored until the sharded trainer exists.
+    if (c.trainer.ranks != 1) {
+      ctx.Error("trainer.ranks", absl::StrCat("every job trains on one rank for now (the sharded "
+                                              "multi-rank trainer is not built yet), got ",
+                                              c.trainer.ranks));
+    }
+    const bool lm = c.job.algorithm != nullptr &&
+                    (c.job.algorithm->family == AlgorithmFamily::kLmRl ||
+                     c.job.algorithm->family == AlgorithmFamily::kDpo);
+    if (lm && c.rollout.workers != 1) {
+      ctx.Error("rollout.workers",
+                absl::StrCat("language-model jobs generate on one rollout engine for now (the "
+                             "engine fleet is not built yet), got ", c.rollout.workers));
+    }
+    if (c.job.algorithm != nullptr && c.job.algorithm->family == AlgorithmFamily::kEcho &&
+        c.echo.workers < 1) {
       ctx.Error("echo.workers", "job.algorithm is echo, which needs at least 1 echo worker");
     }
     int64_t payload = c.echo.payload_bytes * c.echo.tensors;
@@ -153,9 +208,19 @@ const config::Schema& JobSchema() {
   return *schema;
 }
 
+// Defaults that depend on the algorithm, filled in once it is known, so the resolved config
+// states them.
+void ApplyAlgorithmDefaults(JobConfig& c) {
+  if (c.job.algorithm == nullptr) return;
+  if (c.grpo.loss_aggregation == "auto" && !c.job.algorithm->default_loss_aggregation.empty()) {
+    c.grpo.loss_aggregation = c.job.algorithm->default_loss_aggregation;
+  }
+}
+
 LoadedJob LoadJobFile(const std::string& path, const std::vector<std::string>& overrides) {
   LoadedJob out;
   out.errors = config::LoadFileInto(JobSchema(), &out.config, path, overrides);
+  ApplyAlgorithmDefaults(out.config);
   if (out.config.job.name.empty()) {
     out.config.job.name = std::filesystem::path(path).stem().string();
   }
@@ -165,6 +230,7 @@ LoadedJob LoadJobFile(const std::string& path, const std::vector<std::string>& o
 LoadedJob LoadJobText(const std::string& yaml_text, const std::string& origin) {
   LoadedJob out;
   out.errors = config::LoadInto(JobSchema(), &out.config, config::LoadInput{yaml_text, origin, {}});
+  ApplyAlgorithmDefaults(out.config);
   return out;
 }
 

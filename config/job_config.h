@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "config/algorithm_registry.h"
 #include "config/control_options.h"
 #include "config/engine_options.h"
 #include "config/grpo_options.h"
@@ -22,7 +23,7 @@ namespace rlforge {
 
 struct JobOptions {
   std::string name;  // default: the job file's name without .yaml
-  std::string algorithm;
+  const AlgorithmSpec* algorithm = nullptr;  // set by loading (a required key)
   int64_t seed = 1;
   int64_t iterations = 10;
   std::string run_root = "runs";

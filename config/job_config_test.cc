@@ -41,17 +41,6 @@ TEST(JobConfigTest, EchoNeedsWorkers) {
             "t.yaml:3:3: echo.workers: job.algorithm is echo, which needs at least 1 echo worker");
 }
 
-TEST(JobConfigTest, GrpoNeedsGroupsOfTwoButLmPpoDoesNot) {
-  LoadedJob g = LoadJobText("job: {algorithm: grpo}\ngrpo:\n  group_size: 1\n", "t.yaml");
-  ASSERT_EQ(g.errors.size(), 1u) << config::FormatErrors(g.errors);
-  EXPECT_EQ(g.errors[0].key, "grpo.group_size");
-  EXPECT_NE(g.errors[0].ToString().find("t.yaml:3:3: grpo.group_size: grpo normalises"),
-            std::string::npos)
-      << g.errors[0].ToString();
-  LoadedJob p = LoadJobText("job: {algorithm: lm_ppo}\ngrpo:\n  group_size: 1\n", "t.yaml");
-  EXPECT_TRUE(p.ok()) << config::FormatErrors(p.errors);
-}
-
 TEST(JobConfigTest, DpoOptionsAreChecked) {
   LoadedJob j = LoadJobText(
       "job: {algorithm: dpo}\ndata: {source: jsonl}\ndpo: {loss_type: ipo, label_smoothing: 0.1, "

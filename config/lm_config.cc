@@ -171,8 +171,7 @@ void AddLmSections(SchemaBuilder<JobConfig>& b) {
     }
   });
   b.Check([](const JobConfig& c, CheckContext& ctx) {
-    if (c.job.algorithm != "sft") return;
-    if (c.trainer.ranks != 1) ctx.Error("trainer.ranks", "SFT uses one trainer rank");
+    if (c.job.algorithm == nullptr || c.job.algorithm->family != AlgorithmFamily::kSft) return;
     if (c.model.path.empty() && c.sft.seq_len > c.model.max_position_embeddings) {
       ctx.Error("sft.seq_len",
                 absl::StrCat(c.sft.seq_len, " exceeds model.max_position_embeddings ",

@@ -20,6 +20,16 @@ std::string ConfigError::ToString() const {
   return absl::StrCat(loc.ToString(), ": ", key, ": ", message);
 }
 
+bool CheckContext::Written(const std::string& key) const {
+  const std::string path = prefix_ + key;
+  for (auto it = locs_->lower_bound(path); it != locs_->end(); ++it) {
+    const std::string& k = it->first;
+    if (k.compare(0, path.size(), path) != 0) return false;  // past every key it prefixes
+    if (k.size() == path.size() || k[path.size()] == '.' || k[path.size()] == '[') return true;
+  }
+  return false;
+}
+
 void CheckContext::Error(const std::string& key, const std::string& message) {
   std::string path = prefix_ + key;
   SourceLoc loc = *file_loc_;

@@ -46,6 +46,8 @@ class CheckContext {
       : locs_(locs), file_loc_(file_loc), errors_(errors), prefix_(std::move(prefix)) {}
   // `key` is relative to the struct being checked ("workers" in section "rollout").
   void Error(const std::string& key, const std::string& message);
+  // Whether the job file or an override wrote `key` (relative, like Error's) or a key below it.
+  bool Written(const std::string& key) const;
 
  private:
   const std::map<std::string, SourceLoc>* locs_;
@@ -144,6 +146,15 @@ class SchemaBuilder {
   FieldRef IntList(const std::string& name, std::vector<int64_t> T::*m, const std::string& doc);
   FieldRef StringList(const std::string& name, std::vector<std::string> T::*m,
                       const std::string& doc);
+
+  // A scalar of a type of the caller's (an enum, a registry entry) with its own parser and
+  // printer; `type` names the accepted values for messages and docs.
+  template <typename V>
+  FieldRef Typed(const std::string& name, V T::*m, const std::string& doc, std::string type,
+                 std::function<bool(const YAML::Node&, V*, std::string*)> parse,
+                 std::function<YAML::Node(const V&)> show) {
+    return Scalar<V>(name, m, doc, std::move(type), std::move(parse), std::move(show));
+  }
 
   template <typename S>
   FieldRef Section(const std::string& name, S T::*m, std::shared_ptr<const Schema> schema) {

@@ -3,22 +3,37 @@
 #include "absl/strings/str_cat.h"
 #include "controller/dpo_algorithm.h"
 #include "controller/echo_algorithm.h"
-#include "controller/grpo_algorithm.h"
+#include "controller/lm_rl_algorithm.h"
 #include "controller/ppo_algorithm.h"
 #include "controller/sft_algorithm.h"
 
 namespace rlforge {
 
 absl::StatusOr<std::unique_ptr<Algorithm>> CreateAlgorithm(const JobConfig& config) {
-  if (config.job.algorithm == "echo") return std::make_unique<EchoAlgorithm>(config);
-  if (config.job.algorithm == "ppo") return std::make_unique<PpoAlgorithm>(config);
-  if (config.job.algorithm == "sft") return std::make_unique<SftAlgorithm>(config);
-  if (config.job.algorithm == "grpo" || config.job.algorithm == "lm_ppo") {
-    return GrpoAlgorithm::Create(config);
+  if (config.job.algorithm == nullptr) {
+    return absl::InvalidArgumentError("job.algorithm is not set");
   }
-  if (config.job.algorithm == "dpo") return DpoAlgorithm::Create(config);
-  return absl::InvalidArgumentError(
-      absl::StrCat("job.algorithm '", config.job.algorithm, "' has no implementation"));
+  // Every family has a case and there is no default: a new family fails to compile here.
+  switch (config.job.algorithm->family) {
+    case AlgorithmFamily::kEcho:
+      return std::make_unique<EchoAlgorithm>(config);
+    case AlgorithmFamily::kControlPpo:
+      return std::make_unique<PpoAlgorithm>(config);
+    case AlgorithmFamily::kSft:
+      return std::make_unique<SftAlgorithm>(config);
+    case AlgorithmFamily::kLmRl:
+      return LmRlAlgorithm::Create(config);
+    case AlgorithmFamily::kDpo:
+      return DpoAlgorithm::Create(config);
+  }
+  return absl::InternalError(
+      absl::StrCat("job.algorithm ", config.job.algorithm->name, " has an unknown family"));
+}
+
+absl::StatusOr<std::string> LeadTrainer(const Controller& controller) {
+  std::vector<std::string> ids = controller.actors().IdsOfRole("trainer");
+  if (ids.empty()) return absl::FailedPreconditionError("the job has no trainer actor");
+  return ids.front();
 }
 
 }  // namespace rlforge

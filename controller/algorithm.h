@@ -56,6 +56,10 @@ class Algorithm {
   virtual absl::Status Run(JobContext& ctx) = 0;
 };
 
+// The loop of config.job.algorithm's family (config/algorithm_registry.h).
 absl::StatusOr<std::unique_ptr<Algorithm>> CreateAlgorithm(const JobConfig& config);
+
+// The id of trainer rank 0, which leads the trainer ranks (the first trainer registered).
+absl::StatusOr<std::string> LeadTrainer(const Controller& controller);
 
 }  // namespace rlforge

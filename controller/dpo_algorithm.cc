@@ -17,8 +17,11 @@ absl::StatusOr<std::unique_ptr<Algorithm>> DpoAlgorithm::Create(const JobConfig&
   return std::unique_ptr<Algorithm>(new DpoAlgorithm(config));
 }
 
+std::vector<RoleRequirement> DpoAlgorithm::Roles() const { return LmRoles(config_); }
+
 absl::Status DpoAlgorithm::Run(JobContext& ctx) {
   Controller& ctl = ctx.controller();
+  ASSIGN_OR_RETURN(const std::string trainer, LeadTrainer(ctl));
   const DpoJobOptions& d = config_.dpo;
   ASSIGN_OR_RETURN(TaskText text, LoadTaskText(config_, d.eval_examples));
   // Arithmetic: the same problem stream with every carry dropped from the responses is the
@@ -91,7 +94,7 @@ absl::Status DpoAlgorithm::Run(JobContext& ctx) {
     proto::WorkRequest train;
     train.mutable_dpo_train()->set_step(it);
     ASSIGN_OR_RETURN(uint64_t tid,
-                     ctl.Submit("trainer-0", std::move(train), GroupsToFrames(pairs, true)));
+                     ctl.Submit(trainer, std::move(train), GroupsToFrames(pairs, true)));
     ASSIGN_OR_RETURN(WorkOutcome trained, ctl.Await(tid));
     for (const auto& [k, v] : trained.result.metrics()) {
       (IsTiming(k) ? rec.timings : rec.metrics)[k] = v;

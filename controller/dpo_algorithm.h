@@ -3,8 +3,8 @@
 // per iteration: train problems -> pairs (chosen: the true answer; rejected: the answer with
 //   carries dropped, or a near miss) as token ids -> trainer (DpoTrain: frozen reference,
 //   DPO loss, AdamW) -> new version
-// every dpo.eval_every iterations (and before the first, after the last): rollout-0 loads the
-//   trainer's version; greedy answers to held-out prompts -> heldout_accuracy
+// every dpo.eval_every iterations (and before the first, after the last): the rollout worker
+//   loads the trainer's version; greedy answers to held-out prompts -> heldout_accuracy
 //
 // Offline: no sampling during training, so the rollout and reward workers only evaluate.
 #pragma once
@@ -17,9 +17,7 @@ class DpoAlgorithm final : public Algorithm {
  public:
   // Fails, naming model.path, when there is no checkpoint to start from.
   static absl::StatusOr<std::unique_ptr<Algorithm>> Create(const JobConfig& config);
-  std::vector<RoleRequirement> Roles() const override {
-    return {{"trainer", 1, false}, {"rollout", 1, false}, {"reward", 1, false}};
-  }
+  std::vector<RoleRequirement> Roles() const override;
   absl::Status Run(JobContext& ctx) override;
 
  private:

@@ -171,7 +171,7 @@ class StatusWriter {
     nlohmann::json j{{"state", state},
                      {"message", message},
                      {"pid", getpid()},
-                     {"algorithm", config_->job.algorithm}};
+                     {"algorithm", config_->job.algorithm->name}};
     if (!url_.empty()) j["dashboard_url"] = url_;
     if (state_ != nullptr) j["total"] = state_->Take(-1, 0).info.total_iterations;
     dir_->WriteFile("status.json", j.dump(2) + "\n").IgnoreError();
@@ -215,7 +215,7 @@ int RunJob(const JobConfig& config, const RunOptions& options) {
     return 1;
   }
   auto progress = std::make_shared<dashboard::ProgressPrinter>(stdout, options.interactive,
-                                                               config.job.algorithm);
+                                                               config.job.algorithm->name);
   SetUpControllerLog(*dir, config.job.log_level, progress, options.interactive);
   spdlog::info("run directory {}", dir->path());
   StatusWriter status_file(&*dir, &config);
@@ -260,7 +260,7 @@ int RunJob(const JobConfig& config, const RunOptions& options) {
   // The dashboard reads a copy of the run that the loop refreshes (at most every 200 ms).
   dashboard::RunState run_state(RealClock::Get(), static_cast<size_t>(config.dashboard.max_points),
                                 static_cast<size_t>(config.dashboard.max_samples));
-  run_state.SetInfo({dir->name(), config.job.algorithm, co.job_id, dir->path(), ShownConfig(config),
+  run_state.SetInfo({dir->name(), config.job.algorithm->name, co.job_id, dir->path(), ShownConfig(config),
                      config.job.iterations});
   status_file.set_state(&run_state);
   ActorMetrics actor_metrics;
@@ -329,7 +329,7 @@ int RunJob(const JobConfig& config, const RunOptions& options) {
     PublishActors(controller, actor_metrics, &run_state);
     status_file.Write("running", "");
     spdlog::info("all {} actors registered; running {}", controller.actors().All().size(),
-                 config.job.algorithm);
+                 config.job.algorithm->name);
     Context job_ctx(&controller, &config, &*dir,
                     {&*metrics, &run_state, tensorboard.get(), progress.get()});
     status = (*algorithm)->Run(job_ctx);

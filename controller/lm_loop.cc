@@ -20,6 +20,22 @@ double SecondsSince(SteadyClock::time_point t) {
   return std::chrono::duration<double>(SteadyClock::now() - t).count();
 }
 
+namespace {
+
+// Language-model jobs generate on one engine until the engine fleet exists (config refuses
+// rollout.workers > 1 for them).
+absl::StatusOr<std::string> OneRollout(const Controller& ctl) {
+  std::vector<std::string> ids = ctl.actors().IdsOfRole("rollout");
+  if (ids.size() != 1) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("a language-model job needs exactly one rollout worker, the job has ",
+                     ids.size()));
+  }
+  return ids.front();
+}
+
+}  // namespace
+
 bool IsTiming(const std::string& k) {
   return absl::EndsWith(k, "_s") || absl::EndsWith(k, "_per_s");
 }
@@ -59,7 +75,7 @@ absl::StatusOr<TaskText> LoadTaskText(const JobConfig& c, int64_t heldout_exampl
   t.tmpl = tmpl;
   const DataOptions& d = c.data;
   if (d.source == "jsonl") {
-    if (c.job.algorithm == "dpo") {
+    if (c.job.algorithm->family == AlgorithmFamily::kDpo) {
       ASSIGN_OR_RETURN(t.preference_file, ReadPreferenceJsonl(d.train_path));
       if (t.preference_file.empty()) {
         return absl::InvalidArgumentError(d.train_path + ": no preference pairs");
@@ -118,7 +134,11 @@ absl::StatusOr<Scored> LmLoop::GenerateAndScore(const std::vector<PromptExample>
   size_t received = 0;
   std::vector<std::pair<uint64_t, std::vector<int64_t>>> scoring;  // work id, request ids
   double gen_tokens = 0, gen_busy = 0, reward_busy = 0;
-  ASSIGN_OR_RETURN(uint64_t gen_id, ctl.Submit("rollout-0", gen, std::move(frames)));
+  ASSIGN_OR_RETURN(const std::string rollout, OneRollout(ctl));
+  const std::vector<std::string> rewarders = ctl.actors().IdsOfRole("reward");
+  if (rewarders.empty()) return absl::FailedPreconditionError("the job has no reward worker");
+  std::vector<std::string> scored_by;  // the reward worker of each scoring request
+  ASSIGN_OR_RETURN(uint64_t gen_id, ctl.Submit(rollout, gen, std::move(frames)));
   while (true) {
     ASSIGN_OR_RETURN(WorkOutcome o, ctl.Await(gen_id));
     ASSIGN_OR_RETURN(std::vector<LmGroup> chunk, GroupsFromFrames(o.tensors, true, n));
@@ -131,7 +151,7 @@ absl::StatusOr<Scored> LmLoop::GenerateAndScore(const std::vector<PromptExample>
     const bool more = received < examples.size();
     if (more) {  // ask for the next chunk before scoring this one: both run at once
       proto::WorkRequest next = gen;
-      ASSIGN_OR_RETURN(gen_id, ctl.Submit("rollout-0", next, GroupsToFrames({}, false)));
+      ASSIGN_OR_RETURN(gen_id, ctl.Submit(rollout, next, GroupsToFrames({}, false)));
     }
     proto::WorkRequest score;
     std::vector<reward::Sample> samples;
@@ -155,11 +175,15 @@ absl::StatusOr<Scored> LmLoop::GenerateAndScore(const std::vector<PromptExample>
       out.groups[id] = std::move(grp);
     }
     reward::SamplesToProto(samples, score.mutable_score());
-    ASSIGN_OR_RETURN(uint64_t sid, ctl.Submit("reward-0", std::move(score)));
+    // Round-robin: every chunk is about the same work, so this balances the load.
+    const std::string& scorer = rewarders[scoring.size() % rewarders.size()];
+    ASSIGN_OR_RETURN(uint64_t sid, ctl.Submit(scorer, std::move(score)));
     scoring.push_back({sid, std::move(ids)});
+    scored_by.push_back(scorer);
     if (!more) break;
   }
-  for (auto& [sid, ids] : scoring) {
+  for (size_t q = 0; q < scoring.size(); ++q) {
+    const auto& [sid, ids] = scoring[q];
     ASSIGN_OR_RETURN(WorkOutcome o, ctl.Await(sid));
     ASSIGN_OR_RETURN(reward::BatchScores scores,
                      reward::ScoresFromProto(o.result.score(), ids.size() * n));
@@ -168,8 +192,9 @@ absl::StatusOr<Scored> LmLoop::GenerateAndScore(const std::vector<PromptExample>
         const size_t s = k * n + j;
         if (!scores.ok[s]) {
           return absl::InternalError(absl::StrCat(
-              "reward-0 could not score sample ", j, " of prompt '", examples[ids[k]].prompt,
-              "': ", scores.error[s], " (see logs/reward-0.log)"));
+              scored_by[q], " could not score sample ", j, " of prompt '",
+              examples[ids[k]].prompt, "': ", scores.error[s], " (see logs/", scored_by[q],
+              ".log)"));
         }
         out.rewards[ids[k] * n + j] = scores.total[s];
       }
@@ -233,9 +258,15 @@ absl::Status LmLoop::SyncWeights(const proto::WeightsReady& weights,
     if (t.name() == "weights") inline_weights.push_back(std::move(t));
   }
   Controller& ctl = ctx_.controller();
-  ASSIGN_OR_RETURN(uint64_t id,
-                   ctl.Submit("rollout-0", std::move(load), std::move(inline_weights)));
+  ASSIGN_OR_RETURN(const std::string rollout, OneRollout(ctl));
+  ASSIGN_OR_RETURN(uint64_t id, ctl.Submit(rollout, std::move(load), std::move(inline_weights)));
   return ctl.Await(id).status();
+}
+
+std::vector<RoleRequirement> LmRoles(const JobConfig& c) {
+  return {{"trainer", static_cast<int>(c.trainer.ranks), false},
+          {"rollout", static_cast<int>(c.rollout.workers), c.rollout.external},
+          {"reward", static_cast<int>(c.reward.workers), c.reward.external}};
 }
 
 void RewardStats(const Scored& s, double count, std::map<std::string, double>& metrics,
@@ -256,7 +287,7 @@ absl::Status CheckStartCheckpoint(const JobConfig& c) {
   if (c.model.path.empty() || !std::filesystem::is_directory(c.model.path)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "model.path: '", c.model.path, "' is not a checkpoint directory; job.algorithm ",
-        c.job.algorithm, " starts from one (e.g. the SFT stage's runs/<name>/checkpoints/step_<N>;",
+        c.job.algorithm->name, " starts from one (e.g. the SFT stage's runs/<name>/checkpoints/step_<N>;",
         " set model.init_job to train it first)"));
   }
   return absl::OkStatus();

@@ -1,8 +1,9 @@
-// The controller's side of language-model RL jobs (grpo, lm_ppo, dpo): prompts in, scored
-// samples out, and held-out evaluation.
+// The controller's side of language-model jobs with a rollout engine (the kLmRl and kDpo
+// families): prompts in, scored samples out, and held-out evaluation.
 //
-// examples -> TaskText::Encode -> rollout-0 (LmGenerate; groups stream back in chunks)
-//   -> reward-0 scores each chunk as it arrives (overlapping the next chunk's generation)
+// examples -> TaskText::Encode -> the rollout worker (LmGenerate; groups stream back in
+//   chunks) -> the reward workers score each chunk as it arrives (chunks dealt round-robin
+//   over reward.workers, overlapping the next chunk's generation)
 //   -> Scored {groups, rewards, per-reward sums}
 //
 // Not thread-safe: one algorithm's loop drives it. The controller does not load libtorch;
@@ -75,8 +76,9 @@ class LmLoop {
   // `ctx` and `text` must outlive the loop.
   LmLoop(JobContext& ctx, const TaskText& text) : ctx_(ctx), text_(text) {}
 
-  // Generates p.n answers to each example on rollout-0 and scores them on reward-0 chunk by
-  // chunk. A sample the reward worker could not score is an error naming the prompt.
+  // Generates p.n answers to each example on the rollout worker and scores them chunk by
+  // chunk on the reward workers. A sample a reward worker could not score is an error naming
+  // the prompt and the worker.
   absl::StatusOr<Scored> GenerateAndScore(const std::vector<PromptExample>& examples,
                                           const SamplingParams& p);
 
@@ -88,14 +90,18 @@ class LmLoop {
   // Step 0 of metrics.jsonl: the starting policy's held-out evaluation.
   absl::Status EvaluateStart(int64_t max_tokens, uint64_t seed);
 
-  // Sends the trainer's WeightsReady (with its inline "weights" frame, when any) to
-  // rollout-0 and waits until it serves that version.
+  // Sends the trainer's WeightsReady (with its inline "weights" frame, when any) to every
+  // rollout worker and waits until they serve that version.
   absl::Status SyncWeights(const proto::WeightsReady& weights, std::vector<TensorFrame> tensors);
 
  private:
   JobContext& ctx_;
   const TaskText& text_;
 };
+
+// The actors a kLmRl or kDpo job starts: trainer.ranks trainers, rollout.workers rollout
+// workers, reward.workers reward workers (each `external` as its section says).
+std::vector<RoleRequirement> LmRoles(const JobConfig& c);
 
 // Per-reward mean and std (as `prefix`reward/<name>/mean|std) from GenerateAndScore's sums.
 void RewardStats(const Scored& s, double count, std::map<std::string, double>& metrics,

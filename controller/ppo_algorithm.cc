@@ -52,7 +52,7 @@ bool SameSpec(const proto::PolicySpec& a, const proto::PolicySpec& b) {
 
 std::vector<RoleRequirement> PpoAlgorithm::Roles() const {
   return {{"rollout", static_cast<int>(config_.rollout.workers), config_.rollout.external},
-          {"trainer", 1, false}};
+          {"trainer", static_cast<int>(config_.trainer.ranks), false}};
 }
 
 // A pinned shm server spins this long for the next request: longer than a
@@ -180,7 +180,7 @@ absl::Status PpoAlgorithm::Broadcast(Controller& c, const proto::WeightsReady& w
 absl::Status PpoAlgorithm::Run(JobContext& ctx) {
   Controller& c = ctx.controller();
   workers_ = c.actors().IdsOfRole("rollout");
-  const std::string trainer = "trainer-0";
+  ASSIGN_OR_RETURN(const std::string trainer, LeadTrainer(c));
   const int64_t N = config_.env.num_envs, T = config_.rollout.steps_per_iteration;
   const int64_t batch = static_cast<int64_t>(workers_.size()) * N * T;
   const int64_t iterations = (config_.ppo.total_steps + batch - 1) / batch;

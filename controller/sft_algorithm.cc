@@ -27,7 +27,7 @@ void Record(const WorkOutcome& o, IterationRecord& rec) {
 
 absl::Status SftAlgorithm::Run(JobContext& ctx) {
   Controller& c = ctx.controller();
-  const std::string trainer = "trainer-0";
+  ASSIGN_OR_RETURN(const std::string trainer, LeadTrainer(c));
   const SftOptions& s = config_.sft;
   const int64_t iterations = (s.steps + s.steps_per_iteration - 1) / s.steps_per_iteration;
   ctx.SetTotalIterations(iterations);

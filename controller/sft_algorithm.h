@@ -15,7 +15,9 @@ namespace rlforge {
 class SftAlgorithm final : public Algorithm {
  public:
   explicit SftAlgorithm(const JobConfig& config) : config_(config) {}
-  std::vector<RoleRequirement> Roles() const override { return {{"trainer", 1, false}}; }
+  std::vector<RoleRequirement> Roles() const override {
+    return {{"trainer", static_cast<int>(config_.trainer.ranks), false}};
+  }
   absl::Status Run(JobContext& ctx) override;
 
  private:

@@ -31,7 +31,7 @@ proto::WorkResult RoundTrip(Role& role, const proto::WorkRequest& request) {
 
 TEST(RewardRoleTest, ScoresABatchWithBuiltinsAndPlugin) {
   const JobConfig c = LoadConfig(absl::StrCat(R"(
-job: {algorithm: echo}
+job: {algorithm: grpo}
 reward:
   timeout_s: 5
   rewards:
@@ -95,7 +95,7 @@ reward:
 
 TEST(RewardRoleTest, ControllerSideConversionsRoundTrip) {
   const JobConfig c =
-      LoadConfig("job: {algorithm: echo}\nreward:\n  rewards:\n    - {name: c, kind: numeric}\n");
+      LoadConfig("job: {algorithm: grpo}\nreward:\n  rewards:\n    - {name: c, kind: numeric}\n");
   auto role = RewardRole::Create(c, {});
   ASSERT_TRUE(role.ok());
   proto::WorkRequest req;
@@ -116,7 +116,7 @@ TEST(RewardRoleTest, ControllerSideConversionsRoundTrip) {
 
 TEST(RewardRoleTest, RejectsOtherTasksAndBadConfigs) {
   const JobConfig c = LoadConfig(
-      "job: {algorithm: echo}\nreward:\n  rewards:\n    - {name: c, kind: exact_answer}\n");
+      "job: {algorithm: grpo}\nreward:\n  rewards:\n    - {name: c, kind: exact_answer}\n");
   auto role = RewardRole::Create(c, {});
   ASSERT_TRUE(role.ok());
   proto::WorkRequest echo;
@@ -133,7 +133,7 @@ TEST(RewardRoleTest, RejectsOtherTasksAndBadConfigs) {
 }
 
 TEST(RewardConfigTest, ResolvedYamlRoundTrips) {
-  const JobConfig c = LoadConfig(R"(job: {algorithm: echo}
+  const JobConfig c = LoadConfig(R"(job: {algorithm: grpo}
 reward:
   timeout_s: 3
   rewards:
@@ -149,7 +149,7 @@ reward:
 }
 
 TEST(RewardConfigTest, ValidationNamesTheKey) {
-  LoadedJob j = LoadJobText(R"(job: {algorithm: echo}
+  LoadedJob j = LoadJobText(R"(job: {algorithm: grpo}
 reward:
   rewards:
     - {name: a, kind: exact_answer, params: {pattern: "x"}}
@@ -198,7 +198,7 @@ TEST(RewardDocsTest, ConfigExample) {
   const size_t at = yaml.find(doc_path);
   ASSERT_NE(at, std::string::npos);
   yaml.replace(at, doc_path.size(), RLFORGE_KEYWORD_PLUGIN);
-  const JobConfig c = LoadConfig("job: {algorithm: echo}\n" + yaml);
+  const JobConfig c = LoadConfig("job: {algorithm: grpo}\n" + yaml);
   ASSERT_EQ(c.reward.rewards.size(), 5u);
   auto role = RewardRole::Create(c, {});
   ASSERT_TRUE(role.ok()) << role.status();

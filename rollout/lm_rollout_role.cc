@@ -40,7 +40,7 @@ absl::StatusOr<std::unique_ptr<Role>> LmRolloutRole::Create(const JobConfig& con
                                                             const proto::Assignment& assignment) {
   if (config.model.path.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "model.path: job.algorithm ", config.job.algorithm,
+        "model.path: job.algorithm ", config.job.algorithm->name,
         " starts from a checkpoint (e.g. the SFT stage's runs/<name>/checkpoints/step_<N>)"));
   }
   std::unique_ptr<LmRolloutRole> role(new LmRolloutRole());

@@ -102,7 +102,7 @@ absl::StatusOr<std::unique_ptr<LmPolicyState>> LmPolicyState::Create(
     const JobConfig& config, const proto::Assignment& assignment) {
   if (config.model.path.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "model.path: job.algorithm ", config.job.algorithm,
+        "model.path: job.algorithm ", config.job.algorithm->name,
         " starts from a checkpoint (e.g. the SFT stage's runs/<name>/checkpoints/step_<N>)"));
   }
   SetComputeThreads(config.trainer.threads, config.trainer.ranks);

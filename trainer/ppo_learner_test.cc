@@ -15,7 +15,7 @@ proto::PolicySpec BanditSpec() {
 
 JobConfig Config() {
   JobConfig c;
-  c.job.algorithm = "ppo";
+  c.job.algorithm = FindAlgorithm("ppo");
   c.policy.hidden_sizes = {16};
   c.trainer.lr = 3e-3;
   c.ppo.epochs = 4;

@@ -1,4 +1,4 @@
-#include "controller/grpo_algorithm.h"
+#include "controller/lm_rl_algorithm.h"
 
 #include <chrono>
 #include <cmath>
@@ -23,13 +23,16 @@ double Mean(const std::vector<double>& v) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Algorithm>> GrpoAlgorithm::Create(const JobConfig& config) {
+absl::StatusOr<std::unique_ptr<Algorithm>> LmRlAlgorithm::Create(const JobConfig& config) {
   RETURN_IF_ERROR(CheckStartCheckpoint(config));
-  return std::unique_ptr<Algorithm>(new GrpoAlgorithm(config));
+  return std::unique_ptr<Algorithm>(new LmRlAlgorithm(config));
 }
 
-absl::Status GrpoAlgorithm::Run(JobContext& ctx) {
+std::vector<RoleRequirement> LmRlAlgorithm::Roles() const { return LmRoles(config_); }
+
+absl::Status LmRlAlgorithm::Run(JobContext& ctx) {
   Controller& ctl = ctx.controller();
+  ASSIGN_OR_RETURN(const std::string trainer, LeadTrainer(ctl));
   const GrpoOptions& g = config_.grpo;
   ASSIGN_OR_RETURN(TaskText text, LoadTaskText(config_, g.eval_examples));
   LmLoop loop(ctx, text);
@@ -38,7 +41,7 @@ absl::Status GrpoAlgorithm::Run(JobContext& ctx) {
   const uint64_t seed = static_cast<uint64_t>(config_.job.seed);
   int64_t version = 0;
   spdlog::info("{}: {} prompts x {} samples per iteration, {} iterations, {} held-out prompts",
-               config_.job.algorithm, g.prompts_per_iteration, g.group_size, iterations,
+               config_.job.algorithm->name, g.prompts_per_iteration, g.group_size, iterations,
                text.heldout.size());
 
   RETURN_IF_ERROR(loop.EvaluateStart(g.max_new_tokens, seed));  // step 0: the starting policy
@@ -91,7 +94,7 @@ absl::Status GrpoAlgorithm::Run(JobContext& ctx) {
     proto::WorkRequest train;
     train.mutable_grpo_train()->set_group_size(g.group_size);
     train.mutable_grpo_train()->set_step(it);
-    ASSIGN_OR_RETURN(uint64_t tid, ctl.Submit("trainer-0", std::move(train), std::move(frames)));
+    ASSIGN_OR_RETURN(uint64_t tid, ctl.Submit(trainer, std::move(train), std::move(frames)));
     ASSIGN_OR_RETURN(WorkOutcome trained, ctl.Await(tid));
     for (const auto& [k, v] : trained.result.metrics()) {
       (IsTiming(k) ? rec.timings : rec.metrics)[k] = v;

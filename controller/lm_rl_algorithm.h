@@ -1,7 +1,9 @@
-// GrpoAlgorithm: GRPO for a language model on a verifiable task.
+// LmRlAlgorithm: the controller loop of on-policy language-model RL on a verifiable task
+// (every algorithm of the kLmRl family: grpo, lm_ppo and the variants in the registry; the
+// trainer's advantage estimator tells them apart, so this loop is the same for all).
 //
 // per iteration: train prompts -> rollout (LmGenerate, groups stream back in chunks) ->
-//   reward workers score each chunk as it arrives -> trainer (GrpoTrain: group advantages,
+//   reward workers score each chunk as it arrives -> trainer (GrpoTrain: advantages,
 //   clipped loss, AdamW) -> WeightsReady -> rollout loads version v+1
 // every grpo.eval_every iterations (and before the first, after the last): greedy answers
 //   to held-out prompts -> heldout_accuracy (exact match)
@@ -14,17 +16,15 @@
 
 namespace rlforge {
 
-class GrpoAlgorithm final : public Algorithm {
+class LmRlAlgorithm final : public Algorithm {
  public:
   // Fails, naming model.path, when there is no checkpoint to start from.
   static absl::StatusOr<std::unique_ptr<Algorithm>> Create(const JobConfig& config);
-  std::vector<RoleRequirement> Roles() const override {
-    return {{"trainer", 1, false}, {"rollout", 1, false}, {"reward", 1, false}};
-  }
+  std::vector<RoleRequirement> Roles() const override;
   absl::Status Run(JobContext& ctx) override;
 
  private:
-  explicit GrpoAlgorithm(const JobConfig& config) : config_(config) {}
+  explicit LmRlAlgorithm(const JobConfig& config) : config_(config) {}
   JobConfig config_;
 };
 

@@ -1,0 +1,62 @@
+// The algorithms rlforge runs: one table, and the only place in the code that names them.
+//
+// job.algorithm (YAML) -> FindAlgorithm -> const AlgorithmSpec* (JobOptions::algorithm)
+//   -> controller loop:      controller/algorithm.cc, a switch over `family`
+//   -> actor roles:          cli/role_registry.cc, a switch over `family`
+//   -> LM advantage:         trainer/advantage_estimator.cc, a switch over `advantage`
+// Every switch covers every enumerator without a default, so -Werror=switch turns a missed
+// case into a compile error; AlgorithmRegistryTest checks the table itself. The accepted
+// names, the config reference and the dispatch all read this table, so they cannot disagree.
+// docs/adding_an_algorithm.md says which files a new algorithm touches.
+//
+// The table is immutable; every function here is thread-safe.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace rlforge {
+
+// Which controller loop and which trainer role run the job.
+enum class AlgorithmFamily {
+  kEcho,        // transport self-test
+  kControlPpo,  // PPO on simulators (MLP actor-critic)
+  kSft,         // supervised fine-tuning of a language model
+  kLmRl,        // on-policy RL of a language model: generate, score, advantage, clipped loss
+  kDpo,         // preference optimisation of a language model
+};
+
+// How a kLmRl trainer turns a batch's rewards into advantages (trainer/advantage_estimator.h).
+enum class AdvantageKind {
+  kNone,         // not a kLmRl algorithm
+  kGroupNorm,    // GRPO: (r - group mean) / group std
+  kTokenGae,     // PPO: a critic and token-level GAE, KL as a per-token reward penalty
+};
+
+struct AlgorithmSpec {
+  std::string name;  // job.algorithm
+  std::string summary;  // one sentence for docs/config.md
+  AlgorithmFamily family;
+  AdvantageKind advantage = AdvantageKind::kNone;
+  // kLmRl: grpo.loss_aggregation when the job file does not set it.
+  std::string default_loss_aggregation;
+  // Roles the job starts (the loop's Roles() gives their counts from config).
+  std::vector<std::string> roles;
+  // Job-file sections the algorithm reads besides job, controller, launch, trainer and
+  // dashboard. Writing another algorithm's section is an error.
+  std::vector<std::string> sections;
+};
+
+// Every algorithm, in the order the docs list them.
+const std::vector<AlgorithmSpec>& Algorithms();
+// The entry named `name`, or null.
+const AlgorithmSpec* FindAlgorithm(std::string_view name);
+// "echo, ppo, ..." for messages and docs.
+std::vector<std::string> AlgorithmNames();
+// Whether the estimator compares samples within a group (needs grpo.group_size >= 2).
+bool NeedsGroups(AdvantageKind kind);
+// Whether `section` belongs to some algorithm's `sections` (so it is not shared).
+bool IsAlgorithmSection(std::string_view section);
+
+}  // namespace rlforge

@@ -1,0 +1,109 @@
+#include "config/algorithm_registry.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "config/job_config.h"
+
+namespace rlforge {
+namespace {
+
+std::string Errors(const LoadedJob& j) { return config::FormatErrors(j.errors); }
+
+TEST(AlgorithmRegistryTest, EntriesAreConsistent) {
+  std::set<std::string> names, sections;
+  for (const config::Field& f : JobSchema().fields) sections.insert(f.name);
+  const std::set<std::string> roles = {"echo", "trainer", "rollout", "reward"};
+  for (const AlgorithmSpec& a : Algorithms()) {
+    SCOPED_TRACE(a.name);
+    EXPECT_TRUE(names.insert(a.name).second) << "duplicate name";
+    EXPECT_FALSE(a.summary.empty());
+    EXPECT_EQ(FindAlgorithm(a.name), &a);
+    // Exactly the on-policy LM algorithms have an advantage estimator and a loss default.
+    const bool lm_rl = a.family == AlgorithmFamily::kLmRl;
+    EXPECT_EQ(lm_rl, a.advantage != AdvantageKind::kNone);
+    EXPECT_EQ(lm_rl, !a.default_loss_aggregation.empty());
+    for (const std::string& s : a.sections) EXPECT_TRUE(sections.count(s)) << s;
+    for (const std::string& r : a.roles) EXPECT_TRUE(roles.count(r)) << r;
+    EXPECT_FALSE(a.roles.empty());
+  }
+  EXPECT_EQ(FindAlgorithm("GRPO"), nullptr);
+}
+
+TEST(AlgorithmRegistryTest, AcceptedNamesComeFromTheTable) {
+  for (const std::string& name : AlgorithmNames()) {
+    LoadedJob j = LoadJobText("job: {algorithm: " + name + "}\n", "t.yaml");
+    ASSERT_TRUE(j.ok()) << name << ": " << Errors(j);
+    EXPECT_EQ(j.config.job.algorithm->name, name);
+  }
+  LoadedJob bad = LoadJobText("job: {algorithm: lm_ppp}\n", "t.yaml");
+  ASSERT_EQ(bad.errors.size(), 1u);
+  EXPECT_NE(bad.errors[0].message.find("did you mean lm_ppo?"), std::string::npos)
+      << bad.errors[0].message;
+}
+
+TEST(AlgorithmRegistryTest, LossAggregationDefaultsToTheAlgorithms) {
+  for (const AlgorithmSpec& a : Algorithms()) {
+    if (a.family != AlgorithmFamily::kLmRl) continue;
+    SCOPED_TRACE(a.name);
+    LoadedJob j = LoadJobText("job: {algorithm: " + a.name + "}\n", "t.yaml");
+    ASSERT_TRUE(j.ok()) << Errors(j);
+    EXPECT_EQ(j.config.grpo.loss_aggregation, a.default_loss_aggregation);
+    // The resolved config states the value, not "auto"; an explicit choice wins.
+    EXPECT_NE(ResolvedYaml(j.config).find("loss_aggregation: " + a.default_loss_aggregation),
+              std::string::npos);
+    LoadedJob set = LoadJobText(
+        "job: {algorithm: " + a.name + "}\ngrpo: {loss_aggregation: seq-mean-token-mean}\n",
+        "t.yaml");
+    EXPECT_EQ(set.config.grpo.loss_aggregation, "seq-mean-token-mean");
+  }
+}
+
+TEST(AlgorithmRegistryTest, GroupEstimatorsNeedTwoSamplesPerPrompt) {
+  for (const AlgorithmSpec& a : Algorithms()) {
+    if (a.family != AlgorithmFamily::kLmRl) continue;
+    LoadedJob j = LoadJobText("job: {algorithm: " + a.name + "}\ngrpo:\n  group_size: 1\n",
+                              "t.yaml");
+    if (!NeedsGroups(a.advantage)) {
+      EXPECT_TRUE(j.ok()) << a.name << Errors(j);
+      continue;
+    }
+    ASSERT_EQ(j.errors.size(), 1u) << a.name << Errors(j);
+    EXPECT_EQ(j.errors[0].ToString(),
+              "t.yaml:3:3: grpo.group_size: " + a.name +
+                  "'s advantage compares the samples of a group, which needs at least 2 "
+                  "samples per prompt, got 1");
+  }
+  EXPECT_TRUE(NeedsGroups(FindAlgorithm("grpo")->advantage));
+  EXPECT_FALSE(NeedsGroups(FindAlgorithm("lm_ppo")->advantage));
+}
+
+TEST(AlgorithmRegistryTest, AnotherAlgorithmsSectionIsAnError) {
+  LoadedJob j = LoadJobText("job: {algorithm: grpo}\nppo:\n  epochs: 3\n", "t.yaml");
+  ASSERT_EQ(j.errors.size(), 1u) << Errors(j);
+  EXPECT_EQ(j.errors[0].ToString(),
+            "t.yaml:2:1: ppo: job.algorithm grpo does not read this section (it reads: rollout, "
+            "engine, grpo, reward, model, data, weights); remove it");
+  // Shared sections and the algorithm's own are fine; so is a section left at its defaults.
+  EXPECT_TRUE(LoadJobText("job: {algorithm: lm_ppo}\ncritic: {lr: 1e-3}\ntrainer: {lr: 1e-5}\n",
+                          "t.yaml").ok());
+  EXPECT_TRUE(LoadJobText("job: {algorithm: grpo}\ncritic: {lr: 5e-4}\n", "t.yaml").ok());
+  EXPECT_FALSE(LoadJobText("job: {algorithm: grpo}\ncritic: {lr: 1e-3}\n", "t.yaml").ok());
+}
+
+TEST(AlgorithmRegistryTest, CountsThatNothingHonoursYetAreRefused) {
+  LoadedJob ranks = LoadJobText("job: {algorithm: grpo}\ntrainer: {ranks: 2}\n", "t.yaml");
+  ASSERT_EQ(ranks.errors.size(), 1u) << Errors(ranks);
+  EXPECT_EQ(ranks.errors[0].key, "trainer.ranks");
+  EXPECT_NE(ranks.errors[0].message.find("one rank"), std::string::npos);
+  LoadedJob engines = LoadJobText("job: {algorithm: dpo}\nrollout: {workers: 2}\n", "t.yaml");
+  ASSERT_EQ(engines.errors.size(), 1u) << Errors(engines);
+  EXPECT_EQ(engines.errors[0].key, "rollout.workers");
+  // Control PPO runs many rollout workers; reward workers scale for every LM job.
+  EXPECT_TRUE(LoadJobText("job: {algorithm: ppo}\nrollout: {workers: 2}\n", "t.yaml").ok());
+  EXPECT_TRUE(LoadJobText("job: {algorithm: grpo}\nreward: {workers: 3}\n", "t.yaml").ok());
+}
+
+}  // namespace
+}  // namespace rlforge

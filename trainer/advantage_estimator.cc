@@ -1,0 +1,187 @@
+#include "trainer/advantage_estimator.h"
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status.h"
+#include "models/hf_checkpoint.h"
+#include "trainer/flat_adamw.h"
+#include "trainer/lm_losses.h"
+#include "trainer/lm_metrics.h"
+#include "trainer/ppo_loss.h"
+#include "trainer/token_ppo.h"
+
+namespace rlforge {
+
+namespace {
+
+double Since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+// grpo, drgrpo and rloo: one advantage per sample, from the rewards of its group alone.
+class GroupEstimator final : public AdvantageEstimator {
+ public:
+  GroupEstimator(AdvantageKind kind, bool filter_degenerate)
+      : kind_(kind), filter_degenerate_(filter_degenerate) {}
+
+  absl::Status Prepare(const std::vector<LmGroup>& groups, const GroupBatch& full,
+                       const torch::Tensor& rewards, std::map<std::string, double>& out) override {
+    const int64_t g = static_cast<int64_t>(groups.size());
+    GroupAdvantageOptions ao;
+    ao.group_size = g > 0 ? rewards.size(0) / g : 0;
+    ao.scale_by_std = kind_ == AdvantageKind::kGroupNorm;
+    ASSIGN_OR_RETURN(GroupAdvantages adv, ComputeGroupAdvantages(rewards, ao));
+    advantages_ = adv.advantages;
+    kept_.clear();
+    for (int64_t i = 0; i < g; ++i) {
+      if (!filter_degenerate_ || !adv.degenerate[i].item<bool>()) kept_.push_back(i);
+    }
+    out["degenerate_groups"] = static_cast<double>(adv.num_degenerate);
+    return absl::OkStatus();
+  }
+
+  torch::Tensor Rows(const torch::Tensor& idx, int64_t /*width*/) const override {
+    return advantages_.index_select(0, idx);
+  }
+
+ private:
+  AdvantageKind kind_;
+  bool filter_degenerate_;
+  torch::Tensor advantages_;  // [S]
+};
+
+// model.path's weights with a value head initialised to zero: V = 0 everywhere at first,
+// so the first advantages are the plain returns rather than noise from a random head.
+absl::StatusOr<models::Transformer> LoadCritic(const std::string& path) {
+  ASSIGN_OR_RETURN(models::Transformer base, models::LoadHfModel(path, torch::kFloat32));
+  models::Transformer critic(base->config(), /*value_head=*/true);
+  torch::NoGradGuard ng;
+  auto from = base->named_parameters();
+  for (auto& p : critic->named_parameters()) {
+    if (const torch::Tensor* src = from.find(p.key())) {
+      p.value().copy_(*src);
+    } else {
+      p.value().zero_();  // value_head.weight / .bias
+    }
+  }
+  return critic;
+}
+
+// lm_ppo: a critic's values and token-level GAE, the KL to the reference as a per-token
+// reward penalty; the critic is fitted to the returns with the clipped value loss.
+class CriticEstimator final : public AdvantageEstimator {
+ public:
+  static absl::StatusOr<std::unique_ptr<AdvantageEstimator>> Create(
+      const JobConfig& config, models::Transformer* reference) {
+    std::unique_ptr<CriticEstimator> e(new CriticEstimator(config, reference));
+    ASSIGN_OR_RETURN(models::Transformer critic, LoadCritic(config.model.path));
+    e->critic_ = critic;
+    ASSIGN_OR_RETURN(e->loss_aggregation_, ParseLossAggregation(config.grpo.loss_aggregation));
+    ASSIGN_OR_RETURN(e->kl_estimator_, ParseKlEstimator(config.grpo.kl_estimator));
+    e->optimizer_ = std::make_unique<FlatAdamW>(critic->parameters(),
+                                                AdamWOptions(config.trainer, config.critic.lr));
+    return std::unique_ptr<AdvantageEstimator>(std::move(e));
+  }
+
+  absl::Status Prepare(const std::vector<LmGroup>& groups, const GroupBatch& full,
+                       const torch::Tensor& rewards, std::map<std::string, double>& out) override {
+    kept_.clear();
+    for (int64_t i = 0; i < static_cast<int64_t>(groups.size()); ++i) kept_.push_back(i);
+    torch::NoGradGuard ng;
+    (*critic_)->eval();
+    old_values_ = Values(full) * full.mask;
+    torch::Tensor kl;
+    double kl_mean = 0;
+    if (reference_ != nullptr) {
+      const auto r0 = std::chrono::steady_clock::now();
+      ASSIGN_OR_RETURN(torch::Tensor ref_logp, GroupTokenLogprobs(*reference_, full));
+      out["reference_s"] += Since(r0);
+      ASSIGN_OR_RETURN(kl, KlPenalty(full.old_logp, ref_logp, kl_estimator_));
+      kl_mean = MaskedMean(kl, full.mask).item<double>();
+    }
+    ASSIGN_OR_RETURN(torch::Tensor token_rewards,
+                     TokenLevelRewards(rewards, full.mask, kl, config_.grpo.kl_beta));
+    TokenGaeOptions go;
+    go.gamma = config_.critic.gamma;
+    go.lambda = config_.critic.lambda;
+    go.whiten = config_.critic.whiten_advantages;
+    ASSIGN_OR_RETURN(TokenGaeResult gae, TokenGae(token_rewards, old_values_, full.mask, go));
+    advantages_ = gae.advantages;
+    returns_ = gae.returns;
+    out["kl"] = kl_mean;
+    out["value_mean"] = MaskedMean(old_values_, full.mask).item<double>();
+    out["return_mean"] = MaskedMean(returns_, full.mask).item<double>();
+    const torch::Tensor on = full.mask > 0;
+    out["explained_variance"] =
+        ExplainedVariance(old_values_.masked_select(on), returns_.masked_select(on));
+    return absl::OkStatus();
+  }
+
+  torch::Tensor Rows(const torch::Tensor& idx, int64_t width) const override {
+    return RowsOf(advantages_, idx, width);
+  }
+  bool kl_in_loss() const override { return false; }
+  bool UpdatesPolicy(int64_t step) const override {
+    return step > config_.critic.warmup_iterations;
+  }
+
+  absl::Status AfterPolicyStep(const GroupBatch& b, const torch::Tensor& idx,
+                               std::map<std::string, double>& sums) override {
+    const int64_t width = b.mask.size(1);
+    ASSIGN_OR_RETURN(TokenValueLoss vl,
+                     ComputeTokenValueLoss(Values(b), RowsOf(old_values_, idx, width),
+                                           RowsOf(returns_, idx, width), b.mask,
+                                           config_.critic.value_clip, loss_aggregation_));
+    optimizer_->ZeroGrad();
+    vl.loss.backward();
+    sums["value_grad_norm"] += optimizer_->ClipGradNorm(config_.trainer.max_grad_norm);
+    optimizer_->Step();
+    sums["value_loss"] += vl.loss.item<double>();
+    sums["value_clipfrac"] += vl.clipfrac;
+    return absl::OkStatus();
+  }
+
+  void SetTraining(bool training) override { (*critic_)->train(training); }
+
+ private:
+  CriticEstimator(const JobConfig& config, models::Transformer* reference)
+      : config_(config), reference_(reference) {}
+
+  // Critic values [S, R]: column j is V(prompt + response tokens before j), the state that
+  // emits response token j.
+  torch::Tensor Values(const GroupBatch& b) { return (*critic_)->Values(GroupHidden(*critic_, b)); }
+  // Responses are left-aligned: a minibatch's width is a prefix of the batch's.
+  static torch::Tensor RowsOf(const torch::Tensor& t, const torch::Tensor& idx, int64_t width) {
+    return t.index_select(0, idx).slice(1, 0, width);
+  }
+
+  const JobConfig& config_;
+  models::Transformer* reference_;
+  std::optional<models::Transformer> critic_;
+  std::unique_ptr<FlatAdamW> optimizer_;
+  LossAggregation loss_aggregation_ = LossAggregation::kTokenMean;
+  KlEstimator kl_estimator_ = KlEstimator::kK3;
+  torch::Tensor old_values_, advantages_, returns_;  // [S, R] over the whole batch
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<AdvantageEstimator>> CreateAdvantageEstimator(
+    const JobConfig& config, models::Transformer* reference) {
+  const AdvantageKind kind = config.job.algorithm->advantage;
+  switch (kind) {
+    case AdvantageKind::kGroupNorm:
+      return std::unique_ptr<AdvantageEstimator>(
+          new GroupEstimator(kind, config.grpo.filter_degenerate));
+    case AdvantageKind::kTokenGae:
+      return CriticEstimator::Create(config, reference);
+    case AdvantageKind::kNone:
+      break;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("job.algorithm ", config.job.algorithm->name,
+                                                 " has no advantage estimator"));
+}
+
+}  // namespace rlforge

@@ -1,0 +1,67 @@
+// Advantage estimators of language-model RL: one per kLmRl algorithm, chosen by its
+// AdvantageKind (config/algorithm_registry.h), so the trainer's step is one path.
+//
+// batch (groups, rewards [S]) -> Prepare -> Rows(minibatch rows) -> advantages for the loss
+//                                        -> AfterPolicyStep(minibatch) (a critic's own update)
+//
+// Sample-level estimators (grpo, drgrpo, rloo) give one advantage per sample ([rows]); a
+// group whose rewards are all equal gets 0 for every sample and is left out of the update
+// with grpo.filter_degenerate. The critic estimator (lm_ppo) gives one per response token
+// ([rows, width]) and trains its value model after each policy step. Prepare is called once
+// per batch, before the update. Not thread-safe: one trainer role owns one estimator.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "config/job_config.h"
+#include "models/transformer.h"
+#include "proto/lm_groups.h"
+#include "trainer/lm_policy_state.h"
+
+namespace rlforge {
+
+class AdvantageEstimator {
+ public:
+  virtual ~AdvantageEstimator() = default;
+
+  // Computes the batch's advantages; adds what it measured (degenerate_groups, kl, value
+  // statistics, reference_s) to `out`. `full` packs every group of the batch.
+  virtual absl::Status Prepare(const std::vector<LmGroup>& groups, const GroupBatch& full,
+                               const torch::Tensor& rewards,
+                               std::map<std::string, double>& out) = 0;
+  // Groups that enter the update, in batch order.
+  const std::vector<int64_t>& kept_groups() const { return kept_; }
+  // Advantages of sample rows `idx` of the batch, for a minibatch whose responses are
+  // `width` tokens wide: [rows] or [rows, width].
+  virtual torch::Tensor Rows(const torch::Tensor& idx, int64_t width) const = 0;
+  // Whether the policy loss carries the KL term (false when the KL is in the rewards).
+  virtual bool kl_in_loss() const { return true; }
+  // Whether iteration `step` updates the policy (a critic's warm-up trains only the critic).
+  virtual bool UpdatesPolicy(int64_t step) const { return true; }
+  // After a minibatch's policy step: a critic fits its values to the returns of rows `idx`
+  // (sums["value_loss"] etc.). Nothing for the critic-free estimators.
+  virtual absl::Status AfterPolicyStep(const GroupBatch& b, const torch::Tensor& idx,
+                                       std::map<std::string, double>& sums) {
+    return absl::OkStatus();
+  }
+  // Train/eval mode of the estimator's own model, if any.
+  virtual void SetTraining(bool training) {}
+
+ protected:
+  std::vector<int64_t> kept_;
+};
+
+// The estimator of config.job.algorithm (a kLmRl one). `reference` is the frozen reference
+// policy (null when grpo.kl_beta is 0); it must outlive the estimator. Loads the critic for
+// lm_ppo.
+absl::StatusOr<std::unique_ptr<AdvantageEstimator>> CreateAdvantageEstimator(
+    const JobConfig& config, models::Transformer* reference);
+
+}  // namespace rlforge

@@ -1,0 +1,49 @@
+#include "trainer/advantage_estimator.h"
+
+#include <gtest/gtest.h>
+
+#include "trainer/lm_losses.h"
+
+namespace rlforge {
+namespace {
+
+// Two groups of four: [1, 0, 0, 1] (mean 0.5, unbiased std sqrt(1/3)) and [1, 1, 1, 1].
+const std::vector<float> kRewards = {1, 0, 0, 1, 1, 1, 1, 1};
+
+std::vector<float> Advantages(const std::string& algorithm, bool filter,
+                              std::vector<int64_t>* kept = nullptr) {
+  JobConfig c;
+  c.job.algorithm = FindAlgorithm(algorithm);
+  c.grpo.filter_degenerate = filter;
+  auto est = CreateAdvantageEstimator(c, nullptr);
+  EXPECT_TRUE(est.ok()) << est.status();
+  std::map<std::string, double> out;
+  const torch::Tensor r = torch::tensor(kRewards);
+  EXPECT_TRUE((*est)->Prepare(std::vector<LmGroup>(2), GroupBatch{}, r, out).ok());
+  EXPECT_EQ(out["degenerate_groups"], 1);
+  if (kept != nullptr) *kept = (*est)->kept_groups();
+  torch::Tensor a = (*est)->Rows(torch::arange(8, torch::kLong), 3).contiguous();
+  EXPECT_EQ(a.dim(), 1);  // one advantage per sample
+  return std::vector<float>(a.data_ptr<float>(), a.data_ptr<float>() + a.numel());
+}
+
+void ExpectNear(const std::vector<float>& got, const std::vector<float>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5) << "sample " << i;
+}
+
+TEST(AdvantageEstimatorTest, GrpoDividesByTheGroupsStd) {
+  const float a = 0.5f / (std::sqrt(1.0f / 3.0f) + 1e-6f);  // 0.866
+  ExpectNear(Advantages("grpo", false), {a, -a, -a, a, 0, 0, 0, 0});
+}
+
+TEST(AdvantageEstimatorTest, FilterDegenerateDropsEqualRewardGroups) {
+  std::vector<int64_t> kept;
+  Advantages("grpo", true, &kept);
+  EXPECT_EQ(kept, (std::vector<int64_t>{0}));
+  Advantages("grpo", false, &kept);
+  EXPECT_EQ(kept, (std::vector<int64_t>{0, 1}));
+}
+
+}  // namespace
+}  // namespace rlforge

@@ -1,0 +1,61 @@
+// LmRlTrainerRole: the learner of on-policy language-model RL (every algorithm of the kLmRl
+// family in config/algorithm_registry.cc).
+//
+// GrpoTrain (groups + rewards) -> AdvantageEstimator::Prepare -> for each epoch and minibatch
+// of whole groups: packed policy (and frozen reference) token logprobs -> clipped loss
+// (lm_losses.h) -> FlatAdamW -> estimator's own step (a critic's) -> new version published
+// through shared memory (or inline) -> WeightsReady
+//
+// Groups are packed one row each, the prompt computed once for its n samples (GroupBatch).
+// The advantage estimator comes from job.algorithm (trainer/advantage_estimator.h); nothing
+// here branches on which algorithm runs. Starts from model.path, the checkpoint the rollout
+// workers load, so both hold version 0 at start. Synchronous: every sample in a batch comes
+// from the version the trainer holds (the reply reports the engine-vs-trainer logprob
+// mismatch). Handle() runs on the actor's main thread only.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "actors/role.h"
+#include "models/transformer.h"
+#include "trainer/advantage_estimator.h"
+#include "trainer/lm_losses.h"
+#include "trainer/lm_policy_state.h"
+
+namespace rlforge {
+
+class LmRlTrainerRole final : public Role {
+ public:
+  static absl::StatusOr<std::unique_ptr<Role>> Create(const JobConfig& config,
+                                                      const proto::Assignment& assignment);
+  absl::StatusOr<WorkReply> Handle(const proto::WorkRequest& request,
+                                   std::vector<TensorFrame> tensors) override;
+  int64_t policy_version() const override { return state_->version(); }
+
+ private:
+  using Sums = std::map<std::string, double>;
+  explicit LmRlTrainerRole(const JobConfig& config) : config_(config) {}
+  absl::StatusOr<WorkReply> Train(const proto::GrpoTrain& task,
+                                  const std::vector<TensorFrame>& tensors);
+  // The batch's groups and rewards, refusing samples of another policy version.
+  absl::Status ReadBatch(const proto::GrpoTrain& task, const std::vector<TensorFrame>& tensors,
+                         std::vector<LmGroup>* groups, torch::Tensor* rewards) const;
+  // One minibatch (rows `idx` of the batch): the policy's loss and, when `update`, its step;
+  // then the estimator's own step. Adds to `sums`; first-epoch-only metrics when `first`.
+  absl::Status Minibatch(const GroupBatch& b, const torch::Tensor& idx, bool update, bool first,
+                         Sums& sums);
+  // Means of `sums` over the updates into `out`.
+  static void Average(const Sums& sums, int64_t updates, int64_t first_epoch_updates,
+                      std::map<std::string, double>& out);
+
+  JobConfig config_;  // first: the estimator holds a reference to it
+  std::unique_ptr<LmPolicyState> state_;
+  std::optional<models::Transformer> reference_;
+  std::unique_ptr<AdvantageEstimator> estimator_;
+  LmPolicyLossOptions loss_options_;
+};
+
+}  // namespace rlforge
