@@ -39,6 +39,14 @@ std::vector<AlgorithmSpec> BuildTable() {
        "token-mean",
        {"trainer", "rollout", "reward"},
        {RLFORGE_LM_RL_SECTIONS}},
+      {"drgrpo",
+       "GRPO done right (Dr. GRPO): advantages not divided by the group's std, "
+       "losses summed over tokens over a constant length",
+       AlgorithmFamily::kLmRl,
+       AdvantageKind::kGroupMean,
+       "seq-mean-token-sum-norm",
+       {"trainer", "rollout", "reward"},
+       {RLFORGE_LM_RL_SECTIONS}},
       {"lm_ppo",
        "PPO for a language model: a critic, token-level GAE, the KL as a reward penalty",
        AlgorithmFamily::kLmRl,
@@ -81,6 +89,7 @@ std::vector<std::string> AlgorithmNames() {
 bool NeedsGroups(AdvantageKind kind) {
   switch (kind) {
     case AdvantageKind::kGroupNorm:
+    case AdvantageKind::kGroupMean:
       return true;
     case AdvantageKind::kNone:
     case AdvantageKind::kTokenGae:

@@ -31,6 +31,7 @@ enum class AlgorithmFamily {
 enum class AdvantageKind {
   kNone,         // not a kLmRl algorithm
   kGroupNorm,    // GRPO: (r - group mean) / group std
+  kGroupMean,    // Dr. GRPO: r - group mean (no std division)
   kTokenGae,     // PPO: a critic and token-level GAE, KL as a per-token reward penalty
 };
 

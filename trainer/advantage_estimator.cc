@@ -173,6 +173,7 @@ absl::StatusOr<std::unique_ptr<AdvantageEstimator>> CreateAdvantageEstimator(
   const AdvantageKind kind = config.job.algorithm->advantage;
   switch (kind) {
     case AdvantageKind::kGroupNorm:
+    case AdvantageKind::kGroupMean:
       return std::unique_ptr<AdvantageEstimator>(
           new GroupEstimator(kind, config.grpo.filter_degenerate));
     case AdvantageKind::kTokenGae:

@@ -37,12 +37,36 @@ TEST(AdvantageEstimatorTest, GrpoDividesByTheGroupsStd) {
   ExpectNear(Advantages("grpo", false), {a, -a, -a, a, 0, 0, 0, 0});
 }
 
+TEST(AdvantageEstimatorTest, DrGrpoOnlyCentres) {
+  ExpectNear(Advantages("drgrpo", false), {0.5, -0.5, -0.5, 0.5, 0, 0, 0, 0});
+}
+
 TEST(AdvantageEstimatorTest, FilterDegenerateDropsEqualRewardGroups) {
   std::vector<int64_t> kept;
   Advantages("grpo", true, &kept);
   EXPECT_EQ(kept, (std::vector<int64_t>{0}));
   Advantages("grpo", false, &kept);
   EXPECT_EQ(kept, (std::vector<int64_t>{0, 1}));
+}
+
+TEST(AdvantageEstimatorTest, DrGrpoLossSumsTokensOverTheBudget) {
+  // Ratio 1 (logp == old_logp): each token's loss is -A. Responses of 2 and 3 tokens with
+  // A = +0.5 and -0.5; budget 6: -(0.5 * 2 - 0.5 * 3) / (2 * 6) = 1/24. token-mean would
+  // give -(1 - 1.5) / 5 = 0.1, weighting each token of the longer answer as much.
+  const torch::Tensor logp = torch::zeros({2, 3});
+  LmPolicyLossInput in;
+  in.logp = logp;
+  in.old_logp = logp;
+  in.advantages = torch::tensor({0.5f, -0.5f});
+  in.mask = torch::tensor({{1.f, 1.f, 0.f}, {1.f, 1.f, 1.f}});
+  LmPolicyLossOptions o;
+  o.aggregation = LossAggregation::kSeqMeanTokenSumNorm;
+  o.norm_length = 6;
+  auto dr = ComputeLmPolicyLoss(in, o);
+  ASSERT_TRUE(dr.ok()) << dr.status();
+  EXPECT_NEAR(dr->loss.item<double>(), 1.0 / 24, 1e-7);
+  o.aggregation = LossAggregation::kTokenMean;
+  EXPECT_NEAR(ComputeLmPolicyLoss(in, o)->loss.item<double>(), 0.1, 1e-7);
 }
 
 }  // namespace
