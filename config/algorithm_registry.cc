@@ -47,6 +47,14 @@ std::vector<AlgorithmSpec> BuildTable() {
        "seq-mean-token-sum-norm",
        {"trainer", "rollout", "reward"},
        {RLFORGE_LM_RL_SECTIONS}},
+      {"rloo",
+       "REINFORCE leave-one-out: each sample's baseline is the mean reward of the "
+       "other samples of its group",
+       AlgorithmFamily::kLmRl,
+       AdvantageKind::kLeaveOneOut,
+       "token-mean",
+       {"trainer", "rollout", "reward"},
+       {RLFORGE_LM_RL_SECTIONS}},
       {"lm_ppo",
        "PPO for a language model: a critic, token-level GAE, the KL as a reward penalty",
        AlgorithmFamily::kLmRl,
@@ -90,6 +98,7 @@ bool NeedsGroups(AdvantageKind kind) {
   switch (kind) {
     case AdvantageKind::kGroupNorm:
     case AdvantageKind::kGroupMean:
+    case AdvantageKind::kLeaveOneOut:
       return true;
     case AdvantageKind::kNone:
     case AdvantageKind::kTokenGae:

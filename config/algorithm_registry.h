@@ -32,6 +32,7 @@ enum class AdvantageKind {
   kNone,         // not a kLmRl algorithm
   kGroupNorm,    // GRPO: (r - group mean) / group std
   kGroupMean,    // Dr. GRPO: r - group mean (no std division)
+  kLeaveOneOut,  // RLOO: r - mean of the other samples of the group
   kTokenGae,     // PPO: a critic and token-level GAE, KL as a per-token reward penalty
 };
 

@@ -34,6 +34,9 @@ class GroupEstimator final : public AdvantageEstimator {
     ao.scale_by_std = kind_ == AdvantageKind::kGroupNorm;
     ASSIGN_OR_RETURN(GroupAdvantages adv, ComputeGroupAdvantages(rewards, ao));
     advantages_ = adv.advantages;
+    if (kind_ == AdvantageKind::kLeaveOneOut) {
+      ASSIGN_OR_RETURN(advantages_, LeaveOneOutAdvantages(rewards, ao.group_size));
+    }
     kept_.clear();
     for (int64_t i = 0; i < g; ++i) {
       if (!filter_degenerate_ || !adv.degenerate[i].item<bool>()) kept_.push_back(i);
@@ -168,12 +171,26 @@ class CriticEstimator final : public AdvantageEstimator {
 
 }  // namespace
 
+absl::StatusOr<torch::Tensor> LeaveOneOutAdvantages(const torch::Tensor& rewards,
+                                                    int64_t group_size) {
+  if (rewards.dim() != 1 || group_size < 2 || rewards.size(0) % group_size != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("leave-one-out advantages need 1-D rewards in groups of at least 2 "
+                     "samples; got shape [",
+                     absl::StrJoin(rewards.sizes(), ", "), "] and group size ", group_size));
+  }
+  const torch::Tensor r = rewards.view({-1, group_size});
+  const torch::Tensor others = (r.sum(1, /*keepdim=*/true) - r) / static_cast<double>(group_size - 1);
+  return (r - others).reshape({-1});
+}
+
 absl::StatusOr<std::unique_ptr<AdvantageEstimator>> CreateAdvantageEstimator(
     const JobConfig& config, models::Transformer* reference) {
   const AdvantageKind kind = config.job.algorithm->advantage;
   switch (kind) {
     case AdvantageKind::kGroupNorm:
     case AdvantageKind::kGroupMean:
+    case AdvantageKind::kLeaveOneOut:
       return std::unique_ptr<AdvantageEstimator>(
           new GroupEstimator(kind, config.grpo.filter_degenerate));
     case AdvantageKind::kTokenGae:

@@ -27,6 +27,11 @@
 
 namespace rlforge {
 
+// Leave-one-out advantages of sequence rewards [B] in contiguous groups of `group_size`
+// (>= 2): A_i = r_i - mean of the other samples of i's group = G / (G - 1) * (r_i - mean).
+absl::StatusOr<torch::Tensor> LeaveOneOutAdvantages(const torch::Tensor& rewards,
+                                                    int64_t group_size);
+
 class AdvantageEstimator {
  public:
   virtual ~AdvantageEstimator() = default;

@@ -41,12 +41,26 @@ TEST(AdvantageEstimatorTest, DrGrpoOnlyCentres) {
   ExpectNear(Advantages("drgrpo", false), {0.5, -0.5, -0.5, 0.5, 0, 0, 0, 0});
 }
 
+TEST(AdvantageEstimatorTest, RlooSubtractsTheMeanOfTheOthers) {
+  // Sample 0: 1 - mean(0, 0, 1) = 2/3; sample 1: 0 - mean(1, 0, 1) = -2/3.
+  ExpectNear(Advantages("rloo", false), {2.f / 3, -2.f / 3, -2.f / 3, 2.f / 3, 0, 0, 0, 0});
+}
+
 TEST(AdvantageEstimatorTest, FilterDegenerateDropsEqualRewardGroups) {
   std::vector<int64_t> kept;
   Advantages("grpo", true, &kept);
   EXPECT_EQ(kept, (std::vector<int64_t>{0}));
   Advantages("grpo", false, &kept);
   EXPECT_EQ(kept, (std::vector<int64_t>{0, 1}));
+}
+
+TEST(AdvantageEstimatorTest, LeaveOneOutByHand) {
+  // Groups of 3: [3, 0, 0] -> 3 - 0, 0 - 1.5, 0 - 1.5.
+  auto a = LeaveOneOutAdvantages(torch::tensor({3.f, 0.f, 0.f}), 3);
+  ASSERT_TRUE(a.ok());
+  ExpectNear(std::vector<float>(a->data_ptr<float>(), a->data_ptr<float>() + 3), {3, -1.5, -1.5});
+  EXPECT_FALSE(LeaveOneOutAdvantages(torch::tensor({1.f, 2.f, 3.f}), 2).ok());
+  EXPECT_FALSE(LeaveOneOutAdvantages(torch::tensor({1.f, 2.f}), 1).ok());
 }
 
 TEST(AdvantageEstimatorTest, DrGrpoLossSumsTokensOverTheBudget) {
