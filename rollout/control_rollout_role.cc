@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/cpu_affinity.h"
+#include "common/exceptions.h"
 #include "common/logging.h"
 #include "common/status.h"
 #include "models/compute_threads.h"
@@ -22,7 +23,7 @@ ControlRolloutRole::ControlRolloutRole(const JobConfig& config, const proto::Ass
 
 absl::StatusOr<WorkReply> ControlRolloutRole::Handle(const proto::WorkRequest& request,
                                                      std::vector<TensorFrame> tensors) {
-  try {
+  return CallCatching([&]() -> absl::StatusOr<WorkReply> {
     switch (request.task_case()) {
       case proto::WorkRequest::kRolloutSetup:
         return Setup(request.rollout_setup());
@@ -34,9 +35,7 @@ absl::StatusOr<WorkReply> ControlRolloutRole::Handle(const proto::WorkRequest& r
         return absl::InvalidArgumentError(
             "the control rollout worker takes rollout_setup, load_weights and rollout work");
     }
-  } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat("libtorch: ", e.what()));
-  }
+  });
 }
 
 absl::StatusOr<WorkReply> ControlRolloutRole::Setup(const proto::RolloutSetup& setup) {

@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "common/exceptions.h"
 #include "common/status.h"
 #include "models/actor_critic.h"
 #include "models/compute_threads.h"
@@ -45,7 +46,7 @@ absl::StatusOr<std::unique_ptr<Role>> LmRolloutRole::Create(const JobConfig& con
   }
   std::unique_ptr<LmRolloutRole> role(new LmRolloutRole());
   SetComputeThreads(config.trainer.threads, config.trainer.ranks);
-  try {
+  RETURN_IF_ERROR(CallCatching([&]() -> absl::Status {
     ASSIGN_OR_RETURN(role->tokenizer_, models::LoadTokenizer(config.model.path));
     ASSIGN_OR_RETURN(models::Transformer model,
                      models::LoadHfModel(config.model.path, torch::kFloat32));
@@ -55,15 +56,14 @@ absl::StatusOr<std::unique_ptr<Role>> LmRolloutRole::Create(const JobConfig& con
     s.detokenize = [tok](const std::vector<int32_t>& ids) { return tok->Decode(ids); };
     role->flat_.resize(static_cast<size_t>(FlatSize(*model)));
     role->engine_ = std::make_unique<LlmEngine>(model, s, 0);
-  } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat("libtorch: ", e.what()));
-  }
+    return absl::OkStatus();
+  }));
   return std::unique_ptr<Role>(std::move(role));
 }
 
 absl::StatusOr<WorkReply> LmRolloutRole::Handle(const proto::WorkRequest& request,
                                                 std::vector<TensorFrame> tensors) {
-  try {
+  return CallCatching([&]() -> absl::StatusOr<WorkReply> {
     switch (request.task_case()) {
       case proto::WorkRequest::kLmGenerate:
         return Generate(request.lm_generate(), tensors);
@@ -74,9 +74,7 @@ absl::StatusOr<WorkReply> LmRolloutRole::Handle(const proto::WorkRequest& reques
             "the LM rollout worker takes lm_generate and "
             "load_weights work");
     }
-  } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat("libtorch: ", e.what()));
-  }
+  });
 }
 
 absl::StatusOr<WorkReply> LmRolloutRole::Generate(const proto::LmGenerate& task,

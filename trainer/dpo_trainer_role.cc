@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "common/exceptions.h"
 #include "common/status.h"
 #include "proto/lm_groups.h"
 #include "trainer/dpo_loss.h"
@@ -23,23 +24,20 @@ absl::StatusOr<std::unique_ptr<Role>> DpoTrainerRole::Create(const JobConfig& co
                                                              const proto::Assignment& assignment) {
   std::unique_ptr<DpoTrainerRole> role(new DpoTrainerRole(config));
   ASSIGN_OR_RETURN(role->state_, LmPolicyState::Create(role->config_, assignment));
-  try {
+  RETURN_IF_ERROR(CallCatching([&]() -> absl::Status {
     ASSIGN_OR_RETURN(models::Transformer ref, LoadFrozenReference(config));
     role->reference_ = ref;
-  } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat("libtorch: ", e.what()));
-  }
+    return absl::OkStatus();
+  }));
   return std::unique_ptr<Role>(std::move(role));
 }
 
 absl::StatusOr<WorkReply> DpoTrainerRole::Handle(const proto::WorkRequest& request,
                                                  std::vector<TensorFrame> tensors) {
-  try {
+  return CallCatching([&]() -> absl::StatusOr<WorkReply> {
     if (request.task_case() == proto::WorkRequest::kDpoTrain) return Train(tensors);
     return absl::InvalidArgumentError("the dpo trainer takes dpo_train work");
-  } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat("libtorch: ", e.what()));
-  }
+  });
 }
 
 absl::StatusOr<WorkReply> DpoTrainerRole::Train(const std::vector<TensorFrame>& tensors) {

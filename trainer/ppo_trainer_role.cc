@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "common/exceptions.h"
 #include "common/status.h"
 #include "models/compute_threads.h"
 
@@ -34,7 +35,7 @@ PpoTrainerRole::PpoTrainerRole(const JobConfig& config, const proto::Assignment&
 
 absl::StatusOr<WorkReply> PpoTrainerRole::Handle(const proto::WorkRequest& request,
                                                  std::vector<TensorFrame> tensors) {
-  try {
+  return CallCatching([&]() -> absl::StatusOr<WorkReply> {
     switch (request.task_case()) {
       case proto::WorkRequest::kTrainInit:
         return Init(request.train_init());
@@ -43,9 +44,7 @@ absl::StatusOr<WorkReply> PpoTrainerRole::Handle(const proto::WorkRequest& reque
       default:
         return absl::InvalidArgumentError("the PPO trainer takes train_init and train_step work");
     }
-  } catch (const std::exception& e) {  // libtorch reports through exceptions: stop them here
-    return absl::InternalError(absl::StrCat("libtorch: ", e.what()));
-  }
+  });
 }
 
 absl::StatusOr<WorkReply> PpoTrainerRole::Init(const proto::TrainInit& init) {

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "common/exceptions.h"
 #include "common/logging.h"
 #include "common/status.h"
 #include "data/arith_task.h"
@@ -35,7 +36,7 @@ SftTrainerRole::SftTrainerRole(const JobConfig& config, const proto::Assignment&
 
 absl::StatusOr<WorkReply> SftTrainerRole::Handle(const proto::WorkRequest& request,
                                                  std::vector<TensorFrame> tensors) {
-  try {
+  return CallCatching([&]() -> absl::StatusOr<WorkReply> {
     switch (request.task_case()) {
       case proto::WorkRequest::kSftInit:
         return Init();
@@ -49,9 +50,7 @@ absl::StatusOr<WorkReply> SftTrainerRole::Handle(const proto::WorkRequest& reque
         return absl::InvalidArgumentError(
             "the SFT trainer takes sft_init, sft_train, lm_evaluate and lm_save work");
     }
-  } catch (const std::exception& e) {  // libtorch reports through exceptions: stop them here
-    return absl::InternalError(absl::StrCat("libtorch: ", e.what()));
-  }
+  });
 }
 
 absl::StatusOr<std::vector<PromptExample>> SftTrainerRole::TrainExamples(int64_t epoch) const {
