@@ -8,11 +8,11 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "common/logging.h"
 #include "common/status.h"
+#include "common/timing_keys.h"
 #include "launch/process_launcher.h"
 #include "trainer/gae.h"
 
@@ -342,9 +342,7 @@ absl::Status PpoAlgorithm::Run(JobContext& ctx) {
     version = trained.result.weights().version();
     rec.timings["weight_sync_s"] = Since(t_sync);
 
-    for (const auto& [k, v] : trained.result.metrics()) {
-      (absl::EndsWith(k, "_s") ? rec.timings : rec.metrics)[k] = v;
-    }
+    SplitTimingsFromMetrics(trained.result.metrics(), rec.timings, rec.metrics);
     rec.timings["policy_s"] = policy_s / static_cast<double>(workers_.size());
     rec.timings["env_s"] = env_s / static_cast<double>(workers_.size());
     rec.metrics["env_steps"] = static_cast<double>(env_steps);

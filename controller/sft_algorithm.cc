@@ -2,10 +2,10 @@
 
 #include <chrono>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status.h"
+#include "common/timing_keys.h"
 
 namespace rlforge {
 
@@ -15,12 +15,8 @@ double Since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
-// Wall-clock figures go to timings, the rest to metrics (reproducible for a seed).
 void Record(const WorkOutcome& o, IterationRecord& rec) {
-  for (const auto& [k, v] : o.result.metrics()) {
-    bool timing = absl::EndsWith(k, "_s") || absl::EndsWith(k, "_per_s");
-    (timing ? rec.timings : rec.metrics)[k] = v;
-  }
+  SplitTimingsFromMetrics(o.result.metrics(), rec.timings, rec.metrics);
 }
 
 }  // namespace
