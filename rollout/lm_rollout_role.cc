@@ -1,8 +1,7 @@
 #include "rollout/lm_rollout_role.h"
 
-#include <chrono>
-
 #include "absl/strings/str_cat.h"
+#include "common/clock.h"
 #include "common/exceptions.h"
 #include "common/status.h"
 #include "models/actor_critic.h"
@@ -11,14 +10,6 @@
 #include "proto/lm_groups.h"
 
 namespace rlforge {
-
-namespace {
-
-double Since(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-}
-
-}  // namespace
 
 EngineSettings EngineSettingsFor(const EngineOptions& o, const models::TransformerConfig& m) {
   EngineSettings s;
@@ -79,7 +70,7 @@ absl::StatusOr<WorkReply> LmRolloutRole::Handle(const proto::WorkRequest& reques
 
 absl::StatusOr<WorkReply> LmRolloutRole::Generate(const proto::LmGenerate& task,
                                                   const std::vector<TensorFrame>& tensors) {
-  const auto t0 = std::chrono::steady_clock::now();
+  const Stopwatch timer;
   ASSIGN_OR_RETURN(std::vector<LmGroup> prompts, GroupsFromFrames(tensors, false, 0));
   for (const LmGroup& p : prompts) {
     GenerationRequest r;
@@ -117,7 +108,7 @@ absl::StatusOr<WorkReply> LmRolloutRole::Generate(const proto::LmGenerate& task,
   WorkReply reply;
   reply.tensors = GroupsToFrames(done, true);
   auto& m = *reply.result.mutable_metrics();
-  m["generate_s"] = Since(t0);
+  m["generate_s"] = timer.Seconds();
   m["generated_tokens"] = static_cast<double>(after.generated_tokens - before.generated_tokens);
   m["engine_steps"] = static_cast<double>(after.steps - before.steps);
   m["preemptions"] = static_cast<double>(after.preemptions - before.preemptions);
@@ -127,7 +118,7 @@ absl::StatusOr<WorkReply> LmRolloutRole::Generate(const proto::LmGenerate& task,
 
 absl::StatusOr<WorkReply> LmRolloutRole::Load(const proto::LoadWeights& load,
                                               const std::vector<TensorFrame>& tensors) {
-  const auto t0 = std::chrono::steady_clock::now();
+  const Stopwatch timer;
   const proto::WeightsReady& w = load.weights();
   const uint64_t layout = LayoutHash(*engine_->model());
   if (w.location() == "inline") {
@@ -144,7 +135,7 @@ absl::StatusOr<WorkReply> LmRolloutRole::Load(const proto::LoadWeights& load,
   // Idle engine: a step with nothing to run applies the update now.
   if (!engine_->HasUnfinished()) RETURN_IF_ERROR(engine_->Step());
   WorkReply reply;
-  (*reply.result.mutable_metrics())["load_s"] = Since(t0);
+  (*reply.result.mutable_metrics())["load_s"] = timer.Seconds();
   return reply;
 }
 

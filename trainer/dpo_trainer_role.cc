@@ -1,8 +1,7 @@
 #include "trainer/dpo_trainer_role.h"
 
-#include <chrono>
-
 #include "absl/strings/str_cat.h"
+#include "common/clock.h"
 #include "common/exceptions.h"
 #include "common/status.h"
 #include "proto/lm_groups.h"
@@ -41,7 +40,7 @@ absl::StatusOr<WorkReply> DpoTrainerRole::Handle(const proto::WorkRequest& reque
 }
 
 absl::StatusOr<WorkReply> DpoTrainerRole::Train(const std::vector<TensorFrame>& tensors) {
-  const auto t0 = std::chrono::steady_clock::now();
+  const Stopwatch timer;
   const DpoJobOptions& d = config_.dpo;
   ASSIGN_OR_RETURN(std::vector<LmGroup> pairs, GroupsFromFrames(tensors, true, 2));
   if (pairs.empty()) return absl::InvalidArgumentError("dpo_train: no pairs");
@@ -56,10 +55,9 @@ absl::StatusOr<WorkReply> DpoTrainerRole::Train(const std::vector<TensorFrame>& 
   std::map<std::string, double> out;
   {
     torch::NoGradGuard ng;
-    const auto r0 = std::chrono::steady_clock::now();
+    const Stopwatch ref_timer;
     ASSIGN_OR_RETURN(torch::Tensor ref_logp, GroupTokenLogprobs(*reference_, b));
-    out["reference_s"] =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - r0).count();
+    out["reference_s"] = ref_timer.Seconds();
     ASSIGN_OR_RETURN(torch::Tensor ref_seq, SequenceLogprobs(ref_logp, b.mask));
     std::tie(in.ref_chosen_logp, in.ref_rejected_logp) = SplitPairs(ref_seq);
   }
@@ -90,8 +88,7 @@ absl::StatusOr<WorkReply> DpoTrainerRole::Train(const std::vector<TensorFrame>& 
     out["grad_norm"] += state_->Step(config_.trainer.max_grad_norm) / static_cast<double>(d.epochs);
   }
   policy->eval();
-  const double train_s =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double train_s = timer.Seconds();
   WorkReply reply = state_->PublishNewVersion();
   out["pairs"] = static_cast<double>(pairs.size());
   out["update_s"] = train_s;
