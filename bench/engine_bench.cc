@@ -16,7 +16,6 @@
 //       [--prompts 64] [--n 8] [--naive-tokens 32] [--time-unshared 1]
 #include <malloc.h>
 
-#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -24,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/status.h"
 #include "models/hf_checkpoint.h"
 #include "models/transformer.h"
@@ -34,7 +34,6 @@ namespace {
 
 using rlforge::models::Transformer;
 using rlforge::models::TransformerConfig;
-using Clock = std::chrono::steady_clock;
 
 TransformerConfig Config(const std::string& size) {
   TransformerConfig c;
@@ -102,10 +101,10 @@ EngineResult RunEngine(Transformer& model, const Workload& w, bool prefix_sharin
       std::exit(1);
     }
   }
-  auto t0 = Clock::now();
+  const rlforge::Stopwatch timer;
   absl::Status st = engine.RunToCompletion();
   EngineResult out;
-  out.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  out.seconds = timer.Seconds();
   if (!st.ok()) {
     std::fprintf(stderr, "engine: %s\n", rlforge::Msg(st).c_str());
     std::exit(1);
@@ -129,7 +128,7 @@ double NaiveTokensPerSecond(Transformer& model, const std::vector<int32_t>& prom
   auto tokens =
       torch::tensor(std::vector<int64_t>(prompt.begin(), prompt.end())).unsqueeze(0).repeat({n, 1});
   torch::manual_seed(1);
-  auto t0 = Clock::now();
+  const rlforge::Stopwatch timer;
   for (int64_t i = 0; i < new_tokens; ++i) {
     const int64_t len = tokens.size(1);
     auto positions = torch::arange(len, torch::kLong).unsqueeze(0).expand({n, len});
@@ -139,7 +138,7 @@ double NaiveTokensPerSecond(Transformer& model, const std::vector<int32_t>& prom
     auto next = torch::multinomial(torch::softmax(logits, -1), 1);
     tokens = torch::cat({tokens, next}, 1);
   }
-  double s = std::chrono::duration<double>(Clock::now() - t0).count();
+  const double s = timer.Seconds();
   return static_cast<double>(n * new_tokens) / s;
 }
 

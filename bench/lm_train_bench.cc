@@ -10,13 +10,13 @@
 #include <torch/torch.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "common/clock.h"
 #include "models/transformer.h"
 #include "trainer/flat_adamw.h"
 
@@ -65,18 +65,14 @@ double StepFlops(const BenchShape& s) {
   return 6.0 * dense * tokens + attn;
 }
 
-double Seconds(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
 double MatmulPeak() {
   auto a = torch::randn({1024, 1024}), b = torch::randn({1024, 1024});
   torch::mm(a, b);
   double best = 1e30;
   for (int i = 0; i < 10; ++i) {
-    auto t0 = std::chrono::steady_clock::now();
+    const rlforge::Stopwatch timer;
     auto c = torch::mm(a, b);
-    best = std::min(best, Seconds(t0));
+    best = std::min(best, timer.Seconds());
   }
   return 2.0 * 1024 * 1024 * 1024 / best;
 }
@@ -115,18 +111,18 @@ int main(int argc, char** argv) {
     auto seg = torch::zeros({s.batch, s.seq}, torch::kInt64);
     std::vector<double> times, fwd, bwd, upd;
     for (int i = 0; i < steps + 1; ++i) {  // the first step warms up
-      auto t0 = std::chrono::steady_clock::now();
+      const rlforge::Stopwatch timer;
       opt.ZeroGrad();
       auto logits = model->Logits(model->Hidden(inputs, pos, seg));
       auto loss = torch::nn::functional::cross_entropy(logits.reshape({-1, s.config.vocab_size}),
                                                        targets.reshape({-1}));
-      double t_fwd = Seconds(t0);
+      double t_fwd = timer.Seconds();
       loss.backward();
-      double t_bwd = Seconds(t0) - t_fwd;
+      double t_bwd = timer.Seconds() - t_fwd;
       opt.ClipGradNorm(1.0);
       opt.Step();
       if (i > 0) {
-        times.push_back(Seconds(t0));
+        times.push_back(timer.Seconds());
         fwd.push_back(t_fwd);
         bwd.push_back(t_bwd);
         upd.push_back(times.back() - t_fwd - t_bwd);

@@ -14,13 +14,13 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <map>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/cpu_affinity.h"
 #include "common/status.h"
 #include "launch/process_launcher.h"
@@ -61,7 +61,7 @@ double Measure(VectorEnv& env, int steps, rlforge::ActorCritic* policy, bool pip
   };
   rlforge::sim::StepOutput out;
   torch::InferenceMode guard;
-  auto t0 = std::chrono::steady_clock::now();
+  const rlforge::Stopwatch timer;
   if (policy == nullptr || !pipelined) {
     for (int t = 0; t < steps; ++t) {
       if (policy != nullptr) {
@@ -91,7 +91,7 @@ double Measure(VectorEnv& env, int steps, rlforge::ActorCritic* policy, bool pip
       if (!env.EndStep(g, &out).ok()) std::abort();
     }
   }
-  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double s = timer.Seconds();
   return static_cast<double>(steps) * n / s;
 }
 

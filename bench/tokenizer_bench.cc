@@ -8,11 +8,11 @@
 // Directly: build/bench/tokenizer_bench TOKENIZER_DIR TEXT_FILE REPEATS [lines]
 // ("lines": encode each line on its own, as a dataset of short texts, instead of the whole file.)
 // Prints one JSON line: {"bytes":..,"tokens":..,"encode_s":..,"decode_s":..,"ids_fnv":..}.
-#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
 
+#include "common/clock.h"
 #include "models/tokenizer.h"
 
 int main(int argc, char** argv) {
@@ -39,17 +39,17 @@ int main(int argc, char** argv) {
     pieces.push_back(text);
   }
   std::vector<std::vector<int32_t>> ids_per_piece(pieces.size());
-  const auto t0 = std::chrono::steady_clock::now();
+  rlforge::Stopwatch timer;
   for (int r = 0; r < repeats; ++r) {
     for (size_t i = 0; i < pieces.size(); ++i) ids_per_piece[i] = (*tok)->Encode(pieces[i]);
   }
-  const auto t1 = std::chrono::steady_clock::now();
+  const double encode_s = timer.Lap();
   std::string back;
   for (int r = 0; r < repeats; ++r) {
     back.clear();
     for (const auto& ids : ids_per_piece) back += (*tok)->Decode(ids);
   }
-  const auto t2 = std::chrono::steady_clock::now();
+  const double decode_s = timer.Seconds();
   std::vector<int32_t> ids;
   for (const auto& p : ids_per_piece) ids.insert(ids.end(), p.begin(), p.end());
   uint64_t h = 0xcbf29ce484222325ull;
@@ -57,8 +57,7 @@ int main(int argc, char** argv) {
   std::printf(
       "{\"bytes\": %zu, \"tokens\": %zu, \"encode_s\": %.6f, \"decode_s\": %.6f, "
       "\"roundtrip\": %s, \"ids_fnv\": \"%016llx\"}\n",
-      text.size(), ids.size(), std::chrono::duration<double>(t1 - t0).count() / repeats,
-      std::chrono::duration<double>(t2 - t1).count() / repeats, back == text ? "true" : "false",
-      static_cast<unsigned long long>(h));
+      text.size(), ids.size(), encode_s / repeats, decode_s / repeats,
+      back == text ? "true" : "false", static_cast<unsigned long long>(h));
   return 0;
 }

@@ -1,7 +1,7 @@
 // Time source, injectable so controller logic is tested without sleeps.
 //
 // RealClock reads CLOCK_MONOTONIC. FakeClock only moves when a test advances it.
-// Both are safe to call from any thread.
+// Both are safe to call from any thread. Stopwatch measures elapsed seconds on either.
 #pragma once
 
 #include <atomic>
@@ -45,6 +45,27 @@ class FakeClock final : public Clock {
  private:
   mutable std::atomic<int64_t> now_;
   std::atomic<int64_t> step_{0};
+};
+
+// Seconds elapsed since construction (or the last Restart/Lap), read from `clock`, which
+// must outlive the Stopwatch. Microsecond resolution. One thread at a time per Stopwatch.
+class Stopwatch {
+ public:
+  explicit Stopwatch(const Clock* clock = RealClock::Get())
+      : clock_(clock), start_(clock->NowMicros()) {}
+  double Seconds() const { return static_cast<double>(clock_->NowMicros() - start_) * 1e-6; }
+  void Restart() { start_ = clock_->NowMicros(); }
+  // Seconds() and Restart() on one clock reading: consecutive laps add up to the total.
+  double Lap() {
+    const int64_t now = clock_->NowMicros();
+    const double s = static_cast<double>(now - start_) * 1e-6;
+    start_ = now;
+    return s;
+  }
+
+ private:
+  const Clock* clock_;
+  int64_t start_;
 };
 
 }  // namespace rlforge

@@ -3,27 +3,22 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "common/clock.h"
 #include "common/logging.h"
 #include "common/status.h"
+#include "common/timing_keys.h"
 #include "launch/process_launcher.h"
 #include "trainer/gae.h"
 
 namespace rlforge {
 
 namespace {
-
-using Steady = std::chrono::steady_clock;
-double Since(Steady::time_point t) {
-  return std::chrono::duration<double>(Steady::now() - t).count();
-}
 
 const TensorFrame* Find(const WorkOutcome& o, const std::string& name) {
   for (const auto& t : o.tensors) {
@@ -241,7 +236,7 @@ absl::Status PpoAlgorithm::Run(JobContext& ctx) {
   const int64_t O = spec.obs_size();
   const int64_t A = spec.discrete() ? 1 : spec.action_size();
   for (int64_t it = 1; it <= iterations; ++it) {
-    auto t_iter = Steady::now();
+    const Stopwatch t_iter;
     IterationRecord rec;
     rec.step = it;
     ids.clear();
@@ -252,9 +247,9 @@ absl::Status PpoAlgorithm::Run(JobContext& ctx) {
       ids.push_back(wid);
     }
     ASSIGN_OR_RETURN(auto rollouts, c.AwaitAll(ids));
-    rec.timings["rollout_s"] = Since(t_iter);
+    rec.timings["rollout_s"] = t_iter.Seconds();
 
-    auto t_gae = Steady::now();
+    const Stopwatch t_gae;
     std::vector<float> obs, logp, values, adv, ret, cact;
     std::vector<int64_t> dact;
     int64_t lag = 0;
@@ -314,10 +309,10 @@ absl::Status PpoAlgorithm::Run(JobContext& ctx) {
       env_steps += o.result.rollout().env_steps();
     }
     const int64_t rows = static_cast<int64_t>(logp.size());
-    rec.timings["gae_s"] = Since(t_gae);
+    rec.timings["gae_s"] = t_gae.Seconds();
     if (rows == 0) return absl::InternalError("a rollout produced no valid samples");
 
-    auto t_train = Steady::now();
+    const Stopwatch t_train;
     proto::WorkRequest step;
     step.mutable_train_step()->set_iteration(it);
     step.mutable_train_step()->set_num_iterations(iterations);
@@ -335,16 +330,14 @@ absl::Status PpoAlgorithm::Run(JobContext& ctx) {
     tensors.push_back(TensorFrame::FromVector("returns", ret));
     ASSIGN_OR_RETURN(uint64_t sid, c.Submit(trainer, std::move(step), std::move(tensors)));
     ASSIGN_OR_RETURN(WorkOutcome trained, c.Await(sid));
-    rec.timings["train_s"] = Since(t_train);
+    rec.timings["train_s"] = t_train.Seconds();
 
-    auto t_sync = Steady::now();
+    const Stopwatch t_sync;
     RETURN_IF_ERROR(Broadcast(c, trained.result.weights(), trained.tensors));
     version = trained.result.weights().version();
-    rec.timings["weight_sync_s"] = Since(t_sync);
+    rec.timings["weight_sync_s"] = t_sync.Seconds();
 
-    for (const auto& [k, v] : trained.result.metrics()) {
-      (absl::EndsWith(k, "_s") ? rec.timings : rec.metrics)[k] = v;
-    }
+    SplitTimingsFromMetrics(trained.result.metrics(), rec.timings, rec.metrics);
     rec.timings["policy_s"] = policy_s / static_cast<double>(workers_.size());
     rec.timings["env_s"] = env_s / static_cast<double>(workers_.size());
     rec.metrics["env_steps"] = static_cast<double>(env_steps);
@@ -369,7 +362,7 @@ absl::Status PpoAlgorithm::Run(JobContext& ctx) {
                      recent_returns_.size(), env_steps);
       }
     }
-    double iter_s = Since(t_iter);
+    double iter_s = t_iter.Seconds();
     rec.timings["iteration_s"] = iter_s;
     rec.timings["steps_per_s"] = static_cast<double>(batch) / iter_s;
     RETURN_IF_ERROR(ctx.EndIteration(rec));

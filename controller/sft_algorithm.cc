@@ -1,26 +1,17 @@
 #include "controller/sft_algorithm.h"
 
-#include <chrono>
-
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/clock.h"
 #include "common/logging.h"
 #include "common/status.h"
+#include "common/timing_keys.h"
 
 namespace rlforge {
 
 namespace {
 
-double Since(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-}
-
-// Wall-clock figures go to timings, the rest to metrics (reproducible for a seed).
 void Record(const WorkOutcome& o, IterationRecord& rec) {
-  for (const auto& [k, v] : o.result.metrics()) {
-    bool timing = absl::EndsWith(k, "_s") || absl::EndsWith(k, "_per_s");
-    (timing ? rec.timings : rec.metrics)[k] = v;
-  }
+  SplitTimingsFromMetrics(o.result.metrics(), rec.timings, rec.metrics);
 }
 
 }  // namespace
@@ -44,7 +35,7 @@ absl::Status SftAlgorithm::Run(JobContext& ctx) {
 
   int64_t step = 0;
   for (int64_t it = 1; it <= iterations; ++it) {
-    auto t_iter = std::chrono::steady_clock::now();
+    const Stopwatch t_iter;
     IterationRecord rec;
     rec.step = it;
     const int64_t n = std::min(s.steps_per_iteration, s.steps - step);
@@ -75,7 +66,7 @@ absl::Status SftAlgorithm::Run(JobContext& ctx) {
       Record(saved, rec);
       spdlog::info("checkpoint {}", dir);
     }
-    rec.timings["iteration_s"] = Since(t_iter);
+    rec.timings["iteration_s"] = t_iter.Seconds();
     RETURN_IF_ERROR(ctx.EndIteration(rec));
   }
   return absl::OkStatus();

@@ -4,18 +4,12 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "common/hash.h"
 #include "config/lm_options.h"
 
 namespace rlforge {
 
 namespace {
-
-uint64_t SplitMix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
 
 uint64_t Fnv1a(const std::string& s) {
   uint64_t h = 0xcbf29ce484222325ull;

@@ -1,8 +1,7 @@
 #include "reward/reward_role.h"
 
-#include <chrono>
-
 #include "absl/strings/str_cat.h"
+#include "common/clock.h"
 #include "common/logging.h"
 
 namespace rlforge::reward {
@@ -89,10 +88,9 @@ absl::StatusOr<WorkReply> RewardRole::Handle(const proto::WorkRequest& request,
     return absl::InvalidArgumentError(
         "reward actor got a request that is not a score task (WorkRequest.score)");
   }
-  const auto start = std::chrono::steady_clock::now();
+  const Stopwatch timer;
   const BatchScores scores = set_.Score(SamplesFromProto(request.score()));
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double seconds = timer.Seconds();
   WorkReply reply;
   ScoresToProto(scores, reply.result.mutable_score());
   auto& metrics = *reply.result.mutable_metrics();

@@ -1,12 +1,13 @@
 #include "rollout/control_rollout_role.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/clock.h"
 #include "common/cpu_affinity.h"
+#include "common/exceptions.h"
 #include "common/logging.h"
 #include "common/status.h"
 #include "models/compute_threads.h"
@@ -22,7 +23,7 @@ ControlRolloutRole::ControlRolloutRole(const JobConfig& config, const proto::Ass
 
 absl::StatusOr<WorkReply> ControlRolloutRole::Handle(const proto::WorkRequest& request,
                                                      std::vector<TensorFrame> tensors) {
-  try {
+  return CallCatching([&]() -> absl::StatusOr<WorkReply> {
     switch (request.task_case()) {
       case proto::WorkRequest::kRolloutSetup:
         return Setup(request.rollout_setup());
@@ -34,9 +35,7 @@ absl::StatusOr<WorkReply> ControlRolloutRole::Handle(const proto::WorkRequest& r
         return absl::InvalidArgumentError(
             "the control rollout worker takes rollout_setup, load_weights and rollout work");
     }
-  } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat("libtorch: ", e.what()));
-  }
+  });
 }
 
 absl::StatusOr<WorkReply> ControlRolloutRole::Setup(const proto::RolloutSetup& setup) {
@@ -84,7 +83,7 @@ absl::StatusOr<WorkReply> ControlRolloutRole::Setup(const proto::RolloutSetup& s
 absl::StatusOr<WorkReply> ControlRolloutRole::Load(const proto::LoadWeights& load,
                                                    std::vector<TensorFrame>& tensors) {
   if (!envs_) return absl::FailedPreconditionError("load_weights before rollout_setup");
-  auto t0 = std::chrono::steady_clock::now();
+  const Stopwatch timer;
   if (!model_) {
     model_ = ActorCritic(ActorCriticOptionsFor(config_.policy, config_.ppo, spec_));
     model_->eval();
@@ -121,8 +120,7 @@ absl::StatusOr<WorkReply> ControlRolloutRole::Load(const proto::LoadWeights& loa
   version_ = w.version();
   WorkReply reply;
   *reply.result.mutable_weights() = w;
-  (*reply.result.mutable_metrics())["load_s"] =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  (*reply.result.mutable_metrics())["load_s"] = timer.Seconds();
   return reply;
 }
 
@@ -213,7 +211,7 @@ absl::StatusOr<WorkReply> ControlRolloutRole::Rollout(const proto::RolloutTask& 
   // visited in order, so the sampler draws in the same order as one batch.
   // Otherwise one group of every env, stepped with one Step.
   const bool pipelined = Pipelined();
-  const auto t_loop = std::chrono::steady_clock::now();
+  const Stopwatch loop_timer;
   const int G = pipelined ? envs_->num_groups() : 1;
   std::vector<std::vector<int64_t>> g_discrete(G);  // actions in flight, per group
   std::vector<std::vector<float>> g_learner(G), g_env(G);
@@ -222,7 +220,7 @@ absl::StatusOr<WorkReply> ControlRolloutRole::Rollout(const proto::RolloutTask& 
   auto group_first = [&](int g) -> int64_t { return pipelined ? envs_->group_offset(g) : 0; };
   auto group_count = [&](int g) -> int64_t { return pipelined ? envs_->group_size(g) : N; };
   auto act = [&](int64_t t, int g) -> absl::Status {
-    auto c0 = std::chrono::steady_clock::now();
+    Stopwatch timer;
     const int64_t off = group_first(g), n = group_count(g);
     float* o = obs_.data() + off * O;
     std::memcpy(obs.data() + (t * N + off) * O, o, n * O * sizeof(float));
@@ -240,22 +238,21 @@ absl::StatusOr<WorkReply> ControlRolloutRole::Rollout(const proto::RolloutTask& 
     } else {
       std::copy(g_learner[g].begin(), g_learner[g].end(), cactions.begin() + (t * N + off) * A);
     }
-    auto c1 = std::chrono::steady_clock::now();
-    policy_s += std::chrono::duration<double>(c1 - c0).count();
+    policy_s += timer.Lap();
     const void* env_act = spec_.discrete() ? static_cast<const void*>(g_discrete[g].data())
                                            : static_cast<const void*>(g_env[g].data());
     if (pipelined) {
       absl::Status s = envs_->BeginStep(g, env_act);
-      env_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - c1).count();
+      env_s += timer.Seconds();
       return s;
     }
     step_actions = env_act;  // stepped as one batch by observe()
     return absl::OkStatus();
   };
   auto observe = [&](int64_t t, int g) -> absl::Status {
-    auto c0 = std::chrono::steady_clock::now();
+    const Stopwatch timer;
     RETURN_IF_ERROR(pipelined ? envs_->EndStep(g, &out) : envs_->Step(step_actions, &out));
-    env_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
+    env_s += timer.Seconds();
     const int64_t off = group_first(g), n = group_count(g);
     for (int64_t i = 0; i < n; ++i) {
       rewards[t * N + off + i] = static_cast<float>(out.reward[i]);
@@ -289,7 +286,7 @@ absl::StatusOr<WorkReply> ControlRolloutRole::Rollout(const proto::RolloutTask& 
     absl::Status s = observe(T - 1, g);
     if (!s.ok()) return at(s);
   }
-  TimePipeline(T, std::chrono::duration<double>(std::chrono::steady_clock::now() - t_loop).count());
+  TimePipeline(T, loop_timer.Seconds());
   auto lv = model_->Value(torch::from_blob(obs_.data(), {N, O}, torch::kFloat32)).contiguous();
   std::memcpy(last.data(), lv.data_ptr<float>(), N * sizeof(float));
   result->set_env_steps(T * N);

@@ -8,6 +8,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
+#include "common/exceptions.h"
+#include "common/status.h"
 #include "rollout/paged_attention.h"
 
 namespace rlforge {
@@ -299,7 +301,7 @@ absl::Status LlmEngine::RunModel(const std::vector<Sequence*>& batch,
   }
 
   torch::Tensor logits;
-  try {
+  auto forward = [&]() -> absl::Status {
     torch::NoGradGuard no_grad;
     auto attend = [&](int64_t layer, const torch::Tensor& q, const torch::Tensor& k,
                       const torch::Tensor& v) {
@@ -309,13 +311,15 @@ absl::Status LlmEngine::RunModel(const std::vector<Sequence*>& batch,
     };
     torch::Tensor hidden = model_->HiddenIncremental(
         torch::tensor(tokens, torch::kLong), torch::tensor(positions, torch::kLong), attend);
-    if (sampled.empty()) return absl::OkStatus();
-    logits = model_->Logits(hidden.index_select(0, torch::tensor(sample_rows, torch::kLong)))
-                 .to(torch::kFloat32)
-                 .contiguous();
-  } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat("engine: model forward failed: ", e.what()));
-  }
+    if (!sampled.empty()) {
+      logits = model_->Logits(hidden.index_select(0, torch::tensor(sample_rows, torch::kLong)))
+                   .to(torch::kFloat32)
+                   .contiguous();
+    }
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(CallCatching(forward, "engine: model forward failed: "));
+  if (sampled.empty()) return absl::OkStatus();  // no sequence to sample: the step filled KV only
 
   const int64_t vocab = logits.size(1);
   const float* lp = logits.data_ptr<float>();

@@ -1,8 +1,8 @@
 #include "rollout/lm_rollout_role.h"
 
-#include <chrono>
-
 #include "absl/strings/str_cat.h"
+#include "common/clock.h"
+#include "common/exceptions.h"
 #include "common/status.h"
 #include "models/actor_critic.h"
 #include "models/compute_threads.h"
@@ -10,14 +10,6 @@
 #include "proto/lm_groups.h"
 
 namespace rlforge {
-
-namespace {
-
-double Since(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-}
-
-}  // namespace
 
 EngineSettings EngineSettingsFor(const EngineOptions& o, const models::TransformerConfig& m) {
   EngineSettings s;
@@ -45,7 +37,7 @@ absl::StatusOr<std::unique_ptr<Role>> LmRolloutRole::Create(const JobConfig& con
   }
   std::unique_ptr<LmRolloutRole> role(new LmRolloutRole());
   SetComputeThreads(config.trainer.threads, config.trainer.ranks);
-  try {
+  RETURN_IF_ERROR(CallCatching([&]() -> absl::Status {
     ASSIGN_OR_RETURN(role->tokenizer_, models::LoadTokenizer(config.model.path));
     ASSIGN_OR_RETURN(models::Transformer model,
                      models::LoadHfModel(config.model.path, torch::kFloat32));
@@ -55,15 +47,14 @@ absl::StatusOr<std::unique_ptr<Role>> LmRolloutRole::Create(const JobConfig& con
     s.detokenize = [tok](const std::vector<int32_t>& ids) { return tok->Decode(ids); };
     role->flat_.resize(static_cast<size_t>(FlatSize(*model)));
     role->engine_ = std::make_unique<LlmEngine>(model, s, 0);
-  } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat("libtorch: ", e.what()));
-  }
+    return absl::OkStatus();
+  }));
   return std::unique_ptr<Role>(std::move(role));
 }
 
 absl::StatusOr<WorkReply> LmRolloutRole::Handle(const proto::WorkRequest& request,
                                                 std::vector<TensorFrame> tensors) {
-  try {
+  return CallCatching([&]() -> absl::StatusOr<WorkReply> {
     switch (request.task_case()) {
       case proto::WorkRequest::kLmGenerate:
         return Generate(request.lm_generate(), tensors);
@@ -74,14 +65,12 @@ absl::StatusOr<WorkReply> LmRolloutRole::Handle(const proto::WorkRequest& reques
             "the LM rollout worker takes lm_generate and "
             "load_weights work");
     }
-  } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat("libtorch: ", e.what()));
-  }
+  });
 }
 
 absl::StatusOr<WorkReply> LmRolloutRole::Generate(const proto::LmGenerate& task,
                                                   const std::vector<TensorFrame>& tensors) {
-  const auto t0 = std::chrono::steady_clock::now();
+  const Stopwatch timer;
   ASSIGN_OR_RETURN(std::vector<LmGroup> prompts, GroupsFromFrames(tensors, false, 0));
   for (const LmGroup& p : prompts) {
     GenerationRequest r;
@@ -119,7 +108,7 @@ absl::StatusOr<WorkReply> LmRolloutRole::Generate(const proto::LmGenerate& task,
   WorkReply reply;
   reply.tensors = GroupsToFrames(done, true);
   auto& m = *reply.result.mutable_metrics();
-  m["generate_s"] = Since(t0);
+  m["generate_s"] = timer.Seconds();
   m["generated_tokens"] = static_cast<double>(after.generated_tokens - before.generated_tokens);
   m["engine_steps"] = static_cast<double>(after.steps - before.steps);
   m["preemptions"] = static_cast<double>(after.preemptions - before.preemptions);
@@ -129,7 +118,7 @@ absl::StatusOr<WorkReply> LmRolloutRole::Generate(const proto::LmGenerate& task,
 
 absl::StatusOr<WorkReply> LmRolloutRole::Load(const proto::LoadWeights& load,
                                               const std::vector<TensorFrame>& tensors) {
-  const auto t0 = std::chrono::steady_clock::now();
+  const Stopwatch timer;
   const proto::WeightsReady& w = load.weights();
   const uint64_t layout = LayoutHash(*engine_->model());
   if (w.location() == "inline") {
@@ -146,7 +135,7 @@ absl::StatusOr<WorkReply> LmRolloutRole::Load(const proto::LoadWeights& load,
   // Idle engine: a step with nothing to run applies the update now.
   if (!engine_->HasUnfinished()) RETURN_IF_ERROR(engine_->Step());
   WorkReply reply;
-  (*reply.result.mutable_metrics())["load_s"] = Since(t0);
+  (*reply.result.mutable_metrics())["load_s"] = timer.Seconds();
   return reply;
 }
 

@@ -5,17 +5,11 @@
 #include <limits>
 
 #include "common/fast_math.h"
+#include "common/hash.h"
 
 namespace rlforge {
 
 namespace {
-
-uint64_t SplitMix(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
 
 // Uniform in [0, 1) with 53 random bits.
 double Uniform(std::mt19937_64& rng) { return static_cast<double>(rng() >> 11) * 0x1.0p-53; }
@@ -23,7 +17,7 @@ double Uniform(std::mt19937_64& rng) { return static_cast<double>(rng() >> 11) *
 }  // namespace
 
 std::mt19937_64 SampleRng(uint64_t seed, int64_t index) {
-  return std::mt19937_64(SplitMix(SplitMix(seed) ^ static_cast<uint64_t>(index)));
+  return std::mt19937_64(SplitMix64(SplitMix64(seed) ^ static_cast<uint64_t>(index)));
 }
 
 SampledToken SampleToken(const float* logits, int64_t vocab, const SamplingParams& params,

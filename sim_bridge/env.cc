@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/hash.h"
 #include "common/strings.h"
 #include "sim_bridge/envs/classic_control.h"
 #include "sim_bridge/envs/template_env.h"
@@ -42,10 +43,9 @@ std::string Space::ToString() const {
 void EnvRng::Seed(uint64_t seed) { state_ = seed; }
 
 uint64_t EnvRng::Next() {
-  uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
+  const uint64_t out = SplitMix64(state_);
+  state_ += kSplitMix64Gamma;
+  return out;
 }
 
 double EnvRng::Uniform(double lo, double hi) {

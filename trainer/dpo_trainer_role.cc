@@ -1,8 +1,8 @@
 #include "trainer/dpo_trainer_role.h"
 
-#include <chrono>
-
 #include "absl/strings/str_cat.h"
+#include "common/clock.h"
+#include "common/exceptions.h"
 #include "common/status.h"
 #include "proto/lm_groups.h"
 #include "trainer/dpo_loss.h"
@@ -23,27 +23,24 @@ absl::StatusOr<std::unique_ptr<Role>> DpoTrainerRole::Create(const JobConfig& co
                                                              const proto::Assignment& assignment) {
   std::unique_ptr<DpoTrainerRole> role(new DpoTrainerRole(config));
   ASSIGN_OR_RETURN(role->state_, LmPolicyState::Create(role->config_, assignment));
-  try {
+  RETURN_IF_ERROR(CallCatching([&]() -> absl::Status {
     ASSIGN_OR_RETURN(models::Transformer ref, LoadFrozenReference(config));
     role->reference_ = ref;
-  } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat("libtorch: ", e.what()));
-  }
+    return absl::OkStatus();
+  }));
   return std::unique_ptr<Role>(std::move(role));
 }
 
 absl::StatusOr<WorkReply> DpoTrainerRole::Handle(const proto::WorkRequest& request,
                                                  std::vector<TensorFrame> tensors) {
-  try {
+  return CallCatching([&]() -> absl::StatusOr<WorkReply> {
     if (request.task_case() == proto::WorkRequest::kDpoTrain) return Train(tensors);
     return absl::InvalidArgumentError("the dpo trainer takes dpo_train work");
-  } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat("libtorch: ", e.what()));
-  }
+  });
 }
 
 absl::StatusOr<WorkReply> DpoTrainerRole::Train(const std::vector<TensorFrame>& tensors) {
-  const auto t0 = std::chrono::steady_clock::now();
+  const Stopwatch timer;
   const DpoJobOptions& d = config_.dpo;
   ASSIGN_OR_RETURN(std::vector<LmGroup> pairs, GroupsFromFrames(tensors, true, 2));
   if (pairs.empty()) return absl::InvalidArgumentError("dpo_train: no pairs");
@@ -58,10 +55,9 @@ absl::StatusOr<WorkReply> DpoTrainerRole::Train(const std::vector<TensorFrame>& 
   std::map<std::string, double> out;
   {
     torch::NoGradGuard ng;
-    const auto r0 = std::chrono::steady_clock::now();
+    const Stopwatch ref_timer;
     ASSIGN_OR_RETURN(torch::Tensor ref_logp, GroupTokenLogprobs(*reference_, b));
-    out["reference_s"] =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - r0).count();
+    out["reference_s"] = ref_timer.Seconds();
     ASSIGN_OR_RETURN(torch::Tensor ref_seq, SequenceLogprobs(ref_logp, b.mask));
     std::tie(in.ref_chosen_logp, in.ref_rejected_logp) = SplitPairs(ref_seq);
   }
@@ -92,8 +88,7 @@ absl::StatusOr<WorkReply> DpoTrainerRole::Train(const std::vector<TensorFrame>& 
     out["grad_norm"] += state_->Step(config_.trainer.max_grad_norm) / static_cast<double>(d.epochs);
   }
   policy->eval();
-  const double train_s =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double train_s = timer.Seconds();
   WorkReply reply = state_->PublishNewVersion();
   out["pairs"] = static_cast<double>(pairs.size());
   out["update_s"] = train_s;

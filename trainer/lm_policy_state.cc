@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/exceptions.h"
 #include "common/status.h"
 #include "models/actor_critic.h"
 #include "models/compute_threads.h"
@@ -107,7 +108,7 @@ absl::StatusOr<std::unique_ptr<LmPolicyState>> LmPolicyState::Create(
   }
   SetComputeThreads(config.trainer.threads, config.trainer.ranks);
   torch::manual_seed(static_cast<uint64_t>(config.job.seed));
-  try {
+  return CallCatching([&]() -> absl::StatusOr<std::unique_ptr<LmPolicyState>> {
     ASSIGN_OR_RETURN(models::Transformer policy,
                      models::LoadHfModel(config.model.path, torch::kFloat32));
     std::unique_ptr<LmPolicyState> s(new LmPolicyState(config, policy));
@@ -122,9 +123,7 @@ absl::StatusOr<std::unique_ptr<LmPolicyState>> LmPolicyState::Create(
       s->publisher_.emplace(std::move(p));
     }
     return s;
-  } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat("libtorch: ", e.what()));
-  }
+  });
 }
 
 double LmPolicyState::NextLearningRate(int64_t total_steps) {

@@ -2,9 +2,9 @@
 
 #include <unistd.h>
 
-#include <chrono>
-
 #include "absl/strings/str_cat.h"
+#include "common/clock.h"
+#include "common/exceptions.h"
 #include "common/status.h"
 #include "models/compute_threads.h"
 
@@ -34,7 +34,7 @@ PpoTrainerRole::PpoTrainerRole(const JobConfig& config, const proto::Assignment&
 
 absl::StatusOr<WorkReply> PpoTrainerRole::Handle(const proto::WorkRequest& request,
                                                  std::vector<TensorFrame> tensors) {
-  try {
+  return CallCatching([&]() -> absl::StatusOr<WorkReply> {
     switch (request.task_case()) {
       case proto::WorkRequest::kTrainInit:
         return Init(request.train_init());
@@ -43,9 +43,7 @@ absl::StatusOr<WorkReply> PpoTrainerRole::Handle(const proto::WorkRequest& reque
       default:
         return absl::InvalidArgumentError("the PPO trainer takes train_init and train_step work");
     }
-  } catch (const std::exception& e) {  // libtorch reports through exceptions: stop them here
-    return absl::InternalError(absl::StrCat("libtorch: ", e.what()));
-  }
+  });
 }
 
 absl::StatusOr<WorkReply> PpoTrainerRole::Init(const proto::TrainInit& init) {
@@ -66,7 +64,7 @@ absl::StatusOr<WorkReply> PpoTrainerRole::Init(const proto::TrainInit& init) {
 }
 
 WorkReply PpoTrainerRole::Publish() {
-  auto t0 = std::chrono::steady_clock::now();
+  const Stopwatch timer;
   FlattenInto(*learner_->model(), flat_.data());
   WorkReply reply;
   int64_t v = learner_->version();
@@ -76,8 +74,7 @@ WorkReply PpoTrainerRole::Publish() {
     *reply.result.mutable_weights() = InlineWeights(v, flat_, LayoutHash(*learner_->model()));
     reply.tensors.push_back(TensorFrame::FromVector("weights", flat_));
   }
-  (*reply.result.mutable_metrics())["publish_s"] =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  (*reply.result.mutable_metrics())["publish_s"] = timer.Seconds();
   return reply;
 }
 
@@ -103,10 +100,10 @@ absl::StatusOr<WorkReply> PpoTrainerRole::Step(const proto::TrainStep& step,
   ASSIGN_OR_RETURN(b.values, BatchTensor(tensors, "values", proto::F32, rows));
   ASSIGN_OR_RETURN(b.advantages, BatchTensor(tensors, "advantages", proto::F32, rows));
   ASSIGN_OR_RETURN(b.returns, BatchTensor(tensors, "returns", proto::F32, rows));
-  auto t0 = std::chrono::steady_clock::now();
+  const Stopwatch timer;
   std::map<std::string, double> metrics =
       learner_->Update(b, step.iteration(), step.num_iterations());
-  double update_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double update_s = timer.Seconds();
   WorkReply reply = Publish();
   for (const auto& [k, v] : metrics) (*reply.result.mutable_metrics())[k] = v;
   (*reply.result.mutable_metrics())["update_s"] = update_s;

@@ -1,11 +1,12 @@
 #include "trainer/sft_trainer_role.h"
 
 #include <algorithm>
-#include <chrono>
 #include <filesystem>
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "common/clock.h"
+#include "common/exceptions.h"
 #include "common/logging.h"
 #include "common/status.h"
 #include "data/arith_task.h"
@@ -19,10 +20,6 @@ namespace rlforge {
 
 namespace {
 
-double Since(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-}
-
 std::string Trim(const std::string& s) {
   size_t b = s.find_first_not_of(" \t\r\n"), e = s.find_last_not_of(" \t\r\n");
   return b == std::string::npos ? "" : s.substr(b, e - b + 1);
@@ -35,7 +32,7 @@ SftTrainerRole::SftTrainerRole(const JobConfig& config, const proto::Assignment&
 
 absl::StatusOr<WorkReply> SftTrainerRole::Handle(const proto::WorkRequest& request,
                                                  std::vector<TensorFrame> tensors) {
-  try {
+  return CallCatching([&]() -> absl::StatusOr<WorkReply> {
     switch (request.task_case()) {
       case proto::WorkRequest::kSftInit:
         return Init();
@@ -49,9 +46,7 @@ absl::StatusOr<WorkReply> SftTrainerRole::Handle(const proto::WorkRequest& reque
         return absl::InvalidArgumentError(
             "the SFT trainer takes sft_init, sft_train, lm_evaluate and lm_save work");
     }
-  } catch (const std::exception& e) {  // libtorch reports through exceptions: stop them here
-    return absl::InternalError(absl::StrCat("libtorch: ", e.what()));
-  }
+  });
 }
 
 absl::StatusOr<std::vector<PromptExample>> SftTrainerRole::TrainExamples(int64_t epoch) const {
@@ -178,7 +173,7 @@ absl::StatusOr<WorkReply> SftTrainerRole::Train(const proto::SftTrain& task) {
     return absl::FailedPreconditionError(absl::StrCat("sft_train from step ", task.first_step(),
                                                       " but the trainer is at step ", steps_done_));
   }
-  auto t0 = std::chrono::steady_clock::now();
+  const Stopwatch timer;
   const SftOptions& s = config_.sft;
   const int64_t R = s.batch_rows, T = s.seq_len;
   auto& model = *model_;
@@ -236,7 +231,7 @@ absl::StatusOr<WorkReply> SftTrainerRole::Train(const proto::SftTrain& task) {
   metrics["response_tokens"] = tokens;
   metrics["epoch"] = static_cast<double>(epoch_);
   metrics["truncated_examples"] = static_cast<double>(truncated_);
-  double secs = Since(t0);
+  double secs = timer.Seconds();
   metrics["train_s"] = secs;
   metrics["rows_per_s"] = n * static_cast<double>(R * s.grad_accum) / secs;
   return reply;
@@ -244,7 +239,7 @@ absl::StatusOr<WorkReply> SftTrainerRole::Train(const proto::SftTrain& task) {
 
 absl::StatusOr<WorkReply> SftTrainerRole::Evaluate(const proto::LmEvaluate& task) {
   if (!model_) return absl::FailedPreconditionError("lm_evaluate before sft_init");
-  auto t0 = std::chrono::steady_clock::now();
+  const Stopwatch timer;
   auto& model = *model_;
   model->eval();
   size_t n = heldout_.size();
@@ -279,13 +274,13 @@ absl::StatusOr<WorkReply> SftTrainerRole::Evaluate(const proto::LmEvaluate& task
   auto& metrics = *reply.result.mutable_metrics();
   metrics["heldout_accuracy"] = n ? static_cast<double>(correct) / static_cast<double>(n) : 0.0;
   metrics["heldout_examples"] = static_cast<double>(n);
-  metrics["eval_s"] = Since(t0);
+  metrics["eval_s"] = timer.Seconds();
   return reply;
 }
 
 absl::StatusOr<WorkReply> SftTrainerRole::Save(const proto::LmSave& task) {
   if (!model_) return absl::FailedPreconditionError("lm_save before sft_init");
-  auto t0 = std::chrono::steady_clock::now();
+  const Stopwatch timer;
   if (config_.model.dtype == "bfloat16") {
     models::Transformer copy((*model_)->config());
     models::CopyParameters(*model_, copy);
@@ -296,7 +291,7 @@ absl::StatusOr<WorkReply> SftTrainerRole::Save(const proto::LmSave& task) {
   }
   RETURN_IF_ERROR(models::SaveTokenizer(*tokenizer_, task.dir()));
   WorkReply reply;
-  (*reply.result.mutable_metrics())["save_s"] = Since(t0);
+  (*reply.result.mutable_metrics())["save_s"] = timer.Seconds();
   return reply;
 }
 
