@@ -148,10 +148,7 @@ void FakeActors::Answer(const std::string& peer, const proto::Envelope& env,
       it == scripts_.end()
           ? FakeReply::Fail(absl::StrCat("fake ", a->id, " has no script for ", w.kind()))
           : it->second(w);
-  if (reply.never) {
-    ++never_answered_;
-    return;
-  }
+  if (reply.never) return;
   reply.result.set_work_id(w.request.work_id());
   held_.push_back({a->peer, a->id, std::move(reply)});
 }
@@ -192,7 +189,7 @@ void FakeActors::OnPump() {
   }
   held_ = std::move(still);
   if (!busy && held_.empty()) {
-    // Nothing left that will answer the loop: let time pass, actors alive, until a deadline.
+    // Nothing to answer: let time pass, actors alive, so a missing reply meets its deadline.
     clock_.AdvanceMillis(config_.controller.heartbeat_interval_ms);
     HeartbeatAll();
   }

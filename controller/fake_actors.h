@@ -7,10 +7,10 @@
 // Everything runs on the test's thread, with no sockets, no sleeps and no other process.
 // After every Pump the harness takes what the controller sent, records each WorkRequest
 // (in order, with its tensors) and answers it with its role's script. A reply may be held
-// back for a number of pumps (a late reply) or never sent (left to the deadline). When a
-// Pump leaves the harness nothing to do, the loop is waiting on a reply that will not come:
-// the harness then moves the fake clock on by one heartbeat interval and sends every
-// actor's heartbeat, so the wait ends at controller.request_timeout_s, never in a hang.
+// back for a number of pumps (a late reply) or never sent (left to the deadline). A Pump
+// that gives the harness nothing to answer or release moves the fake clock on by one
+// heartbeat interval, and every actor heartbeats: a loop waiting on a reply that will not
+// come meets controller.request_timeout_s instead of hanging.
 //
 // Actors register as the real ones do (Register -> Assignment); their ids come from the
 // controller, so tests name roles and look ids up rather than spelling them.
@@ -120,7 +120,6 @@ class FakeActors {
   std::map<std::pair<std::string, int>, FakeScript> scripts_;  // (role, task case)
   std::deque<FakeWork> received_;
   std::vector<Held> held_;
-  int64_t never_answered_ = 0;
 };
 
 // A JobContext over FakeActors' controller that records what the loop reports.
