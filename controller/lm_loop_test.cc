@@ -188,6 +188,8 @@ TEST_P(LmLoopTest, TrainerGetsEachPromptsGroupOnceWithTheRewardsScored) {
     EXPECT_EQ(rec.timings.at("train_forward_s"), 0.01);
     EXPECT_FALSE(rec.metrics.contains("train_forward_s"));
     EXPECT_DOUBLE_EQ(rec.timings.at("generate_s"), 0.5);
+    // The reward worker's reward/time_s, two chunks' worth (it once read a key never sent).
+    EXPECT_DOUBLE_EQ(rec.timings.at("reward_s"), 0.25);
   }
   EXPECT_EQ(all_prompts.size(), 12u) << "every iteration draws fresh training prompts";
   // Two samples of each of the first two groups are shown on the dashboard.
