@@ -184,7 +184,17 @@ void FakeActors::OnPump() {
       still.push_back(std::move(h));
       continue;
     }
-    Inject(h.peer, h.actor_id, std::move(h.reply));
+    if (h.reply.twice) {
+      FakeReply again;
+      again.result = h.reply.result;
+      for (const TensorFrame& t : h.reply.tensors) {
+        again.tensors.push_back(TensorFrame::Copy(t.name(), t.dtype(), t.shape(), t.data()));
+      }
+      Inject(h.peer, h.actor_id, std::move(h.reply));
+      Inject(h.peer, h.actor_id, std::move(again));
+    } else {
+      Inject(h.peer, h.actor_id, std::move(h.reply));
+    }
     busy = true;
   }
   held_ = std::move(still);

@@ -55,6 +55,8 @@ struct FakeReply {
   int delay_pumps = 0;
   // No reply at all: the controller's request deadline has to notice.
   bool never = false;
+  // The reply is sent twice (an actor retrying): the second must change nothing.
+  bool twice = false;
 
   static FakeReply Ok();
   static FakeReply Fail(const std::string& error);

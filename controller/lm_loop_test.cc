@@ -274,6 +274,20 @@ TEST_P(LmLoopTest, SlowRepliesChangeNothing) {
   }
 }
 
+TEST_P(LmLoopTest, ChunkSentTwiceIsTakenOnce) {
+  const JobConfig config = Config();
+  overrides_[{"rollout", Task::kLmGenerate}] = [this](const FakeWork& w) {
+    FakeReply r = rollout_->Generate()(w);
+    r.twice = true;  // an actor's retry: the controller drops the copy by work id
+    return r;
+  };
+  ASSERT_TRUE(Run(config).ok());
+  EXPECT_EQ(actors_->controller().drops().duplicate_results, rollout_->calls());
+  for (const FakeWork* t : actors_->Received(Task::kGrpoTrain)) {
+    EXPECT_EQ(CheckTrainBatch(*t, 2).samples, 8);
+  }
+}
+
 TEST_P(LmLoopTest, FailedTrainStepStopsTheLoopNamingTheTrainer) {
   const JobConfig config = Config();
   overrides_[{"trainer", Task::kGrpoTrain}] = [](const FakeWork& w) {

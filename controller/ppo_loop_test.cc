@@ -218,6 +218,21 @@ TEST_F(PpoLoopTest, LateRolloutStillJoinsTheBatchInWorkerOrder) {
   EXPECT_EQ(obs[6 * kObs], 100.0f);
 }
 
+TEST_F(PpoLoopTest, RepeatedRepliesAreIgnored) {
+  overrides_[{"rollout", Task::kRollout}] = [this](const FakeWork& w) {
+    FakeReply r = Trajectories(w.rank, versions_[w.rank], ++rollouts_[w.rank]);
+    r.twice = true;
+    return r;
+  };
+  ASSERT_TRUE(Run(Config()).ok());
+  EXPECT_EQ(actors_->controller().drops().duplicate_results, 4u) << "2 workers x 2 iterations";
+  const auto& r = ctx_->records;
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_EQ(r[1].metrics.at("episodes"), 4) << "each episode counted once";
+  EXPECT_EQ(r[1].metrics.at("env_steps"), 24);
+  EXPECT_EQ(actors_->Received(Task::kTrainStep)[1]->Tensor("obs")->shape()[0], 11);
+}
+
 TEST_F(PpoLoopTest, MissingTensorNamesTheWorkerAndTheTensor) {
   overrides_[{"rollout", Task::kRollout}] = [this](const FakeWork& w) {
     FakeReply r = Trajectories(w.rank, versions_[w.rank], 1);
