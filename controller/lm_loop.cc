@@ -211,7 +211,9 @@ absl::StatusOr<Scored> LmLoop::GenerateAndScore(const std::vector<PromptExample>
       out.metrics["reward/" + pr.name + "/sum"] += sum;
       out.metrics["reward/" + pr.name + "/sumsq"] += sq;
     }
-    reward_busy += o.result.metrics().count("score_s") ? o.result.metrics().at("score_s") : 0;
+    // The reward worker's busy time (reward/reward_role.cc).
+    auto busy = o.result.metrics().find("reward/time_s");
+    reward_busy += busy == o.result.metrics().end() ? 0 : busy->second;
   }
   out.timings["generate_s"] = gen_busy;
   out.timings["reward_s"] = reward_busy;

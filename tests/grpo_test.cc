@@ -1,11 +1,10 @@
-// End-to-end language-model RL jobs through the rlforge binary: a seconds-long SFT stage
-// makes the starting checkpoint, then configs/grpo_arith.yaml, ppo_arith.yaml and
-// dpo_arith.yaml run a few iterations on it with the trainer, the rollout engine and a
-// reward worker as separate processes.
+// End-to-end language-model RL jobs through the rlforge binary: a short SFT stage makes
+// the starting checkpoint, then configs/grpo_arith.yaml, ppo_arith.yaml and dpo_arith.yaml
+// run on it with the trainer, the rollout engine and a reward worker as separate processes.
 #include <gtest/gtest.h>
 
-#include <filesystem>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 
 #include "nlohmann/json.hpp"
@@ -18,7 +17,8 @@ std::string Grpo() { return SourceDir() + "/configs/grpo_arith.yaml"; }
 std::string Ppo() { return SourceDir() + "/configs/ppo_arith.yaml"; }
 std::string Dpo() { return SourceDir() + "/configs/dpo_arith.yaml"; }
 
-// The SFT stage both tests start from (4 optimiser steps of configs/sft_tiny.yaml).
+// The seconds-long SFT stage the other jobs start from (4 optimiser steps of
+// configs/sft_tiny.yaml): enough to check what runs, not what it learns.
 std::string SftCheckpoint(const std::string& root) {
   auto [code, out] =
       RunRlforge({"run", SourceDir() + "/configs/sft_tiny.yaml", "job.run_root=" + root,
@@ -28,35 +28,57 @@ std::string SftCheckpoint(const std::string& root) {
   return root + "/sft/checkpoints/step_4";
 }
 
-TEST(GrpoTest, ArithJobGeneratesScoresTrainsAndSyncsWeightsEveryIteration) {
+// The start of the learning check: configs/sft_arith_flawed.yaml shrunk to a half-minute
+// stage (2 layers of width 64, addition only, 1000 steps). From its flawed demonstrations
+// (carries dropped in 60% of the carry problems) it learns both the true answers and the
+// carry-dropped ones, so GRPO's exact-match reward has something to find in its samples.
+std::string FlawedSftCheckpoint(const std::string& root) {
+  auto [code, out] =
+      RunRlforge({"run", SourceDir() + "/configs/sft_arith_flawed.yaml", "job.run_root=" + root,
+                  "job.name=sft", "job.seed=1", "model.hidden_size=64",
+                  "model.intermediate_size=176", "model.num_hidden_layers=2", "data.ops=[\"+\"]",
+                  "data.heldout_examples=200", "sft.steps=1000", "sft.steps_per_iteration=50",
+                  "sft.eval_every=0", "sft.save_every=0", "trainer.warmup_steps=20"},
+                 600);
+  EXPECT_EQ(code, 0) << out;
+  return root + "/sft/checkpoints/step_1000";
+}
+
+// 100 iterations of configs/grpo_arith.yaml (16 prompts x 8 samples, lr 1e-4) from that
+// start must raise held-out exact match (200 problems) by at least kMinGain. Measured here
+// (2 shared cores, 2026-12-05), start -> end by seed (job.seed of both stages):
+//   1: 60.5% -> 81.0% (+20.5)   2: 47.0% -> 62.5% (+15.5)   3: 58.5% -> 72.5% (+14.0)
+//   4: 30.0% -> 36.0% (+6.0)    5: 58.5% -> 68.5% (+10.0)   6: 51.0% -> 67.5% (+16.5)
+// about 30 s for the SFT stage and 6 s for GRPO. The test runs seed 1; kMinGain is half the
+// weakest seed's gain. With trainer.lr=1e-9 the end equals the start, and the test fails.
+constexpr double kMinGain = 0.03;
+
+TEST(GrpoTest, ArithJobRaisesHeldOutAccuracyAndSyncsWeightsEveryIteration) {
   std::string root = FreshDir("grpo_arith");
-  const std::string base = SftCheckpoint(root);
+  const std::string base = FlawedSftCheckpoint(root);
   auto [code, out] = RunRlforge(
-      {"run", Grpo(), "job.run_root=" + root, "job.name=g", "model.path=" + base,
-       "job.iterations=3", "grpo.prompts_per_iteration=4", "grpo.group_size=4",
-       "grpo.eval_every=2", "grpo.eval_examples=8", "trainer.lr=1e-3"},
+      {"run", Grpo(), "job.run_root=" + root, "job.name=g", "job.seed=1", "model.path=" + base,
+       "data.ops=[\"+\"]", "job.iterations=100", "grpo.eval_every=50", "grpo.eval_examples=200"},
       300);
   ASSERT_EQ(code, 0) << out;
   auto m = ReadMetricsJsonl(root + "/g");
-  ASSERT_EQ(m.size(), 4u) << out;  // the start evaluation, then 3 iterations
-  for (int step : {0, 2, 3}) {
+  ASSERT_EQ(m.size(), 101u) << out;  // the start evaluation, then 100 iterations
+  for (int step : {0, 50, 100}) {
     const auto& r = m[step]["metrics"];
     ASSERT_TRUE(r.contains("heldout_accuracy")) << "step " << step;
-    EXPECT_GE(r["heldout_accuracy"].get<double>(), 0.0);
-    EXPECT_LE(r["heldout_accuracy"].get<double>(), 1.0);
-    EXPECT_EQ(r["heldout_examples"].get<double>(), 8);
+    EXPECT_EQ(r["heldout_examples"].get<double>(), 200);
   }
   EXPECT_FALSE(m[1]["metrics"].contains("heldout_accuracy"));
-  for (int step = 1; step <= 3; ++step) {
+  const double start = m[0]["metrics"]["heldout_accuracy"].get<double>();
+  const double end = m[100]["metrics"]["heldout_accuracy"].get<double>();
+  EXPECT_GE(end, start + kMinGain) << "held-out exact match " << start << " -> " << end;
+  for (int step = 1; step <= 100; ++step) {
     const auto& r = m[step]["metrics"];
     const auto& t = m[step]["timings"];
     EXPECT_EQ(m[step]["step"].get<int>(), step);
-    EXPECT_EQ(r["groups"].get<double>(), 4);
+    EXPECT_EQ(r["groups"].get<double>(), 16);
     // Rewards are exact-match 0/1, reported under the reward's own name.
-    const double reward = r["reward/exact/mean"].get<double>();
-    EXPECT_GE(reward, 0.0);
-    EXPECT_LE(reward, 1.0);
-    EXPECT_DOUBLE_EQ(r["reward_mean"].get<double>(), reward);
+    EXPECT_DOUBLE_EQ(r["reward_mean"].get<double>(), r["reward/exact/mean"].get<double>());
     // Synchronous GRPO: every sample comes from the trainer's current version.
     EXPECT_EQ(r["policy_version_lag"].get<double>(), 0);
     // Degenerate groups (all rewards equal) make no update and keep the version.
@@ -70,14 +92,16 @@ TEST(GrpoTest, ArithJobGeneratesScoresTrainsAndSyncsWeightsEveryIteration) {
       EXPECT_TRUE(t.contains(k)) << k << " at step " << step;
     }
   }
+  // Most groups are mixed, so nearly every iteration updates (all 100 for each seed above).
+  EXPECT_GT(m[100]["metrics"]["policy_version"].get<double>(), 50);
 }
 
 TEST(GrpoTest, MissingStartingCheckpointIsAClearError) {
   std::string root = FreshDir("grpo_nopath");
-  auto [code, out] = RunRlforge({"run", Grpo(), "job.run_root=" + root, "job.name=g",
-                                 "model.path=" + root + "/no/such/checkpoint",
-                                 "model.init_job=''", "job.iterations=1"},
-                                120);
+  auto [code, out] = RunRlforge(
+      {"run", Grpo(), "job.run_root=" + root, "job.name=g",
+       "model.path=" + root + "/no/such/checkpoint", "model.init_job=''", "job.iterations=1"},
+      120);
   EXPECT_NE(code, 0) << out;
   // Refused before any actor starts, so no actor reports it first in other words.
   EXPECT_NE(out.find("model.path: '" + root + "/no/such/checkpoint' is not a checkpoint directory"),
@@ -105,12 +129,12 @@ std::string PpoWithLengthReward(const std::string& root) {
 TEST(LmPpoTest, CriticJobTrainsValueModelThenPolicy) {
   std::string root = FreshDir("ppo_arith");
   const std::string base = SftCheckpoint(root);
-  auto [code, out] = RunRlforge(
-      {"run", PpoWithLengthReward(root), "job.run_root=" + root, "job.name=p", "model.path=" + base,
-       "job.iterations=4", "grpo.prompts_per_iteration=8", "grpo.group_size=1",
-       "grpo.eval_every=0", "grpo.eval_examples=8", "critic.warmup_iterations=2",
-       "grpo.kl_beta=0.05", "trainer.lr=1e-3"},
-      300);
+  auto [code, out] =
+      RunRlforge({"run", PpoWithLengthReward(root), "job.run_root=" + root, "job.name=p",
+                  "model.path=" + base, "job.iterations=4", "grpo.prompts_per_iteration=8",
+                  "grpo.group_size=1", "grpo.eval_every=0", "grpo.eval_examples=8",
+                  "critic.warmup_iterations=2", "grpo.kl_beta=0.05", "trainer.lr=1e-3"},
+                 300);
   ASSERT_EQ(code, 0) << out;
   auto m = ReadMetricsJsonl(root + "/p");
   ASSERT_EQ(m.size(), 5u) << out;
@@ -142,11 +166,11 @@ TEST(LmPpoTest, CriticJobTrainsValueModelThenPolicy) {
 TEST(DpoTest, PreferenceJobTrainsOnFreshPairsAndEvaluates) {
   std::string root = FreshDir("dpo_arith");
   const std::string base = SftCheckpoint(root);
-  auto [code, out] = RunRlforge(
-      {"run", Dpo(), "job.run_root=" + root, "job.name=d", "model.path=" + base,
-       "job.iterations=4", "dpo.pairs_per_iteration=8", "dpo.eval_every=2",
-       "dpo.eval_examples=8", "trainer.lr=1e-3", "trainer.warmup_steps=0"},
-      300);
+  auto [code, out] =
+      RunRlforge({"run", Dpo(), "job.run_root=" + root, "job.name=d", "model.path=" + base,
+                  "job.iterations=4", "dpo.pairs_per_iteration=8", "dpo.eval_every=2",
+                  "dpo.eval_examples=8", "trainer.lr=1e-3", "trainer.warmup_steps=0"},
+                 300);
   ASSERT_EQ(code, 0) << out;
   auto m = ReadMetricsJsonl(root + "/d");
   ASSERT_EQ(m.size(), 5u) << out;
@@ -180,10 +204,17 @@ TEST(DpoTest, JsonlPreferencePairsTrainAndAMalformedLineIsNamed) {
                           "\"source\": \"annotator 2\"}\n";
   std::ofstream(heldout) << "{\"prompt\": \"21+4=\", \"answer\": \"25\"}\n"
                          << "{\"prompt\": \"9-6=\", \"answer\": \"3\"}\n";
-  const std::vector<std::string> common = {
-      "run", Dpo(), "job.run_root=" + root, "model.path=" + base, "data.source=jsonl",
-      "data.heldout_path=" + heldout, "job.iterations=3", "dpo.pairs_per_iteration=4",
-      "dpo.eval_every=0", "trainer.warmup_steps=0", "trainer.lr=1e-3"};
+  const std::vector<std::string> common = {"run",
+                                           Dpo(),
+                                           "job.run_root=" + root,
+                                           "model.path=" + base,
+                                           "data.source=jsonl",
+                                           "data.heldout_path=" + heldout,
+                                           "job.iterations=3",
+                                           "dpo.pairs_per_iteration=4",
+                                           "dpo.eval_every=0",
+                                           "trainer.warmup_steps=0",
+                                           "trainer.lr=1e-3"};
   std::vector<std::string> args = common;
   args.push_back("job.name=d");
   args.push_back("data.train_path=" + pairs);
@@ -227,10 +258,16 @@ TEST(InitJobTest, FirstStageRunsWhenTheCheckpointIsMissingAndOnlyThen) {
     std::ofstream(sft) << text;
   }
   const std::string ckpt = root + "/stage/checkpoints/step_4";
-  std::vector<std::string> args = {"run", Grpo(), "job.run_root=" + root, "job.name=g",
-                                   "model.path=" + ckpt, "model.init_job=" + sft,
-                                   "job.iterations=1", "grpo.prompts_per_iteration=2",
-                                   "grpo.group_size=2", "grpo.eval_examples=4"};
+  std::vector<std::string> args = {"run",
+                                   Grpo(),
+                                   "job.run_root=" + root,
+                                   "job.name=g",
+                                   "model.path=" + ckpt,
+                                   "model.init_job=" + sft,
+                                   "job.iterations=1",
+                                   "grpo.prompts_per_iteration=2",
+                                   "grpo.group_size=2",
+                                   "grpo.eval_examples=4"};
   auto [code, out] = RunRlforge(args, 300);
   ASSERT_EQ(code, 0) << out;
   EXPECT_NE(out.find("running model.init_job"), std::string::npos) << out;
@@ -243,13 +280,12 @@ TEST(InitJobTest, FirstStageRunsWhenTheCheckpointIsMissingAndOnlyThen) {
   EXPECT_EQ(out2.find("running model.init_job"), std::string::npos) << out2;
   EXPECT_FALSE(std::filesystem::exists(root + "/stage-2"));
   // A first stage that does not write model.path is an error naming both.
-  auto [code3, out3] = RunRlforge({"run", Grpo(), "job.run_root=" + root, "job.name=g3",
-                                   "model.path=" + root + "/elsewhere", "model.init_job=" + sft,
-                                   "job.iterations=1"},
-                                  300);
+  auto [code3, out3] =
+      RunRlforge({"run", Grpo(), "job.run_root=" + root, "job.name=g3",
+                  "model.path=" + root + "/elsewhere", "model.init_job=" + sft, "job.iterations=1"},
+                 300);
   EXPECT_EQ(code3, 2) << out3;
-  EXPECT_NE(out3.find("model.path " + root + "/elsewhere still does not exist"),
-            std::string::npos)
+  EXPECT_NE(out3.find("model.path " + root + "/elsewhere still does not exist"), std::string::npos)
       << out3;
 }
 

@@ -1,0 +1,124 @@
+#include "controller/fake_lm_actors.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "reward/reward_role.h"
+#include "reward/reward_set.h"
+
+namespace rlforge::testing {
+
+std::string PromptText(const models::Tokenizer& tok, const std::vector<int32_t>& ids) {
+  std::vector<int32_t> body = ids;
+  if (!body.empty() && body.front() == tok.bos_id()) body.erase(body.begin());
+  return tok.Decode(body);
+}
+
+FakeLmRollout::FakeLmRollout(const models::Tokenizer& tokenizer, const models::PromptTemplate& tmpl,
+                             Responder respond)
+    : tok_(tokenizer), tmpl_(tmpl), respond_(std::move(respond)) {}
+
+FakeScript FakeLmRollout::Generate() {
+  return [this](const FakeWork& w) { return Answer(w); };
+}
+
+FakeScript FakeLmRollout::LoadWeights() {
+  return [this](const FakeWork& w) {
+    version_ = w.request.load_weights().weights().version();
+    return WeightsReply(version_, w.request.load_weights().weights().location());
+  };
+}
+
+FakeReply FakeLmRollout::Answer(const FakeWork& w) {
+  ++calls_;
+  const proto::LmGenerate& p = w.request.lm_generate();
+  auto queued = GroupsFromFrames(w.tensors, false, 0);
+  if (!queued.ok())
+    return FakeReply::Fail(absl::StrCat("bad prompts: ", queued.status().message()));
+  for (LmGroup& g : *queued) {
+    prompts_.push_back(PromptText(tok_, g.prompt));
+    queue_.push_back(std::move(g));
+  }
+  const size_t take =
+      std::min<size_t>(queue_.size(), static_cast<size_t>(std::max<int64_t>(1, p.min_groups())));
+  std::vector<LmGroup> chunk;
+  double tokens = 0;
+  for (size_t k = 0; k < take; ++k) {
+    LmGroup g;
+    if (reverse_) {
+      g = std::move(queue_.back());
+      queue_.pop_back();
+    } else {
+      g = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    const std::string prompt = PromptText(tok_, g.prompt);
+    for (int64_t j = 0; j < p.n(); ++j) {
+      LmSample s;
+      s.tokens = models::EncodeResponse(tok_, tmpl_, respond_(prompt, p, j));
+      if (static_cast<int64_t>(s.tokens.size()) > p.max_tokens()) {
+        s.tokens.resize(p.max_tokens());  // cut at the length limit, as an engine does
+      } else {
+        s.stopped = true;
+      }
+      s.logprobs.assign(s.tokens.size(), -0.5f);
+      s.versions.assign(s.tokens.size(), version_);
+      tokens += static_cast<double>(s.tokens.size());
+      g.samples.push_back(std::move(s));
+    }
+    chunk.push_back(std::move(g));
+  }
+  if (filter_) filter_(chunk);
+  FakeReply r = FakeReply::Ok();
+  r.result.set_policy_version(version_);
+  (*r.result.mutable_metrics())["generated_tokens"] = tokens;
+  (*r.result.mutable_metrics())["generate_s"] = 0.25;
+  (*r.result.mutable_metrics())["preemptions"] = 1;
+  r.tensors = GroupsToFrames(chunk, true);
+  return r;
+}
+
+std::string PlainAnswer(const std::string& prompt) {
+  int a = 0, b = 0;
+  char op = 0;
+  EXPECT_EQ(std::sscanf(prompt.c_str(), "%d%c%d=", &a, &op, &b), 3) << prompt;
+  return std::to_string(op == '-' ? a - b : a + b);
+}
+
+FakeScript ScoreScript(std::function<reward::SampleScore(const reward::Sample&)> score,
+                       const std::string& name) {
+  return [score, name](const FakeWork& w) {
+    std::vector<reward::Sample> samples = reward::SamplesFromProto(w.request.score());
+    reward::BatchScores b;
+    b.rewards.push_back({name, 1.0, {}});
+    for (const reward::Sample& s : samples) {
+      reward::SampleScore sc = score(s);
+      b.rewards[0].scores.push_back(sc);
+      b.ok.push_back(sc.ok());
+      b.total.push_back(sc.ok() ? sc.value : std::nan(""));
+      b.error.push_back(sc.ok() ? "" : absl::StrCat(name, ": ", sc.error));
+    }
+    FakeReply r = FakeReply::Ok();
+    reward::ScoresToProto(b, r.result.mutable_score());
+    for (const auto& [k, v] : b.Metrics()) (*r.result.mutable_metrics())[k] = v;
+    // As the reward worker reports its busy time (reward/reward_role.cc).
+    (*r.result.mutable_metrics())["reward/time_s"] = 0.125;
+    return r;
+  };
+}
+
+void WriteTokenizerCheckpoint(const std::string& dir) {
+  std::string alphabet;
+  for (char c = ' '; c <= '~'; ++c) alphabet.push_back(c);
+  auto tok = models::MakeCharTokenizer(alphabet);
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  ASSERT_TRUE(models::SaveTokenizer(**tok, dir).ok());
+  std::ofstream(dir + "/config.json") << "{\"architectures\": [\"LlamaForCausalLM\"]}\n";
+}
+
+}  // namespace rlforge::testing

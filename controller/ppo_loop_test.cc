@@ -1,0 +1,305 @@
+// The PPO controller loop against scripted actors: two rollout fakes that return fixed
+// trajectories (one with a termination and an autoreset step) and a trainer fake that
+// publishes version = iteration. The batch's advantages are checked against values worked
+// out by hand.
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "controller/algorithm.h"
+#include "controller/fake_actors.h"
+
+namespace rlforge::testing {
+namespace {
+
+using Task = proto::WorkRequest::TaskCase;
+
+constexpr int64_t kEnvs = 2, kSteps = 3, kObs = 2;
+
+// Trajectories of worker `rank`, [T, N] each: obs 100 rank + 10 t + n (+ 0.5 for the second
+// feature), reward 1, value 0, last values 0. Worker 1: env 0 terminates at t = 1, and env 1's
+// step 0 is an autoreset step (not valid).
+FakeReply Trajectories(int rank, int64_t version, int64_t iteration) {
+  const int64_t TN = kSteps * kEnvs;
+  std::vector<float> obs, logp, values(TN, 0), rewards(TN, 1), last(kEnvs, 0);
+  std::vector<int64_t> actions;
+  std::vector<uint8_t> term(TN, 0), trunc(TN, 0), valid(TN, 1);
+  for (int64_t t = 0; t < kSteps; ++t) {
+    for (int64_t n = 0; n < kEnvs; ++n) {
+      const float base = static_cast<float>(100 * rank + 10 * t + n);
+      obs.push_back(base);
+      obs.push_back(base + 0.5f);
+      actions.push_back((t + n + rank) % 2);
+      logp.push_back(-0.1f * static_cast<float>(t + 1) - static_cast<float>(rank));
+    }
+  }
+  if (rank == 1) {
+    term[1 * kEnvs + 0] = 1;
+    valid[0 * kEnvs + 1] = 0;
+  }
+  FakeReply r = FakeReply::Ok();
+  r.result.set_policy_version(version);
+  auto* e = r.result.mutable_rollout()->add_episodes();
+  e->set_env_index(rank * kEnvs);
+  e->set_episode_return(10.0 * (rank + 1) + static_cast<double>(iteration));
+  e->set_length(5);
+  r.result.mutable_rollout()->set_env_steps(TN);
+  (*r.result.mutable_metrics())["policy_s"] = 0.2;
+  (*r.result.mutable_metrics())["env_s"] = 0.4;
+  r.tensors.push_back(TensorFrame::Copy("obs", proto::F32, {kSteps, kEnvs, kObs}, obs.data()));
+  r.tensors.push_back(TensorFrame::Copy("actions", proto::I64, {kSteps, kEnvs}, actions.data()));
+  r.tensors.push_back(TensorFrame::Copy("logprobs", proto::F32, {kSteps, kEnvs}, logp.data()));
+  r.tensors.push_back(TensorFrame::Copy("values", proto::F32, {kSteps, kEnvs}, values.data()));
+  r.tensors.push_back(TensorFrame::Copy("rewards", proto::F32, {kSteps, kEnvs}, rewards.data()));
+  r.tensors.push_back(TensorFrame::Copy("terminated", proto::U8, {kSteps, kEnvs}, term.data()));
+  r.tensors.push_back(TensorFrame::Copy("truncated", proto::U8, {kSteps, kEnvs}, trunc.data()));
+  r.tensors.push_back(TensorFrame::Copy("valid", proto::U8, {kSteps, kEnvs}, valid.data()));
+  r.tensors.push_back(TensorFrame::FromVector("last_values", last));
+  return r;
+}
+
+class PpoLoopTest : public ::testing::Test {
+ protected:
+  // 2 workers x 2 envs x 3 steps = 12 steps per iteration, 2 iterations.
+  JobConfig Config() {
+    return TestConfig(
+        "job: {algorithm: ppo, seed: 5}\n"
+        "env: {id: CartPole-v1, num_envs: 2}\n"
+        "rollout: {workers: 2, steps_per_iteration: 3}\n"
+        "ppo: {total_steps: 24, gamma: 0.5, gae_lambda: 1.0, return_window: 3}\n"
+        "controller: {request_timeout_s: 30}\n");
+  }
+
+  absl::Status Run(const JobConfig& config) {
+    auto algo = CreateAlgorithm(config);
+    if (!algo.ok()) return algo.status();
+    actors_ = std::make_unique<FakeActors>(config);
+    actors_->AddRoles((*algo)->Roles());
+    actors_->On("rollout", Task::kRolloutSetup, [](const FakeWork&) {
+      FakeReply r = FakeReply::Ok();
+      proto::PolicySpec* s = r.result.mutable_policy_spec();
+      s->set_env_id("CartPole-v1");
+      s->set_obs_size(kObs);
+      s->set_discrete(true);
+      s->set_action_size(2);
+      s->set_num_envs(kEnvs);
+      return r;
+    });
+    actors_->On("rollout", Task::kLoadWeights, [this](const FakeWork& w) {
+      versions_[w.rank] = w.request.load_weights().weights().version();
+      return WeightsReply(versions_[w.rank]);
+    });
+    actors_->On("rollout", Task::kRollout, [this](const FakeWork& w) {
+      return Trajectories(w.rank, versions_[w.rank], ++rollouts_[w.rank]);
+    });
+    actors_->On("trainer", Task::kTrainInit, [](const FakeWork&) { return WeightsReply(0); });
+    actors_->On("trainer", Task::kTrainStep, [](const FakeWork& w) {
+      FakeReply r = WeightsReply(w.request.train_step().iteration());
+      (*r.result.mutable_metrics())["policy_loss"] = -0.25;
+      (*r.result.mutable_metrics())["update_s"] = 0.05;
+      return r;
+    });
+    for (auto& [key, script] : overrides_) actors_->On(key.first, key.second, script);
+    absl::Status started = actors_->Start();
+    if (!started.ok()) return started;
+    ctx_ = std::make_unique<FakeJobContext>(*actors_, config, FreshTestDir());
+    return (*algo)->Run(*ctx_);
+  }
+
+  std::string Rollout(int rank) { return actors_->Ids("rollout").at(rank); }
+  std::string Trainer() { return actors_->Ids("trainer").at(0); }
+
+  std::unique_ptr<FakeActors> actors_;
+  std::unique_ptr<FakeJobContext> ctx_;
+  std::map<int, int64_t> versions_, rollouts_;
+  std::map<std::pair<std::string, Task>, FakeScript> overrides_;
+};
+
+TEST_F(PpoLoopTest, SetupThenRolloutTrainAndBroadcastEachIteration) {
+  ASSERT_TRUE(Run(Config()).ok());
+  const std::string r0 = Rollout(0), r1 = Rollout(1), tr = Trainer();
+  std::vector<std::string> expected = {r0 + " rollout_setup", r1 + " rollout_setup",
+                                       tr + " train_init", r0 + " load_weights",
+                                       r1 + " load_weights"};
+  for (int it = 1; it <= 2; ++it) {
+    for (const std::string& e : {r0 + " rollout", r1 + " rollout", tr + " train_step",
+                                 r0 + " load_weights", r1 + " load_weights"}) {
+      expected.push_back(e);
+    }
+  }
+  EXPECT_EQ(actors_->Log(), expected);
+  EXPECT_EQ(ctx_->total_iterations, 2);
+  ASSERT_EQ(ctx_->records.size(), 2u);
+  EXPECT_EQ(ctx_->ends_at, (std::vector<size_t>{10, 15}));
+
+  auto setups = actors_->Received(Task::kRolloutSetup);
+  for (int w = 0; w < 2; ++w) {
+    const proto::RolloutSetup& s = setups[w]->request.rollout_setup();
+    EXPECT_EQ(s.first_env_index(), w * kEnvs);
+    EXPECT_EQ(s.seed(), 5);
+    EXPECT_EQ(s.sim_endpoints_size(), 0) << "sim.backend inprocess: no servers";
+  }
+  const proto::TrainInit& init = actors_->Received(Task::kTrainInit)[0]->request.train_init();
+  EXPECT_EQ(init.spec().obs_size(), kObs);
+  EXPECT_EQ(init.spec().num_envs(), kEnvs);
+  EXPECT_EQ(init.weights_transport(), "shm") << "every actor on one host";
+  auto loads = actors_->Received(Task::kLoadWeights);
+  ASSERT_EQ(loads.size(), 6u);
+  for (size_t i = 0; i < loads.size(); ++i) {
+    EXPECT_EQ(loads[i]->request.load_weights().weights().version(), static_cast<int64_t>(i / 2));
+    EXPECT_EQ(loads[i]->request.load_weights().weights().checksum(), 1000u + i / 2);
+  }
+}
+
+TEST_F(PpoLoopTest, TrainerBatchHoldsTheValidStepsWithHandComputedAdvantages) {
+  ASSERT_TRUE(Run(Config()).ok());
+  auto steps = actors_->Received(Task::kTrainStep);
+  ASSERT_EQ(steps.size(), 2u);
+  // gamma 0.5, lambda 1, V = 0, r = 1: A = 1.75, 1.5, 1 back from the end of 3 steps; worker 1's
+  // env 0 ends at t = 1 (A = 1.5, 1, then 1), env 1's step 0 is dropped.
+  const std::vector<float> adv = {1.75f, 1.75f, 1.5f, 1.5f, 1, 1, 1.5f, 1, 1.5f, 1, 1};
+  for (size_t it = 0; it < steps.size(); ++it) {
+    const FakeWork& w = *steps[it];
+    EXPECT_EQ(w.request.train_step().iteration(), static_cast<int64_t>(it) + 1);
+    EXPECT_EQ(w.request.train_step().num_iterations(), 2);
+    EXPECT_EQ(w.request.train_step().behavior_version(), static_cast<int64_t>(it));
+    ASSERT_NE(w.Tensor("obs"), nullptr);
+    EXPECT_EQ(w.Tensor("obs")->shape(), (std::vector<int64_t>{11, kObs}));
+    EXPECT_EQ(w.Tensor("advantages")->ToVector<float>(), adv);
+    EXPECT_EQ(w.Tensor("returns")->ToVector<float>(), adv) << "returns = A + V, V = 0";
+    // Worker 0's steps, then worker 1's, time-major; worker 1's (t 0, env 1) is gone.
+    const std::vector<float> obs = w.Tensor("obs")->ToVector<float>();
+    std::vector<float> first;
+    for (int64_t row = 0; row < 11; ++row) first.push_back(obs[row * kObs]);
+    EXPECT_EQ(first, (std::vector<float>{0, 1, 10, 11, 20, 21, 100, 110, 111, 120, 121}));
+    EXPECT_EQ(obs[1], 0.5f);
+    EXPECT_EQ(w.Tensor("actions")->ToVector<int64_t>(),
+              (std::vector<int64_t>{0, 1, 1, 0, 0, 1, 1, 0, 1, 1, 0}));
+    const std::vector<float> logp = w.Tensor("logprobs")->ToVector<float>();
+    EXPECT_FLOAT_EQ(logp[0], -0.1f);
+    EXPECT_FLOAT_EQ(logp[10], -1.3f);
+    EXPECT_EQ(w.Tensor("values")->ToVector<float>(), std::vector<float>(11, 0.0f));
+  }
+}
+
+TEST_F(PpoLoopTest, RecordCarriesEpisodesLossesAndVersions) {
+  ASSERT_TRUE(Run(Config()).ok());
+  const auto& r = ctx_->records;
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_EQ(r[0].step, 1);
+  EXPECT_EQ(r[0].metrics.at("samples"), 11);
+  EXPECT_EQ(r[0].metrics.at("env_steps"), 12);
+  EXPECT_EQ(r[1].metrics.at("env_steps"), 24);
+  EXPECT_EQ(r[0].metrics.at("episodes"), 2);
+  EXPECT_EQ(r[1].metrics.at("episodes"), 4);
+  // Returns 11 and 21, then 12 and 22; the window keeps the last 3.
+  EXPECT_DOUBLE_EQ(r[0].metrics.at("episodic_return"), 16.0);
+  EXPECT_DOUBLE_EQ(r[1].metrics.at("episodic_return"), (21.0 + 12 + 22) / 3);
+  EXPECT_EQ(r[1].metrics.at("episode_length"), 5);
+  EXPECT_EQ(r[1].metrics.at("policy_version"), 2);
+  EXPECT_EQ(r[1].metrics.at("version_lag"), 0);
+  EXPECT_EQ(r[1].metrics.at("weight_bytes"), 16);
+  EXPECT_EQ(r[1].metrics.at("policy_loss"), -0.25);
+  EXPECT_EQ(r[1].timings.at("update_s"), 0.05);
+  EXPECT_FALSE(r[1].metrics.contains("update_s"));
+  EXPECT_DOUBLE_EQ(r[1].timings.at("policy_s"), 0.2);
+  EXPECT_DOUBLE_EQ(r[1].timings.at("env_s"), 0.4);
+}
+
+TEST_F(PpoLoopTest, LateRolloutStillJoinsTheBatchInWorkerOrder) {
+  overrides_[{"rollout", Task::kRollout}] = [this](const FakeWork& w) {
+    FakeReply r = Trajectories(w.rank, versions_[w.rank], ++rollouts_[w.rank]);
+    if (w.rank == 0) r.delay_pumps = 5;  // worker 1 answers first
+    return r;
+  };
+  ASSERT_TRUE(Run(Config()).ok());
+  const std::vector<float> obs =
+      actors_->Received(Task::kTrainStep)[0]->Tensor("obs")->ToVector<float>();
+  EXPECT_EQ(obs[0], 0.0f);
+  EXPECT_EQ(obs[6 * kObs], 100.0f);
+}
+
+TEST_F(PpoLoopTest, RepeatedRepliesAreIgnored) {
+  overrides_[{"rollout", Task::kRollout}] = [this](const FakeWork& w) {
+    FakeReply r = Trajectories(w.rank, versions_[w.rank], ++rollouts_[w.rank]);
+    r.twice = true;
+    return r;
+  };
+  ASSERT_TRUE(Run(Config()).ok());
+  EXPECT_EQ(actors_->controller().drops().duplicate_results, 4u) << "2 workers x 2 iterations";
+  const auto& r = ctx_->records;
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_EQ(r[1].metrics.at("episodes"), 4) << "each episode counted once";
+  EXPECT_EQ(r[1].metrics.at("env_steps"), 24);
+  EXPECT_EQ(actors_->Received(Task::kTrainStep)[1]->Tensor("obs")->shape()[0], 11);
+}
+
+TEST_F(PpoLoopTest, MissingTensorNamesTheWorkerAndTheTensor) {
+  overrides_[{"rollout", Task::kRollout}] = [this](const FakeWork& w) {
+    FakeReply r = Trajectories(w.rank, versions_[w.rank], 1);
+    if (w.rank == 1) r.tensors.erase(r.tensors.begin() + 4);  // rewards
+    return r;
+  };
+  absl::Status s = Run(Config());
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_EQ(s.message(), Rollout(1) +
+                             " sent a rollout without a valid 'rewards' tensor (f32, 6 "
+                             "values)");
+  EXPECT_TRUE(actors_->Received(Task::kTrainStep).empty());
+}
+
+TEST_F(PpoLoopTest, FailedTrainStepNamesTheTrainerAndItsMessage) {
+  overrides_[{"trainer", Task::kTrainStep}] = [](const FakeWork&) {
+    return FakeReply::Fail("policy loss is NaN");
+  };
+  absl::Status s = Run(Config());
+  EXPECT_EQ(s.code(), absl::StatusCode::kAborted) << s;
+  EXPECT_NE(s.message().find("failed on " + Trainer() + ": policy loss is NaN"), std::string::npos)
+      << s;
+  EXPECT_TRUE(ctx_->records.empty());
+}
+
+TEST_F(PpoLoopTest, RolloutThatNeverAnswersHitsTheDeadlineNamingIt) {
+  overrides_[{"rollout", Task::kRollout}] = [this](const FakeWork& w) {
+    if (w.rank == 1) return FakeReply::Never();
+    return Trajectories(w.rank, versions_[w.rank], 1);
+  };
+  absl::Status s = Run(Config());
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_NE(s.message().find("actor " + Rollout(1) + " (pid 4242 on fakehost) did not finish work"),
+            std::string::npos)
+      << s;
+  EXPECT_NE(s.message().find("within 30 s (controller.request_timeout_s)"), std::string::npos) << s;
+}
+
+TEST_F(PpoLoopTest, WorkerServingAnotherVersionIsAnError) {
+  overrides_[{"rollout", Task::kLoadWeights}] = [this](const FakeWork& w) {
+    versions_[w.rank] = w.request.load_weights().weights().version();
+    return WeightsReply(w.rank == 1 ? 0 : versions_[w.rank]);
+  };
+  absl::Status s = Run(Config());
+  EXPECT_EQ(s.code(), absl::StatusCode::kInternal) << s;
+  EXPECT_EQ(s.message(), Rollout(1) + " loaded version 0 instead of 1");
+}
+
+TEST_F(PpoLoopTest, WorkersWithDifferentEnvsAreRefused) {
+  overrides_[{"rollout", Task::kRolloutSetup}] = [](const FakeWork& w) {
+    FakeReply r = FakeReply::Ok();
+    proto::PolicySpec* s = r.result.mutable_policy_spec();
+    s->set_env_id(w.rank == 0 ? "CartPole-v1" : "Pendulum-v1");
+    s->set_obs_size(w.rank == 0 ? kObs : 3);
+    s->set_discrete(w.rank == 0);
+    s->set_action_size(w.rank == 0 ? 2 : 1);
+    s->set_num_envs(kEnvs);
+    return r;
+  };
+  absl::Status s = Run(Config());
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(s.message().find(Rollout(1) + "'s envs (Pendulum-v1, 2 envs) differ from " +
+                             Rollout(0) + "'s"),
+            std::string::npos)
+      << s;
+  EXPECT_TRUE(actors_->Received(Task::kTrainInit).empty());
+}
+
+}  // namespace
+}  // namespace rlforge::testing
