@@ -4,13 +4,13 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "common/clock.h"
+#include "common/timing_keys.h"
 #include "common/logging.h"
 #include "common/status.h"
 #include "controller/lm_loop.h"
 
 namespace rlforge {
-
-using SteadyClock = std::chrono::steady_clock;
 
 absl::StatusOr<std::unique_ptr<Algorithm>> DpoAlgorithm::Create(const JobConfig& config) {
   RETURN_IF_ERROR(CheckStartCheckpoint(config));
@@ -40,7 +40,7 @@ absl::Status DpoAlgorithm::Run(JobContext& ctx) {
                d.pairs_per_iteration, d.rejected, iterations, text.heldout.size());
   RETURN_IF_ERROR(loop.EvaluateStart(d.max_new_tokens, seed));  // step 0: the starting policy
   for (int64_t it = 1; it <= iterations; ++it) {
-    const auto t_iter = SteadyClock::now();
+    const Stopwatch t_iter;
     IterationRecord rec;
     rec.step = it;
     const uint64_t offset = static_cast<uint64_t>((it - 1) * d.pairs_per_iteration);
@@ -90,25 +90,23 @@ absl::Status DpoAlgorithm::Run(JobContext& ctx) {
       rec.metrics["carryless_rejected_fraction"] = carryless / static_cast<double>(batch.size());
     }
 
-    const auto t_train = SteadyClock::now();
+    const Stopwatch t_train;
     proto::WorkRequest train;
     train.mutable_dpo_train()->set_step(it);
     ASSIGN_OR_RETURN(uint64_t tid,
                      ctl.Submit(trainer, std::move(train), GroupsToFrames(pairs, true)));
     ASSIGN_OR_RETURN(WorkOutcome trained, ctl.Await(tid));
-    for (const auto& [k, v] : trained.result.metrics()) {
-      (IsTiming(k) ? rec.timings : rec.metrics)[k] = v;
-    }
-    rec.timings["train_s"] = SecondsSince(t_train);
+    SplitTimingsFromMetrics(trained.result.metrics(), rec.timings, rec.metrics);
+    rec.timings["train_s"] = t_train.Seconds();
     rec.metrics["policy_version"] = static_cast<double>(trained.result.weights().version());
 
     if (it == iterations || (d.eval_every > 0 && it % d.eval_every == 0)) {
-      const auto t_sync = SteadyClock::now();
+      const Stopwatch t_sync;
       RETURN_IF_ERROR(loop.SyncWeights(trained.result.weights(), std::move(trained.tensors)));
-      rec.timings["weight_sync_s"] = SecondsSince(t_sync);
+      rec.timings["weight_sync_s"] = t_sync.Seconds();
       RETURN_IF_ERROR(loop.Evaluate(d.max_new_tokens, seed, rec));
     }
-    rec.timings["iteration_s"] = SecondsSince(t_iter);
+    rec.timings["iteration_s"] = t_iter.Seconds();
     rec.timings["pairs_per_s"] = static_cast<double>(batch.size()) / rec.timings["iteration_s"];
     RETURN_IF_ERROR(ctx.EndIteration(rec));
   }

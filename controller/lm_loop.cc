@@ -6,6 +6,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/clock.h"
 #include "common/logging.h"
 #include "common/status.h"
 #include "data/jsonl_dataset.h"
@@ -13,12 +14,6 @@
 #include "reward/verifiers.h"
 
 namespace rlforge {
-
-using SteadyClock = std::chrono::steady_clock;
-
-double SecondsSince(SteadyClock::time_point t) {
-  return std::chrono::duration<double>(SteadyClock::now() - t).count();
-}
 
 namespace {
 
@@ -35,10 +30,6 @@ absl::StatusOr<std::string> OneRollout(const Controller& ctl) {
 }
 
 }  // namespace
-
-bool IsTiming(const std::string& k) {
-  return absl::EndsWith(k, "_s") || absl::EndsWith(k, "_per_s");
-}
 
 std::vector<int32_t> TaskText::Encode(const std::string& system, const std::string& prompt) const {
   return models::EncodePrompt(*tokenizer, *tmpl, system, prompt);
@@ -110,7 +101,7 @@ absl::StatusOr<Scored> LmLoop::GenerateAndScore(const std::vector<PromptExample>
   Controller& ctl = ctx_.controller();
   const JobConfig& c = ctx_.config();
   const int64_t n = p.n;
-  const auto t0 = SteadyClock::now();
+  const Stopwatch t0;
   std::vector<LmGroup> prompts(examples.size());
   for (size_t i = 0; i < examples.size(); ++i) {
     prompts[i].request_id = static_cast<int64_t>(i);
@@ -217,13 +208,13 @@ absl::StatusOr<Scored> LmLoop::GenerateAndScore(const std::vector<PromptExample>
   }
   out.timings["generate_s"] = gen_busy;
   out.timings["reward_s"] = reward_busy;
-  out.timings["rollout_wall_s"] = SecondsSince(t0);
+  out.timings["rollout_wall_s"] = t0.Seconds();
   out.metrics["generated_tokens"] = gen_tokens;
   return out;
 }
 
 absl::Status LmLoop::Evaluate(int64_t max_tokens, uint64_t seed, IterationRecord& rec) {
-  const auto t0 = SteadyClock::now();
+  const Stopwatch t0;
   ASSIGN_OR_RETURN(Scored s,
                    GenerateAndScore(text_.heldout, SamplingParams::Greedy(max_tokens, seed)));
   int64_t correct = 0;
@@ -239,7 +230,7 @@ absl::Status LmLoop::Evaluate(int64_t max_tokens, uint64_t seed, IterationRecord
   rec.metrics["heldout_accuracy"] = count > 0 ? static_cast<double>(correct) / count : 0;
   rec.metrics["heldout_examples"] = count;
   RewardStats(s, count, rec.metrics, "heldout_");
-  rec.timings["eval_s"] = SecondsSince(t0);
+  rec.timings["eval_s"] = t0.Seconds();
   return absl::OkStatus();
 }
 

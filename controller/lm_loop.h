@@ -107,12 +107,6 @@ std::vector<RoleRequirement> LmRoles(const JobConfig& c);
 void RewardStats(const Scored& s, double count, std::map<std::string, double>& metrics,
                  const std::string& prefix);
 
-// Seconds of wall-clock time since `t`.
-double SecondsSince(std::chrono::steady_clock::time_point t);
-
-// Keys actors report that depend on wall-clock time (they go to IterationRecord::timings).
-bool IsTiming(const std::string& key);
-
 // Refuses a missing model.path before any actor starts: otherwise the trainer, the rollout
 // worker and the controller race to report the same missing checkpoint, each in its words.
 absl::Status CheckStartCheckpoint(const JobConfig& c);

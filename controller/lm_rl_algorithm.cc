@@ -5,13 +5,13 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "common/clock.h"
+#include "common/timing_keys.h"
 #include "common/logging.h"
 #include "common/status.h"
 #include "controller/lm_loop.h"
 
 namespace rlforge {
-
-using SteadyClock = std::chrono::steady_clock;
 
 namespace {
 
@@ -53,7 +53,7 @@ absl::Status LmRlAlgorithm::Run(JobContext& ctx) {
   sampling.max_tokens = g.max_new_tokens;
   sampling.stream_groups = g.stream_groups;
   for (int64_t it = 1; it <= iterations; ++it) {
-    const auto t_iter = SteadyClock::now();
+    const Stopwatch t_iter;
     IterationRecord rec;
     rec.step = it;
     const uint64_t offset = static_cast<uint64_t>((it - 1) * g.prompts_per_iteration);
@@ -87,7 +87,7 @@ absl::Status LmRlAlgorithm::Run(JobContext& ctx) {
     rec.timings["generate_tokens_per_s"] = s.metrics["generated_tokens"] / s.timings["generate_s"];
 
     // Train.
-    const auto t_train = SteadyClock::now();
+    const Stopwatch t_train;
     std::vector<TensorFrame> frames = GroupsToFrames(s.groups, true);
     std::vector<float> rewards(s.rewards.begin(), s.rewards.end());
     frames.push_back(TensorFrame::FromVector("rewards", rewards));
@@ -96,22 +96,20 @@ absl::Status LmRlAlgorithm::Run(JobContext& ctx) {
     train.mutable_grpo_train()->set_step(it);
     ASSIGN_OR_RETURN(uint64_t tid, ctl.Submit(trainer, std::move(train), std::move(frames)));
     ASSIGN_OR_RETURN(WorkOutcome trained, ctl.Await(tid));
-    for (const auto& [k, v] : trained.result.metrics()) {
-      (IsTiming(k) ? rec.timings : rec.metrics)[k] = v;
-    }
-    rec.timings["train_s"] = SecondsSince(t_train);
+    SplitTimingsFromMetrics(trained.result.metrics(), rec.timings, rec.metrics);
+    rec.timings["train_s"] = t_train.Seconds();
 
     // Weight sync.
-    const auto t_sync = SteadyClock::now();
+    const Stopwatch t_sync;
     RETURN_IF_ERROR(loop.SyncWeights(trained.result.weights(), std::move(trained.tensors)));
     version = trained.result.weights().version();
-    rec.timings["weight_sync_s"] = SecondsSince(t_sync);
+    rec.timings["weight_sync_s"] = t_sync.Seconds();
     rec.metrics["policy_version"] = static_cast<double>(version);
 
     if (it == iterations || (g.eval_every > 0 && it % g.eval_every == 0)) {
       RETURN_IF_ERROR(loop.Evaluate(g.max_new_tokens, seed, rec));
     }
-    rec.timings["iteration_s"] = SecondsSince(t_iter);
+    rec.timings["iteration_s"] = t_iter.Seconds();
     const double stages = rec.timings["rollout_wall_s"] + rec.timings["train_s"] +
                           rec.timings["weight_sync_s"] + rec.timings["eval_s"];
     rec.timings["controller_share"] =

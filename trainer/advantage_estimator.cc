@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/clock.h"
 #include "common/status.h"
 #include "models/hf_checkpoint.h"
 #include "trainer/flat_adamw.h"
@@ -15,10 +16,6 @@
 namespace rlforge {
 
 namespace {
-
-double Since(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-}
 
 // grpo, drgrpo and rloo: one advantage per sample, from the rewards of its group alone.
 class GroupEstimator final : public AdvantageEstimator {
@@ -98,9 +95,9 @@ class CriticEstimator final : public AdvantageEstimator {
     torch::Tensor kl;
     double kl_mean = 0;
     if (reference_ != nullptr) {
-      const auto r0 = std::chrono::steady_clock::now();
+      const Stopwatch r0;
       ASSIGN_OR_RETURN(torch::Tensor ref_logp, GroupTokenLogprobs(*reference_, full));
-      out["reference_s"] += Since(r0);
+      out["reference_s"] += r0.Seconds();
       ASSIGN_OR_RETURN(kl, KlPenalty(full.old_logp, ref_logp, kl_estimator_));
       kl_mean = MaskedMean(kl, full.mask).item<double>();
     }

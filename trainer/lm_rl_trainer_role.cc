@@ -3,6 +3,8 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "common/clock.h"
+#include "common/exceptions.h"
 #include "common/status.h"
 #include "proto/lm_groups.h"
 #include "trainer/lm_metrics.h"
@@ -10,10 +12,6 @@
 namespace rlforge {
 
 namespace {
-
-double Since(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-}
 
 void PutMetrics(const std::map<std::string, double>& m, WorkReply& reply) {
   for (const auto& [k, v] : m) (*reply.result.mutable_metrics())[k] = v;
@@ -26,7 +24,7 @@ absl::StatusOr<std::unique_ptr<Role>> LmRlTrainerRole::Create(const JobConfig& c
   std::unique_ptr<LmRlTrainerRole> role(new LmRlTrainerRole(config));
   ASSIGN_OR_RETURN(role->state_, LmPolicyState::Create(role->config_, assignment));
   const GrpoOptions& g = role->config_.grpo;
-  try {
+  RETURN_IF_ERROR(CallCatching([&]() -> absl::Status {
     if (g.kl_beta > 0) {
       ASSIGN_OR_RETURN(models::Transformer ref, LoadFrozenReference(role->config_));
       role->reference_ = ref;
@@ -34,9 +32,8 @@ absl::StatusOr<std::unique_ptr<Role>> LmRlTrainerRole::Create(const JobConfig& c
     ASSIGN_OR_RETURN(role->estimator_,
                      CreateAdvantageEstimator(role->config_, role->reference_ ? &*role->reference_
                                                                                : nullptr));
-  } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat("libtorch: ", e.what()));
-  }
+    return absl::OkStatus();
+  }));
   LmPolicyLossOptions& lo = role->loss_options_;
   ASSIGN_OR_RETURN(lo.aggregation, ParseLossAggregation(g.loss_aggregation));
   ASSIGN_OR_RETURN(lo.kl_estimator, ParseKlEstimator(g.kl_estimator));
@@ -50,15 +47,13 @@ absl::StatusOr<std::unique_ptr<Role>> LmRlTrainerRole::Create(const JobConfig& c
 
 absl::StatusOr<WorkReply> LmRlTrainerRole::Handle(const proto::WorkRequest& request,
                                                   std::vector<TensorFrame> tensors) {
-  try {
+  return CallCatching([&]() -> absl::StatusOr<WorkReply> {
     if (request.task_case() == proto::WorkRequest::kGrpoTrain) {
       return Train(request.grpo_train(), tensors);
     }
     return absl::InvalidArgumentError(
         absl::StrCat("the ", config_.job.algorithm->name, " trainer takes grpo_train work"));
-  } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat("libtorch: ", e.what()));
-  }
+  });
 }
 
 absl::Status LmRlTrainerRole::ReadBatch(const proto::GrpoTrain& task,
@@ -93,7 +88,7 @@ absl::Status LmRlTrainerRole::ReadBatch(const proto::GrpoTrain& task,
 
 absl::StatusOr<WorkReply> LmRlTrainerRole::Train(const proto::GrpoTrain& task,
                                                  const std::vector<TensorFrame>& tensors) {
-  const auto t0 = std::chrono::steady_clock::now();
+  const Stopwatch t0;
   const GrpoOptions& g = config_.grpo;
   const int64_t n = task.group_size();
   std::vector<LmGroup> groups;
@@ -136,13 +131,13 @@ absl::StatusOr<WorkReply> LmRlTrainerRole::Train(const proto::GrpoTrain& task,
   }
   state_->policy()->eval();
   estimator_->SetTraining(false);
-  out["update_s"] = Since(t0);
-  const auto p0 = std::chrono::steady_clock::now();
+  out["update_s"] = t0.Seconds();
+  const Stopwatch p0;
   // A critic-only warm-up iteration leaves the policy as it was: same version.
   WorkReply reply = update_policy ? state_->PublishNewVersion() : state_->Publish();
   Average(sums, updates, updates / g.epochs, out);
   if (!update_policy) out["critic_warmup"] = 1;
-  out["publish_s"] = Since(p0);
+  out["publish_s"] = p0.Seconds();
   out["weight_bytes"] = static_cast<double>(state_->weight_bytes());
   PutMetrics(out, reply);
   return reply;
@@ -163,9 +158,9 @@ absl::Status LmRlTrainerRole::Minibatch(const GroupBatch& b, const torch::Tensor
     in.mask = b.mask;
     if (reference_ && loss_options_.kl_beta > 0) {
       torch::NoGradGuard ng;
-      const auto r0 = std::chrono::steady_clock::now();
+      const Stopwatch r0;
       ASSIGN_OR_RETURN(in.ref_logp, GroupTokenLogprobs(*reference_, b));
-      sums["reference_s"] += Since(r0);
+      sums["reference_s"] += r0.Seconds();
     }
     ASSIGN_OR_RETURN(LmPolicyLoss loss, ComputeLmPolicyLoss(in, loss_options_));
     if (first) {
