@@ -104,7 +104,7 @@ Stats RunRlforge(size_t bytes, int iters) {
   for (int i = -std::min(iters, 50); i < iters; ++i) {
     auto t0 = Clock::now();
     rlforge::Message m;
-    m.envelope.set_sender("rollout-0");
+    m.envelope.set_sender("bench-actor");
     m.envelope.set_job_id("bench");
     m.envelope.mutable_work_result()->set_work_id(static_cast<uint64_t>(i + 100));
     // Borrowed: the payload is not copied into the message (as a role sends a tensor).

@@ -148,6 +148,26 @@ TEST_P(LmLoopTest, IterationGeneratesScoresTrainsThenSyncsAndEvaluatesOnSchedule
   EXPECT_EQ(ctx_->ends_at, (std::vector<size_t>{2, 8, 16, 24}));
 }
 
+TEST_P(LmLoopTest, RewardWorkersShareTheChunksRoundRobin) {
+  const JobConfig config = Config("reward: {workers: 2, rewards: [{name: exact, kind: exact_answer}]}\n");
+  ASSERT_TRUE(Run(config).ok());
+  const std::vector<std::string> rewarders = actors_->Ids("reward");
+  ASSERT_EQ(rewarders.size(), 2u);
+  const std::string gen = Id("rollout") + " lm_generate", load = Id("rollout") + " load_weights";
+  const std::string train = Id("trainer") + " grpo_train";
+  const std::string score0 = rewarders[0] + " score", score1 = rewarders[1] + " score";
+  // Each iteration's two chunks go to one worker each; an evaluation's one chunk to the first.
+  const std::vector<std::string> iteration = {gen, gen, score0, score1, train, load};
+  std::vector<std::string> expected = {gen, score0};
+  for (int it = 1; it <= 3; ++it) {
+    expected.insert(expected.end(), iteration.begin(), iteration.end());
+    if (it >= 2) expected.insert(expected.end(), {gen, score0});
+  }
+  EXPECT_EQ(actors_->Log(), expected);
+  // The trainer still gets every sample's own reward, whichever worker scored it.
+  for (const FakeWork* t : actors_->Received(Task::kGrpoTrain)) CheckTrainBatch(*t, 2);
+}
+
 TEST_P(LmLoopTest, TrainerGetsEachPromptsGroupOnceWithTheRewardsScored) {
   const JobConfig config = Config();
   ASSERT_TRUE(Run(config).ok());
@@ -374,7 +394,7 @@ TEST_P(LmLoopTest, UnknownRequestIdFromTheRolloutIsAnError) {
   EXPECT_TRUE(ctx_->records.empty());
 }
 
-INSTANTIATE_TEST_SUITE_P(GrpoAndLmPpo, LmLoopTest, ::testing::Values("grpo", "lm_ppo"));
+INSTANTIATE_TEST_SUITE_P(GrpoAndLmPpo, LmLoopTest, ::testing::Values("grpo", "drgrpo", "rloo", "lm_ppo"));
 
 }  // namespace
 }  // namespace rlforge::testing
