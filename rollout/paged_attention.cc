@@ -23,7 +23,16 @@ inline int64_t SlotOf(const PagedBatch& b, int32_t seq, int64_t pos) {
   return static_cast<int64_t>(table[pos / b.block_size]) * b.block_size + pos % b.block_size;
 }
 
+bool CpuHasAvx2Fma() {
+  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return yes;
+}
+
 }  // namespace
+
+bool PagedKernelAvailable(PagedKernel kernel) {
+  return kernel != PagedKernel::kAvx2 || CpuHasAvx2Fma();
+}
 
 void WritePagedKv(torch::Tensor& pool, const torch::Tensor& kv, const PagedBatch& batch) {
   RF_CHECK(pool.is_contiguous() && pool.scalar_type() == torch::kFloat32);
@@ -37,7 +46,9 @@ void WritePagedKv(torch::Tensor& pool, const torch::Tensor& kv, const PagedBatch
 }
 
 torch::Tensor PagedAttention(const torch::Tensor& q_in, const torch::Tensor& k_pool,
-                             const torch::Tensor& v_pool, const PagedBatch& batch) {
+                             const torch::Tensor& v_pool, const PagedBatch& batch,
+                             PagedKernel kernel) {
+  RF_CHECK(PagedKernelAvailable(kernel));
   torch::Tensor q = q_in.contiguous();
   const int64_t rows = q.size(0), heads = q.size(1), dim = q.size(2);
   const int64_t kv_heads = k_pool.size(2);
@@ -55,7 +66,8 @@ torch::Tensor PagedAttention(const torch::Tensor& q_in, const torch::Tensor& k_p
   // per position); a slot's K (then V) for every kv head is one contiguous
   // read, so the pool is streamed in order, and the n samples of a prompt are
   // neighbouring rows that find its shared blocks still in cache.
-  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  const bool avx2 =
+      kernel == PagedKernel::kAvx2 || (kernel == PagedKernel::kAuto && CpuHasAvx2Fma());
   at::parallel_for(0, rows, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> scores, acc(heads * dim);
     for (int64_t r = begin; r < end; ++r) {

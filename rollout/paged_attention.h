@@ -34,9 +34,19 @@ struct PagedBatch {
 // pool[row_slot[r]] = kv[r] for every row. kv: [rows, num_kv_heads, head_dim].
 void WritePagedKv(torch::Tensor& pool, const torch::Tensor& kv, const PagedBatch& batch);
 
+// Which build of the row kernel runs: kAuto picks AVX2 + FMA where the CPU has both
+// (every x86-64-v3 processor, AVX-512 ones included), the baseline x86-64 build
+// otherwise. The two round differently (FMA); tests run both on any CPU that can.
+enum class PagedKernel { kAuto, kBaseline, kAvx2 };
+
+// Whether `kernel` can run on this CPU (kAuto and kBaseline always can).
+bool PagedKernelAvailable(PagedKernel kernel);
+
 // Attention output [rows, num_heads, head_dim] for q [rows, num_heads, head_dim].
+// `kernel` must be available.
 torch::Tensor PagedAttention(const torch::Tensor& q, const torch::Tensor& k_pool,
-                             const torch::Tensor& v_pool, const PagedBatch& batch);
+                             const torch::Tensor& v_pool, const PagedBatch& batch,
+                             PagedKernel kernel = PagedKernel::kAuto);
 
 // Reference: gathers each row's context and uses plain tensor ops. Slow; for tests.
 torch::Tensor PagedAttentionReference(const torch::Tensor& q, const torch::Tensor& k_pool,

@@ -48,15 +48,33 @@ Case MakeCase(int64_t heads, int64_t kv_heads, int64_t dim, uint64_t seed) {
   return c;
 }
 
+// Every build of the row kernel this CPU can run, not only the one kAuto picks here.
+std::vector<PagedKernel> RunnableKernels() {
+  std::vector<PagedKernel> out = {PagedKernel::kAuto, PagedKernel::kBaseline};
+  if (PagedKernelAvailable(PagedKernel::kAvx2)) out.push_back(PagedKernel::kAvx2);
+  return out;
+}
+
 TEST(PagedAttention, MatchesReferenceWithGroupedQueryHeads) {
-  for (auto [heads, kv_heads, dim] : {std::tuple{4, 2, 16}, {4, 4, 8}, {6, 1, 12}}) {
-    Case c = MakeCase(heads, kv_heads, dim, 1 + heads * dim);
-    torch::Tensor got = PagedAttention(c.q, c.k_pool, c.v_pool, c.batch);
-    torch::Tensor want = PagedAttentionReference(c.q, c.k_pool, c.v_pool, c.batch);
-    EXPECT_TRUE(torch::allclose(got, want, 1e-5, 1e-5))
-        << "heads " << heads << " kv " << kv_heads << " max diff "
-        << (got - want).abs().max().item<float>();
+  for (PagedKernel kernel : RunnableKernels()) {
+    for (auto [heads, kv_heads, dim] : {std::tuple{4, 2, 16}, {4, 4, 8}, {6, 1, 12}}) {
+      Case c = MakeCase(heads, kv_heads, dim, 1 + heads * dim);
+      torch::Tensor got = PagedAttention(c.q, c.k_pool, c.v_pool, c.batch, kernel);
+      torch::Tensor want = PagedAttentionReference(c.q, c.k_pool, c.v_pool, c.batch);
+      EXPECT_TRUE(torch::allclose(got, want, 1e-5, 1e-5))
+          << "kernel " << static_cast<int>(kernel) << " heads " << heads << " kv " << kv_heads
+          << " max diff " << (got - want).abs().max().item<float>();
+    }
   }
+}
+
+TEST(PagedAttention, BaselineAndAvx2BuildsAgreeToRounding) {
+  if (!PagedKernelAvailable(PagedKernel::kAvx2)) GTEST_SKIP() << "no AVX2 + FMA here";
+  Case c = MakeCase(4, 2, 16, 11);
+  torch::Tensor base = PagedAttention(c.q, c.k_pool, c.v_pool, c.batch, PagedKernel::kBaseline);
+  torch::Tensor avx2 = PagedAttention(c.q, c.k_pool, c.v_pool, c.batch, PagedKernel::kAvx2);
+  EXPECT_TRUE(torch::allclose(base, avx2, 1e-6, 1e-6))
+      << "max diff " << (base - avx2).abs().max().item<float>();
 }
 
 TEST(PagedAttention, WriteLandsInTheMappedSlots) {
@@ -119,14 +137,17 @@ TEST(PagedAttention, GapAfterASharedPartialBlockIsSkipped) {
   WritePagedKv(v_pool, v, b);
   EXPECT_EQ(k_pool[2][2][0][0].item<float>(), 1e3f) << "the gap must stay unwritten";
   torch::Tensor q = torch::randn({len, heads, dim});
-  torch::Tensor got = PagedAttention(q, k_pool, v_pool, b);
   torch::Tensor kk = k.repeat_interleave(heads / kv_heads, 1),
                 vv = v.repeat_interleave(heads / kv_heads, 1);
   torch::Tensor s = torch::matmul(q.transpose(0, 1), kk.permute({1, 2, 0})) / std::sqrt(dim);
   s = s.masked_fill(torch::ones({len, len}).triu(1).to(torch::kBool), -1e30);
   torch::Tensor want = torch::matmul(torch::softmax(s, -1), vv.transpose(0, 1)).transpose(0, 1);
-  EXPECT_TRUE(torch::allclose(got, want, 1e-5, 1e-5))
-      << "max diff " << (got - want).abs().max().item<float>();
+  for (PagedKernel kernel : RunnableKernels()) {
+    torch::Tensor got = PagedAttention(q, k_pool, v_pool, b, kernel);
+    EXPECT_TRUE(torch::allclose(got, want, 1e-5, 1e-5))
+        << "kernel " << static_cast<int>(kernel) << " max diff "
+        << (got - want).abs().max().item<float>();
+  }
   EXPECT_TRUE(torch::allclose(PagedAttentionReference(q, k_pool, v_pool, b), want, 1e-5, 1e-5));
 }
 
