@@ -120,7 +120,9 @@ std::shared_ptr<const Schema> LaunchSection() {
 
 std::shared_ptr<const Schema> TrainerSection() {
   SchemaBuilder<TrainerOptions> b("The learner: ranks, threads and the AdamW optimiser.");
-  b.Int("ranks", &TrainerOptions::ranks, "Trainer processes (rank 0 leads).").Min(1).Max(1024);
+  b.Int("ranks", &TrainerOptions::ranks,
+        "Trainer processes (rank 0 leads). Every job trains on 1 for now: other values are "
+        "refused until the sharded trainer exists.").Min(1).Max(1024);
   b.Int("threads", &TrainerOptions::threads,
         "Intra-op threads per trainer rank; 0 divides this host's cores among the ranks.")
       .Min(0);

@@ -102,7 +102,9 @@ std::shared_ptr<const Schema> RewardSection() {
   SchemaBuilder<RewardOptions> b(
       "Reward workers score finished responses; the total is the weighted sum of the rewards, "
       "each also reported under its own name.");
-  b.Int("workers", &RewardOptions::workers, "Reward worker processes.").Min(1).Max(1024);
+  b.Int("workers", &RewardOptions::workers,
+        "Reward worker processes; each generation's streamed chunks are dealt to them "
+        "round-robin.").Min(1).Max(1024);
   b.Bool("external", &RewardOptions::external,
          "Do not start the workers; wait for them to join with `rlforge actor --role reward`.");
   b.Double("timeout_s", &RewardOptions::timeout_s,
