@@ -96,6 +96,41 @@ TEST(GrpoTest, ArithJobRaisesHeldOutAccuracyAndSyncsWeightsEveryIteration) {
   EXPECT_GT(m[100]["metrics"]["policy_version"].get<double>(), 50);
 }
 
+// configs/rloo_arith.yaml and drgrpo_arith.yaml as committed (shortened), with two reward
+// workers sharing the scoring: the same processes as GRPO, another advantage estimator.
+class GrpoVariantTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GrpoVariantTest, CommittedConfigRunsWithTwoRewardWorkers) {
+  const std::string name = GetParam();
+  std::string root = FreshDir(name + "_arith");
+  const std::string base = SftCheckpoint(root);
+  auto [code, out] = RunRlforge(
+      {"run", SourceDir() + "/configs/" + name + "_arith.yaml", "job.run_root=" + root,
+       "job.name=v", "model.path=" + base, "job.iterations=3", "grpo.prompts_per_iteration=4",
+       "grpo.eval_every=0", "grpo.eval_examples=8", "reward.workers=2"},
+      300);
+  ASSERT_EQ(code, 0) << out;
+  auto m = ReadMetricsJsonl(root + "/v");
+  ASSERT_EQ(m.size(), 4u) << out;
+  for (int step = 1; step <= 3; ++step) {
+    const auto& r = m[step]["metrics"];
+    EXPECT_EQ(r["groups"].get<double>(), 4);
+    EXPECT_TRUE(r.contains("degenerate_groups"));
+    EXPECT_EQ(r["policy_version_lag"].get<double>(), 0);
+    EXPECT_DOUBLE_EQ(r["reward_mean"].get<double>(), r["reward/exact/mean"].get<double>());
+  }
+  for (const char* log : {"/v/logs/reward-0.log", "/v/logs/reward-1.log"}) {
+    EXPECT_TRUE(std::filesystem::exists(root + log)) << log;
+  }
+  // grpo.loss_aggregation: auto resolves to the algorithm's default in the resolved config.
+  const std::string resolved = ReadFile(root + "/v/config.resolved.yaml");
+  EXPECT_NE(resolved.find(name == "drgrpo" ? "loss_aggregation: seq-mean-token-sum-norm"
+                                           : "loss_aggregation: token-mean"),
+            std::string::npos);
+}
+
+INSTANTIATE_TEST_SUITE_P(Configs, GrpoVariantTest, ::testing::Values("rloo", "drgrpo"));
+
 TEST(GrpoTest, MissingStartingCheckpointIsAClearError) {
   std::string root = FreshDir("grpo_nopath");
   auto [code, out] = RunRlforge(
