@@ -36,7 +36,7 @@ class Role {
 // Builds the role named `role` for an actor process. The binary supplies it (cli/role_registry.h),
 // so this folder depends on no role folder.
 using RoleFactory = absl::StatusOr<std::unique_ptr<Role>> (*)(const std::string& role,
-                                                             const JobConfig& config,
-                                                             const proto::Assignment& assignment);
+                                                              const JobConfig& config,
+                                                              const proto::Assignment& assignment);
 
 }  // namespace rlforge

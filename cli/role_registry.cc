@@ -1,6 +1,7 @@
+#include "cli/role_registry.h"
+
 #include "absl/strings/str_cat.h"
 #include "actors/echo_role.h"
-#include "cli/role_registry.h"
 #include "common/strings.h"
 #include "reward/reward_role.h"
 #include "rollout/control_rollout_role.h"

@@ -37,7 +37,7 @@ enum class AdvantageKind {
 };
 
 struct AlgorithmSpec {
-  std::string name;  // job.algorithm
+  std::string name;     // job.algorithm
   std::string summary;  // one sentence for docs/config.md
   AlgorithmFamily family;
   AdvantageKind advantage = AdvantageKind::kNone;

@@ -63,8 +63,8 @@ TEST(AlgorithmRegistryTest, LossAggregationDefaultsToTheAlgorithms) {
 TEST(AlgorithmRegistryTest, GroupEstimatorsNeedTwoSamplesPerPrompt) {
   for (const AlgorithmSpec& a : Algorithms()) {
     if (a.family != AlgorithmFamily::kLmRl) continue;
-    LoadedJob j = LoadJobText("job: {algorithm: " + a.name + "}\ngrpo:\n  group_size: 1\n",
-                              "t.yaml");
+    LoadedJob j =
+        LoadJobText("job: {algorithm: " + a.name + "}\ngrpo:\n  group_size: 1\n", "t.yaml");
     if (!NeedsGroups(a.advantage)) {
       EXPECT_TRUE(j.ok()) << a.name << Errors(j);
       continue;
@@ -86,8 +86,9 @@ TEST(AlgorithmRegistryTest, AnotherAlgorithmsSectionIsAnError) {
             "t.yaml:2:1: ppo: job.algorithm grpo does not read this section (it reads: rollout, "
             "engine, grpo, reward, model, data, weights); remove it");
   // Shared sections and the algorithm's own are fine; so is a section left at its defaults.
-  EXPECT_TRUE(LoadJobText("job: {algorithm: lm_ppo}\ncritic: {lr: 1e-3}\ntrainer: {lr: 1e-5}\n",
-                          "t.yaml").ok());
+  EXPECT_TRUE(
+      LoadJobText("job: {algorithm: lm_ppo}\ncritic: {lr: 1e-3}\ntrainer: {lr: 1e-5}\n", "t.yaml")
+          .ok());
   EXPECT_TRUE(LoadJobText("job: {algorithm: grpo}\ncritic: {lr: 5e-4}\n", "t.yaml").ok());
   EXPECT_FALSE(LoadJobText("job: {algorithm: grpo}\ncritic: {lr: 1e-3}\n", "t.yaml").ok());
 }

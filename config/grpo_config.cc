@@ -68,8 +68,7 @@ void AddGrpoSection(SchemaBuilder<JobConfig>& job) {
         "Iterations between held-out evaluations (also before the first and after the last); "
         "0: only those two.")
       .Min(0);
-  b.Int("eval_examples", &GrpoOptions::eval_examples, "Held-out prompts per evaluation.")
-      .Min(1);
+  b.Int("eval_examples", &GrpoOptions::eval_examples, "Held-out prompts per evaluation.").Min(1);
   b.Int("stream_groups", &GrpoOptions::stream_groups,
         "The rollout worker returns finished groups in chunks of at least this many, so "
         "scoring starts before the slowest sample ends.")
@@ -79,7 +78,8 @@ void AddGrpoSection(SchemaBuilder<JobConfig>& job) {
       ctx.Error("dual_clip", absl::StrCat("must be 0 (off) or greater than 1, got ", g.dual_clip));
     }
     if (g.minibatches > g.prompts_per_iteration) {
-      ctx.Error("minibatches", absl::StrCat(g.minibatches, " minibatches of whole groups need at "
+      ctx.Error("minibatches", absl::StrCat(g.minibatches,
+                                            " minibatches of whole groups need at "
                                             "least as many prompts_per_iteration (",
                                             g.prompts_per_iteration, ")"));
     }
@@ -89,7 +89,8 @@ void AddGrpoSection(SchemaBuilder<JobConfig>& job) {
     if (c.job.algorithm != nullptr && NeedsGroups(c.job.algorithm->advantage) &&
         c.grpo.group_size < 2) {
       ctx.Error("grpo.group_size",
-                absl::StrCat(c.job.algorithm->name, "'s advantage compares the samples of a "
+                absl::StrCat(c.job.algorithm->name,
+                             "'s advantage compares the samples of a "
                              "group, which needs at least 2 samples per prompt, got ",
                              c.grpo.group_size));
     }
@@ -143,8 +144,7 @@ void AddGrpoSection(SchemaBuilder<JobConfig>& job) {
          "Iterations between held-out evaluations (also before the first and after the "
          "last); 0: only those two.")
       .Min(0);
-  db.Int("eval_examples", &DpoJobOptions::eval_examples, "Held-out prompts per evaluation.")
-      .Min(1);
+  db.Int("eval_examples", &DpoJobOptions::eval_examples, "Held-out prompts per evaluation.").Min(1);
   db.Int("max_new_tokens", &DpoJobOptions::max_new_tokens,
          "Greedy generation budget per held-out answer.")
       .Min(1);

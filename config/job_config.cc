@@ -1,17 +1,16 @@
 #include "config/job_config.h"
 
-#include <filesystem>
-
 #include <algorithm>
+#include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "config/control_config.h"
+#include "config/dashboard_config.h"
 #include "config/engine_config.h"
 #include "config/grpo_config.h"
-#include "config/reward_config.h"
-#include "config/dashboard_config.h"
 #include "config/lm_config.h"
+#include "config/reward_config.h"
 
 namespace rlforge {
 
@@ -122,7 +121,9 @@ std::shared_ptr<const Schema> TrainerSection() {
   SchemaBuilder<TrainerOptions> b("The learner: ranks, threads and the AdamW optimiser.");
   b.Int("ranks", &TrainerOptions::ranks,
         "Trainer processes (rank 0 leads). Every job trains on 1 for now: other values are "
-        "refused until the sharded trainer exists.").Min(1).Max(1024);
+        "refused until the sharded trainer exists.")
+      .Min(1)
+      .Max(1024);
   b.Int("threads", &TrainerOptions::threads,
         "Intra-op threads per trainer rank; 0 divides this host's cores among the ranks.")
       .Min(0);
@@ -182,13 +183,14 @@ std::shared_ptr<const Schema> BuildJobSchema() {
                                               "multi-rank trainer is not built yet), got ",
                                               c.trainer.ranks));
     }
-    const bool lm = c.job.algorithm != nullptr &&
-                    (c.job.algorithm->family == AlgorithmFamily::kLmRl ||
-                     c.job.algorithm->family == AlgorithmFamily::kDpo);
+    const bool lm =
+        c.job.algorithm != nullptr && (c.job.algorithm->family == AlgorithmFamily::kLmRl ||
+                                       c.job.algorithm->family == AlgorithmFamily::kDpo);
     if (lm && c.rollout.workers != 1) {
       ctx.Error("rollout.workers",
                 absl::StrCat("language-model jobs generate on one rollout engine for now (the "
-                             "engine fleet is not built yet), got ", c.rollout.workers));
+                             "engine fleet is not built yet), got ",
+                             c.rollout.workers));
     }
     if (c.job.algorithm != nullptr && c.job.algorithm->family == AlgorithmFamily::kEcho &&
         c.echo.workers < 1) {

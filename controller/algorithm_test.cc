@@ -57,8 +57,7 @@ TEST(AlgorithmTest, LmLoopRefusesAMissingCheckpoint) {
   c.model.path = ::testing::TempDir() + "/no_such_checkpoint";
   auto algo = CreateAlgorithm(c);
   ASSERT_FALSE(algo.ok());
-  EXPECT_NE(algo.status().message().find("job.algorithm lm_ppo starts from one"),
-            std::string::npos)
+  EXPECT_NE(algo.status().message().find("job.algorithm lm_ppo starts from one"), std::string::npos)
       << algo.status();
 }
 

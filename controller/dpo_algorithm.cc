@@ -5,9 +5,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
-#include "common/timing_keys.h"
 #include "common/logging.h"
 #include "common/status.h"
+#include "common/timing_keys.h"
 #include "controller/lm_loop.h"
 
 namespace rlforge {

@@ -22,9 +22,8 @@ namespace {
 absl::StatusOr<std::string> OneRollout(const Controller& ctl) {
   std::vector<std::string> ids = ctl.actors().IdsOfRole("rollout");
   if (ids.size() != 1) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("a language-model job needs exactly one rollout worker, the job has ",
-                     ids.size()));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "a language-model job needs exactly one rollout worker, the job has ", ids.size()));
   }
   return ids.front();
 }
@@ -183,9 +182,8 @@ absl::StatusOr<Scored> LmLoop::GenerateAndScore(const std::vector<PromptExample>
         const size_t s = k * n + j;
         if (!scores.ok[s]) {
           return absl::InternalError(absl::StrCat(
-              scored_by[q], " could not score sample ", j, " of prompt '",
-              examples[ids[k]].prompt, "': ", scores.error[s], " (see logs/", scored_by[q],
-              ".log)"));
+              scored_by[q], " could not score sample ", j, " of prompt '", examples[ids[k]].prompt,
+              "': ", scores.error[s], " (see logs/", scored_by[q], ".log)"));
         }
         out.rewards[ids[k] * n + j] = scores.total[s];
       }
@@ -278,10 +276,11 @@ void RewardStats(const Scored& s, double count, std::map<std::string, double>& m
 
 absl::Status CheckStartCheckpoint(const JobConfig& c) {
   if (c.model.path.empty() || !std::filesystem::is_directory(c.model.path)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "model.path: '", c.model.path, "' is not a checkpoint directory; job.algorithm ",
-        c.job.algorithm->name, " starts from one (e.g. the SFT stage's runs/<name>/checkpoints/step_<N>;",
-        " set model.init_job to train it first)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.path: '", c.model.path,
+                     "' is not a checkpoint directory; job.algorithm ", c.job.algorithm->name,
+                     " starts from one (e.g. the SFT stage's runs/<name>/checkpoints/step_<N>;",
+                     " set model.init_job to train it first)"));
   }
   return absl::OkStatus();
 }

@@ -149,7 +149,8 @@ TEST_P(LmLoopTest, IterationGeneratesScoresTrainsThenSyncsAndEvaluatesOnSchedule
 }
 
 TEST_P(LmLoopTest, RewardWorkersShareTheChunksRoundRobin) {
-  const JobConfig config = Config("reward: {workers: 2, rewards: [{name: exact, kind: exact_answer}]}\n");
+  const JobConfig config =
+      Config("reward: {workers: 2, rewards: [{name: exact, kind: exact_answer}]}\n");
   ASSERT_TRUE(Run(config).ok());
   const std::vector<std::string> rewarders = actors_->Ids("reward");
   ASSERT_EQ(rewarders.size(), 2u);
@@ -394,7 +395,8 @@ TEST_P(LmLoopTest, UnknownRequestIdFromTheRolloutIsAnError) {
   EXPECT_TRUE(ctx_->records.empty());
 }
 
-INSTANTIATE_TEST_SUITE_P(GrpoAndLmPpo, LmLoopTest, ::testing::Values("grpo", "drgrpo", "rloo", "lm_ppo"));
+INSTANTIATE_TEST_SUITE_P(GrpoAndLmPpo, LmLoopTest,
+                         ::testing::Values("grpo", "drgrpo", "rloo", "lm_ppo"));
 
 }  // namespace
 }  // namespace rlforge::testing

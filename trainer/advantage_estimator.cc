@@ -177,7 +177,8 @@ absl::StatusOr<torch::Tensor> LeaveOneOutAdvantages(const torch::Tensor& rewards
                      absl::StrJoin(rewards.sizes(), ", "), "] and group size ", group_size));
   }
   const torch::Tensor r = rewards.view({-1, group_size});
-  const torch::Tensor others = (r.sum(1, /*keepdim=*/true) - r) / static_cast<double>(group_size - 1);
+  const torch::Tensor others =
+      (r.sum(1, /*keepdim=*/true) - r) / static_cast<double>(group_size - 1);
   return (r - others).reshape({-1});
 }
 
@@ -195,8 +196,8 @@ absl::StatusOr<std::unique_ptr<AdvantageEstimator>> CreateAdvantageEstimator(
     case AdvantageKind::kNone:
       break;
   }
-  return absl::InvalidArgumentError(absl::StrCat("job.algorithm ", config.job.algorithm->name,
-                                                 " has no advantage estimator"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("job.algorithm ", config.job.algorithm->name, " has no advantage estimator"));
 }
 
 }  // namespace rlforge

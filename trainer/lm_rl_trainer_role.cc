@@ -29,9 +29,9 @@ absl::StatusOr<std::unique_ptr<Role>> LmRlTrainerRole::Create(const JobConfig& c
       ASSIGN_OR_RETURN(models::Transformer ref, LoadFrozenReference(role->config_));
       role->reference_ = ref;
     }
-    ASSIGN_OR_RETURN(role->estimator_,
-                     CreateAdvantageEstimator(role->config_, role->reference_ ? &*role->reference_
-                                                                               : nullptr));
+    ASSIGN_OR_RETURN(
+        role->estimator_,
+        CreateAdvantageEstimator(role->config_, role->reference_ ? &*role->reference_ : nullptr));
     return absl::OkStatus();
   }));
   LmPolicyLossOptions& lo = role->loss_options_;
@@ -143,8 +143,8 @@ absl::StatusOr<WorkReply> LmRlTrainerRole::Train(const proto::GrpoTrain& task,
   return reply;
 }
 
-absl::Status LmRlTrainerRole::Minibatch(const GroupBatch& b, const torch::Tensor& idx,
-                                        bool update, bool first, Sums& sums) {
+absl::Status LmRlTrainerRole::Minibatch(const GroupBatch& b, const torch::Tensor& idx, bool update,
+                                        bool first, Sums& sums) {
   const GrpoOptions& g = config_.grpo;
   models::Transformer& policy = state_->policy();
   {  // In a critic warm-up the policy's forward only feeds metrics: no graph.
