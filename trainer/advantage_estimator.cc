@@ -23,8 +23,8 @@ class GroupEstimator final : public AdvantageEstimator {
   GroupEstimator(AdvantageKind kind, bool filter_degenerate)
       : kind_(kind), filter_degenerate_(filter_degenerate) {}
 
-  absl::Status Prepare(const std::vector<LmGroup>& groups, const GroupBatch& full,
-                       const torch::Tensor& rewards, std::map<std::string, double>& out) override {
+  absl::Status Prepare(const std::vector<LmGroup>& groups, const torch::Tensor& rewards,
+                       std::map<std::string, double>& out) override {
     const int64_t g = static_cast<int64_t>(groups.size());
     GroupAdvantageOptions ao;
     ao.group_size = g > 0 ? rewards.size(0) / g : 0;
@@ -85,11 +85,12 @@ class CriticEstimator final : public AdvantageEstimator {
     return std::unique_ptr<AdvantageEstimator>(std::move(e));
   }
 
-  absl::Status Prepare(const std::vector<LmGroup>& groups, const GroupBatch& full,
-                       const torch::Tensor& rewards, std::map<std::string, double>& out) override {
+  absl::Status Prepare(const std::vector<LmGroup>& groups, const torch::Tensor& rewards,
+                       std::map<std::string, double>& out) override {
     kept_.clear();
     for (int64_t i = 0; i < static_cast<int64_t>(groups.size()); ++i) kept_.push_back(i);
     torch::NoGradGuard ng;
+    ASSIGN_OR_RETURN(const GroupBatch full, PackGroups(groups));
     (*critic_)->eval();
     old_values_ = Values(full) * full.mask;
     torch::Tensor kl;

@@ -37,9 +37,9 @@ class AdvantageEstimator {
   virtual ~AdvantageEstimator() = default;
 
   // Computes the batch's advantages; adds what it measured (degenerate_groups, kl, value
-  // statistics, reference_s) to `out`. `full` packs every group of the batch.
-  virtual absl::Status Prepare(const std::vector<LmGroup>& groups, const GroupBatch& full,
-                               const torch::Tensor& rewards,
+  // statistics, reference_s) to `out`. Only an estimator that runs a model over the batch
+  // packs it (PackGroups): the critic-free ones read the rewards alone.
+  virtual absl::Status Prepare(const std::vector<LmGroup>& groups, const torch::Tensor& rewards,
                                std::map<std::string, double>& out) = 0;
   // Groups that enter the update, in batch order.
   const std::vector<int64_t>& kept_groups() const { return kept_; }

@@ -19,7 +19,7 @@ std::vector<float> Advantages(const std::string& algorithm, bool filter,
   EXPECT_TRUE(est.ok()) << est.status();
   std::map<std::string, double> out;
   const torch::Tensor r = torch::tensor(kRewards);
-  EXPECT_TRUE((*est)->Prepare(std::vector<LmGroup>(2), GroupBatch{}, r, out).ok());
+  EXPECT_TRUE((*est)->Prepare(std::vector<LmGroup>(2), r, out).ok());
   EXPECT_EQ(out["degenerate_groups"], 1);
   if (kept != nullptr) *kept = (*est)->kept_groups();
   torch::Tensor a = (*est)->Rows(torch::arange(8, torch::kLong), 3).contiguous();

@@ -95,10 +95,7 @@ absl::StatusOr<WorkReply> LmRlTrainerRole::Train(const proto::GrpoTrain& task,
   torch::Tensor rewards;
   RETURN_IF_ERROR(ReadBatch(task, tensors, &groups, &rewards));
   std::map<std::string, double> out;
-  {
-    ASSIGN_OR_RETURN(GroupBatch full, PackGroups(groups));
-    RETURN_IF_ERROR(estimator_->Prepare(groups, full, rewards, out));
-  }
+  RETURN_IF_ERROR(estimator_->Prepare(groups, rewards, out));
   out["groups"] = static_cast<double>(groups.size());
   const std::vector<int64_t>& kept = estimator_->kept_groups();
   if (kept.empty()) {  // nothing to learn from: same version, no step
