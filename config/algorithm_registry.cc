@@ -6,8 +6,12 @@ namespace rlforge {
 
 namespace {
 
-// Sections every language-model RL job reads.
-#define RLFORGE_LM_RL_SECTIONS "rollout", "engine", "grpo", "reward", "model", "data", "weights"
+// The sections every language-model RL job reads, and `extra`.
+std::vector<std::string> LmRlSections(std::vector<std::string> extra = {}) {
+  std::vector<std::string> s = {"rollout", "engine", "grpo", "reward", "model", "data", "weights"};
+  s.insert(s.end(), extra.begin(), extra.end());
+  return s;
+}
 
 std::vector<AlgorithmSpec> BuildTable() {
   return {
@@ -38,7 +42,7 @@ std::vector<AlgorithmSpec> BuildTable() {
        AdvantageKind::kGroupNorm,
        "token-mean",
        {"trainer", "rollout", "reward"},
-       {RLFORGE_LM_RL_SECTIONS}},
+       LmRlSections()},
       {"drgrpo",
        "GRPO done right (Dr. GRPO): advantages not divided by the group's std, "
        "losses summed over tokens over a constant length",
@@ -46,7 +50,7 @@ std::vector<AlgorithmSpec> BuildTable() {
        AdvantageKind::kGroupMean,
        "seq-mean-token-sum-norm",
        {"trainer", "rollout", "reward"},
-       {RLFORGE_LM_RL_SECTIONS}},
+       LmRlSections()},
       {"rloo",
        "REINFORCE leave-one-out: each sample's baseline is the mean reward of the "
        "other samples of its group",
@@ -54,14 +58,14 @@ std::vector<AlgorithmSpec> BuildTable() {
        AdvantageKind::kLeaveOneOut,
        "token-mean",
        {"trainer", "rollout", "reward"},
-       {RLFORGE_LM_RL_SECTIONS}},
+       LmRlSections()},
       {"lm_ppo",
        "PPO for a language model: a critic, token-level GAE, the KL as a reward penalty",
        AlgorithmFamily::kLmRl,
        AdvantageKind::kTokenGae,
        "token-mean",
        {"trainer", "rollout", "reward"},
-       {RLFORGE_LM_RL_SECTIONS, "critic"}},
+       LmRlSections({"critic"})},
       {"dpo",
        "preference optimisation of a language model",
        AlgorithmFamily::kDpo,
@@ -71,8 +75,6 @@ std::vector<AlgorithmSpec> BuildTable() {
        {"dpo", "rollout", "engine", "reward", "model", "data", "weights"}},
   };
 }
-
-#undef RLFORGE_LM_RL_SECTIONS
 
 }  // namespace
 
