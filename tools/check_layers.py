@@ -16,7 +16,7 @@ import sys
 LEVELS = [
     ["common"],
     ["proto", "config"],
-    ["launch", "data", "weights", "dashboard", "models"],
+    ["launch", "data", "weights", "dist", "dashboard", "models"],
     ["sim_bridge"],
     ["actors"],
     ["reward", "rollout", "trainer"],

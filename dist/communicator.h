@@ -1,0 +1,91 @@
+// Communicator: the collectives a group of trainer ranks runs, with deadlines, over one
+// backend that nothing above this file names.
+//
+// controller: StoreServer (c10d TCPStore, port chosen by the OS) -> address in each rank's
+//   Assignment -> each rank: ConnectGroup(address, rank, size) -> Communicator
+//   -> AllGather / ReduceScatter / AllReduce / Broadcast, each returning a Pending handle
+//
+// Backends: gloo through libtorch's c10d on CPU (Debian's libtorch 1.13 has no gloo
+// reduce-scatter, so it is a ring of send/recv here: each rank sends (N-1)/N of the buffer,
+// the ideal). A group of one needs no store and moves no bytes.
+//
+// Every wait has a deadline (GroupOptions::timeout_s); a rank that died or hangs makes its
+// peers' waits fail within it, naming the group and this rank, never a silent hang.
+// A Communicator and its handles belong to one thread; collectives must be issued in the
+// same order on every rank (as with c10d). Handles must be waited before the tensors they
+// write are read, and before the next collective that writes the same tensors.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace rlforge::dist {
+
+// Bytes this rank put on the wire, by collective (counted from the algorithm each runs).
+struct CommStats {
+  int64_t all_gather_bytes = 0, reduce_scatter_bytes = 0, all_reduce_bytes = 0,
+          broadcast_bytes = 0;
+  int64_t total() const {
+    return all_gather_bytes + reduce_scatter_bytes + all_reduce_bytes + broadcast_bytes;
+  }
+};
+
+// An issued collective. Wait() blocks until it finished (or its deadline passed); waiting
+// twice returns the first result. Destroying an unwaited handle waits for it.
+class Pending {
+ public:
+  virtual ~Pending() = default;
+  virtual absl::Status Wait() = 0;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // in: [k] contiguous on every rank; out: [size * k] contiguous, rank r's `in` at r * k.
+  virtual std::unique_ptr<Pending> AllGather(const torch::Tensor& in, const torch::Tensor& out) = 0;
+  // in: [size * k] contiguous; out: [k], the sum over ranks of in's block `rank`.
+  // `in` is used as scratch (its other blocks are overwritten).
+  virtual std::unique_ptr<Pending> ReduceScatter(const torch::Tensor& in,
+                                                 const torch::Tensor& out) = 0;
+  // In place: the elementwise sum over ranks.
+  virtual std::unique_ptr<Pending> AllReduceSum(const torch::Tensor& t) = 0;
+  // In place: root's values on every rank.
+  virtual std::unique_ptr<Pending> Broadcast(const torch::Tensor& t, int root) = 0;
+
+  const CommStats& stats() const { return stats_; }
+
+ protected:
+  CommStats stats_;
+};
+
+struct GroupOptions {
+  std::string store_address;  // host:port of the StoreServer; unused for a group of one
+  std::string name = "trainer";  // keys in the store are prefixed with it
+  int rank = 0;
+  int size = 1;
+  double timeout_s = 30;  // connecting, and every collective
+};
+
+// Joins the group (blocks until all `size` ranks joined or the deadline passed). A group of
+// one returns a communicator whose collectives copy locally.
+absl::StatusOr<std::unique_ptr<Communicator>> ConnectGroup(const GroupOptions& options);
+
+// The rendezvous point of one job: a key-value store the ranks meet at. Owned by the
+// controller; lives as long as the job.
+class StoreServer {
+ public:
+  // Listens on `host` at a port the OS picks.
+  static absl::StatusOr<std::unique_ptr<StoreServer>> Start(const std::string& host);
+  virtual ~StoreServer() = default;
+  virtual std::string address() const = 0;  // host:port
+};
+
+}  // namespace rlforge::dist
