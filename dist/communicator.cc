@@ -1,10 +1,9 @@
 #include "dist/communicator.h"
 
+#include <chrono>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
-
-#include <chrono>
 #include <utility>
 #include <vector>
 
@@ -27,10 +26,14 @@ int64_t Bytes(const torch::Tensor& t) { return t.numel() * static_cast<int64_t>(
 // Moves bytes only, so any dtype travels as integers of its width (gloo 1.13 knows no bf16).
 torch::Tensor AsBytes(const torch::Tensor& t) {
   switch (t.element_size()) {
-    case 2: return t.view(torch::kShort);
-    case 4: return t.view(torch::kInt);
-    case 8: return t.view(torch::kLong);
-    default: return t.view(torch::kByte);
+    case 2:
+      return t.view(torch::kShort);
+    case 4:
+      return t.view(torch::kInt);
+    case 8:
+      return t.view(torch::kLong);
+    default:
+      return t.view(torch::kByte);
   }
 }
 
@@ -207,8 +210,8 @@ absl::Status WorkPending::Wait() {
   return status_;
 }
 
-RingPending::RingPending(GlooCommunicator* comm, Kind kind, torch::Tensor buffer,
-                         torch::Tensor out, uint32_t tag)
+RingPending::RingPending(GlooCommunicator* comm, Kind kind, torch::Tensor buffer, torch::Tensor out,
+                         uint32_t tag)
     : comm_(comm), kind_(kind), buffer_(std::move(buffer)), out_(std::move(out)), tag_(tag) {
   chunk_ = buffer_.numel() / comm_->size();
   if (kind_ == Kind::kReduceScatter) scratch_ = torch::empty({chunk_}, buffer_.options());
@@ -232,9 +235,8 @@ absl::Status RingPending::Post() {
   if (step_ >= n - 1) return absl::OkStatus();
   try {
     std::vector<at::Tensor> s{AsBytes(buffer_.narrow(0, SendChunk() * chunk_, chunk_))};
-    std::vector<at::Tensor> r{AsBytes(kind_ == Kind::kAllGather
-                                          ? buffer_.narrow(0, RecvChunk() * chunk_, chunk_)
-                                          : scratch_)};
+    std::vector<at::Tensor> r{AsBytes(
+        kind_ == Kind::kAllGather ? buffer_.narrow(0, RecvChunk() * chunk_, chunk_) : scratch_)};
     send_ = comm_->pg().send(s, (comm_->rank() + 1) % n, static_cast<int>(tag_));
     recv_ = comm_->pg().recv(r, (comm_->rank() + n - 1) % n, static_cast<int>(tag_));
   } catch (const std::exception& e) {
@@ -250,7 +252,8 @@ absl::Status RingPending::Wait() {
     status_ = WaitWork(comm_, recv_, what);
     if (status_.ok()) status_ = WaitWork(comm_, send_, what);
     if (!status_.ok()) break;
-    if (kind_ == Kind::kReduceScatter) buffer_.narrow(0, RecvChunk() * chunk_, chunk_).add_(scratch_);
+    if (kind_ == Kind::kReduceScatter)
+      buffer_.narrow(0, RecvChunk() * chunk_, chunk_).add_(scratch_);
     ++step_;
     status_ = Post();
   }
@@ -291,8 +294,8 @@ absl::StatusOr<std::unique_ptr<Communicator>> ConnectGroup(const GroupOptions& o
   if (o.size == 1) return std::unique_ptr<Communicator>(new SoloCommunicator());
   const auto [host, port] = SplitAddress(o.store_address);
   if (host.empty() || port <= 0 || port > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat("group ", o.name, ": store address '",
-                                                   o.store_address, "' is not host:port"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("group ", o.name, ": store address '", o.store_address, "' is not host:port"));
   }
   return CallCatching(
       [&]() -> absl::StatusOr<std::unique_ptr<Communicator>> {

@@ -28,8 +28,7 @@ namespace rlforge::dist {
 
 // Bytes this rank put on the wire, by collective (counted from the algorithm each runs).
 struct CommStats {
-  int64_t all_gather_bytes = 0, reduce_scatter_bytes = 0, all_reduce_bytes = 0,
-          broadcast_bytes = 0;
+  int64_t all_gather_bytes = 0, reduce_scatter_bytes = 0, all_reduce_bytes = 0, broadcast_bytes = 0;
   int64_t total() const {
     return all_gather_bytes + reduce_scatter_bytes + all_reduce_bytes + broadcast_bytes;
   }
@@ -67,7 +66,7 @@ class Communicator {
 };
 
 struct GroupOptions {
-  std::string store_address;  // host:port of the StoreServer; unused for a group of one
+  std::string store_address;     // host:port of the StoreServer; unused for a group of one
   std::string name = "trainer";  // keys in the store are prefixed with it
   int rank = 0;
   int size = 1;

@@ -68,8 +68,7 @@ TEST_P(CommunicatorTest, ReduceScatterSumsBlockOfThisRank) {
     torch::Tensor out = torch::zeros({4});
     ASSERT_TRUE(c.ReduceScatter(in, out)->Wait().ok());
     const float scale = n * (n + 1) / 2.0f;
-    EXPECT_TRUE(out.allclose(torch::arange(4, torch::kFloat).add(4 * c.rank()) * scale))
-        << out;
+    EXPECT_TRUE(out.allclose(torch::arange(4, torch::kFloat).add(4 * c.rank()) * scale)) << out;
     EXPECT_EQ(c.stats().reduce_scatter_bytes, 4 * 4 * (n - 1));
   });
 }
@@ -129,8 +128,7 @@ TEST(CommunicatorFailureTest, JoiningAGroupWhoseRanksNeverComeTimesOut) {
   const Stopwatch t;
   auto comm = ConnectGroup(o);
   ASSERT_FALSE(comm.ok());
-  EXPECT_NE(comm.status().message().find("rank 0 of 2"), absl::string_view::npos)
-      << comm.status();
+  EXPECT_NE(comm.status().message().find("rank 0 of 2"), absl::string_view::npos) << comm.status();
   EXPECT_LT(t.Seconds(), 10.0);
 }
 

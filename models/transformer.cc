@@ -159,13 +159,16 @@ torch::Tensor TransformerImpl::Hidden(const torch::Tensor& tokens, const torch::
   sin = sin.unsqueeze(1);
   // Additive mask [B, 1, 1, T, T]: same segment and not in the future.
   auto same = segment_ids.unsqueeze(2) == segment_ids.unsqueeze(1);
-  if (shared_segment.defined()) same = same | (shared_segment.unsqueeze(2) == segment_ids.unsqueeze(1));
+  if (shared_segment.defined())
+    same = same | (shared_segment.unsqueeze(2) == segment_ids.unsqueeze(1));
   auto causal = torch::ones({T, T}, torch::dtype(torch::kBool).device(tokens.device())).tril();
   auto mask = torch::zeros({B, T, T}, torch::dtype(torch::kFloat32).device(tokens.device()))
                   .masked_fill_(~(same & causal), -std::numeric_limits<float>::infinity())
                   .view({B, 1, 1, T, T});
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
-  for (const auto& l : layers_) {
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const Layer& l = layers_[i];
+    if (hooks_.before) hooks_.before(static_cast<int64_t>(i));
     auto hn = RmsNorm(x, l.input_norm);
     auto q =
         ApplyRope(Lin(l.q, hn).view({B, T, nh, d}).transpose(1, 2), cos, sin);  // [B, nh, T, d]
@@ -181,6 +184,7 @@ torch::Tensor TransformerImpl::Hidden(const torch::Tensor& tokens, const torch::
                    .reshape({B, T, nh * d});
     x = x + Lin(l.o, out);
     x = x + Mlp(l, RmsNorm(x, l.post_norm));
+    if (hooks_.after) x = hooks_.after(static_cast<int64_t>(i), x);
   }
   return RmsNorm(x, final_norm_);
 }

@@ -87,6 +87,15 @@ class TransformerImpl : public torch::nn::Module {
   torch::Tensor HiddenIncremental(const torch::Tensor& tokens, const torch::Tensor& positions,
                                   const AttendFn& attend);
 
+  // Called around each layer of Hidden() (not of HiddenIncremental); empty by default. The
+  // sharded trainer gathers a layer's parameters in `before` and, in `after`, frees them and
+  // hooks the layer's output so backward gathers them again (trainer/sharded_model.h).
+  struct LayerHooks {
+    std::function<void(int64_t layer)> before;
+    std::function<torch::Tensor(int64_t layer, const torch::Tensor& out)> after;
+  };
+  void set_layer_hooks(LayerHooks hooks) { hooks_ = std::move(hooks); }
+
   // Reference attention for one sequence's contiguous cache: q [n, heads, d] at the last n
   // positions of k, v [t, kv_heads, d] (causal within the n). Used by tests and simple
   // greedy loops; the rollout engine has its own.
@@ -113,6 +122,7 @@ class TransformerImpl : public torch::nn::Module {
   torch::nn::Linear lm_head_{nullptr};
   torch::nn::Linear value_head_{nullptr};
   torch::Tensor inv_freq_;  // [head_dim / 2] fp32, not a parameter
+  LayerHooks hooks_;
 };
 TORCH_MODULE(Transformer);
 

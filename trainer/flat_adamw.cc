@@ -1,6 +1,8 @@
 #include "trainer/flat_adamw.h"
 
 #include <cmath>
+#include <stdexcept>
+#include <string>
 
 namespace rlforge {
 
@@ -26,8 +28,22 @@ FlatAdamW::FlatAdamW(std::vector<torch::Tensor> params, Options options)
   }
 }
 
-double FlatAdamW::ClipGradNorm(double max_norm) {
-  double norm = grad_.norm().item<double>();
+FlatAdamW::FlatAdamW(torch::Tensor data, torch::Tensor grad, Options options)
+    : options_(options), data_(std::move(data)), grad_(std::move(grad)) {
+  m_ = torch::zeros_like(data_);
+  v_ = torch::zeros_like(data_);
+}
+
+double FlatAdamW::ClipGradNorm(double max_norm, dist::Communicator* comm) {
+  double norm = 0;
+  if (comm == nullptr || comm->size() == 1) {
+    norm = grad_.norm().item<double>();
+  } else {
+    torch::Tensor sq = grad_.to(torch::kDouble).pow(2).sum().reshape({1});
+    absl::Status s = comm->AllReduceSum(sq)->Wait();
+    if (!s.ok()) throw std::runtime_error(std::string(s.message()));
+    norm = std::sqrt(sq.item<double>());
+  }
   double coef = max_norm / (norm + 1e-6);
   if (coef < 1.0) grad_.mul_(coef);
   return norm;
@@ -46,6 +62,14 @@ void FlatAdamW::Step() {
   if (!denom_.defined()) denom_ = torch::empty_like(v_);
   torch::sqrt_out(denom_, v_).div_(std::sqrt(bias2)).add_(o.eps);
   data_.addcdiv_(m_, denom_, -o.lr / bias1);
+}
+
+int64_t FlatAdamW::HeldBytes() const {
+  int64_t bytes = 0;
+  for (const torch::Tensor* t : {&data_, &grad_, &m_, &v_, &denom_}) {
+    if (t->defined()) bytes += t->numel() * static_cast<int64_t>(t->element_size());
+  }
+  return bytes;
 }
 
 FlatAdamW::Options AdamWOptions(const TrainerOptions& t, double lr) {

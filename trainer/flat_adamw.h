@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "config/job_config.h"
+#include "dist/communicator.h"
 
 namespace rlforge {
 
@@ -24,16 +25,26 @@ class FlatAdamW {
     double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
   };
   FlatAdamW(std::vector<torch::Tensor> params, Options options);
+  // Adopts buffers that already are flat (a sharded model's shard_data and shard_grad).
+  FlatAdamW(torch::Tensor data, torch::Tensor grad, Options options);
 
   void ZeroGrad() { grad_.zero_(); }
   // Scales all gradients so their global L2 norm is at most max_norm; returns
   // the norm before clipping (as torch::nn::utils::clip_grad_norm_).
-  double ClipGradNorm(double max_norm);
+  // With `comm`, the norm is that of the gradient split over its ranks (each holds a shard).
+  double ClipGradNorm(double max_norm, dist::Communicator* comm = nullptr);
   void Step();
   void set_lr(double lr) { options_.lr = lr; }
 
   const torch::Tensor& flat_data() const { return data_; }
   const torch::Tensor& flat_grad() const { return grad_; }
+  // Optimizer state (first and second moments), for checkpoints.
+  const torch::Tensor& exp_avg() const { return m_; }
+  const torch::Tensor& exp_avg_sq() const { return v_; }
+  int64_t steps() const { return steps_; }
+  void set_steps(int64_t steps) { steps_ = steps; }
+  // Bytes of the state this object holds (params, grads, moments, scratch).
+  int64_t HeldBytes() const;
 
  private:
   Options options_;
