@@ -142,6 +142,14 @@ std::shared_ptr<const Schema> TrainerSection() {
   b.Double("max_grad_norm", &TrainerOptions::max_grad_norm,
            "Clip the global gradient norm to this; 0 disables clipping.")
       .Min(0);
+  b.Bool("reshard_after_forward", &TrainerOptions::reshard_after_forward,
+         "With several ranks: free each layer's gathered parameters after its forward and "
+         "gather them again for its backward (ZeRO-3, least memory), or keep them until its "
+         "backward (one all-gather fewer per layer, a full model's parameters at the peak).");
+  b.Choice("mixed_precision", &TrainerOptions::mixed_precision, {"none", "bf16"},
+           "`bf16`: gather parameters and compute forward and backward in bfloat16, keeping "
+           "fp32 master weights, optimizer state and gradient reduction. `none`: fp32 "
+           "throughout (the CPU default).");
   return b.Build();
 }
 

@@ -54,6 +54,10 @@ struct TrainerOptions {
   double adam_eps = 1e-8;
   double weight_decay = 0.0;
   double max_grad_norm = 1.0;
+  // Sharded training (trainer.ranks > 1): free a layer's gathered parameters after its
+  // forward (ZeRO-3) or keep them until its backward; bf16 compute with fp32 master weights.
+  bool reshard_after_forward = true;
+  std::string mixed_precision = "none";  // "none" | "bf16"
 };
 
 struct LaunchOptions {

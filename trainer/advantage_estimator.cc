@@ -12,6 +12,7 @@
 #include "trainer/lm_metrics.h"
 #include "trainer/ppo_loss.h"
 #include "trainer/token_ppo.h"
+#include "trainer/trainer_ranks.h"
 
 namespace rlforge {
 
@@ -52,35 +53,21 @@ class GroupEstimator final : public AdvantageEstimator {
   torch::Tensor advantages_;  // [S]
 };
 
-// model.path's weights with a value head initialised to zero: V = 0 everywhere at first,
-// so the first advantages are the plain returns rather than noise from a random head.
-absl::StatusOr<models::Transformer> LoadCritic(const std::string& path) {
-  ASSIGN_OR_RETURN(models::Transformer base, models::LoadHfModel(path, torch::kFloat32));
-  models::Transformer critic(base->config(), /*value_head=*/true);
-  torch::NoGradGuard ng;
-  auto from = base->named_parameters();
-  for (auto& p : critic->named_parameters()) {
-    if (const torch::Tensor* src = from.find(p.key())) {
-      p.value().copy_(*src);
-    } else {
-      p.value().zero_();  // value_head.weight / .bias
-    }
-  }
-  return critic;
-}
-
 // lm_ppo: a critic's values and token-level GAE, the KL to the reference as a per-token
 // reward penalty; the critic is fitted to the returns with the clipped value loss.
 class CriticEstimator final : public AdvantageEstimator {
  public:
-  static absl::StatusOr<std::unique_ptr<AdvantageEstimator>> Create(
-      const JobConfig& config, models::Transformer* reference) {
-    std::unique_ptr<CriticEstimator> e(new CriticEstimator(config, reference));
-    ASSIGN_OR_RETURN(models::Transformer critic, LoadCritic(config.model.path));
-    e->critic_ = critic;
+  static absl::StatusOr<std::unique_ptr<AdvantageEstimator>> Create(const JobConfig& config,
+                                                                    ShardedModel* reference,
+                                                                    dist::Communicator* comm) {
+    std::unique_ptr<CriticEstimator> e(new CriticEstimator(config, reference, comm));
+    ASSIGN_OR_RETURN(e->critic_,
+                     LoadShardedModel(config.model.path, comm,
+                                      ShardingOptions(config.trainer, /*trainable=*/true),
+                                      /*value_head=*/true));
     ASSIGN_OR_RETURN(e->loss_aggregation_, ParseLossAggregation(config.grpo.loss_aggregation));
     ASSIGN_OR_RETURN(e->kl_estimator_, ParseKlEstimator(config.grpo.kl_estimator));
-    e->optimizer_ = std::make_unique<FlatAdamW>(critic->parameters(),
+    e->optimizer_ = std::make_unique<FlatAdamW>(e->critic_->shard_data(), e->critic_->shard_grad(),
                                                 AdamWOptions(config.trainer, config.critic.lr));
     return std::unique_ptr<AdvantageEstimator>(std::move(e));
   }
@@ -89,15 +76,18 @@ class CriticEstimator final : public AdvantageEstimator {
                        std::map<std::string, double>& out) override {
     kept_.clear();
     for (int64_t i = 0; i < static_cast<int64_t>(groups.size()); ++i) kept_.push_back(i);
+    // Every rank scores the whole batch (the advantages of every minibatch share need it).
     torch::NoGradGuard ng;
     ASSIGN_OR_RETURN(const GroupBatch full, PackGroups(groups));
-    (*critic_)->eval();
+    critic_->module()->eval();
+    critic_->BeginForward();
     old_values_ = Values(full) * full.mask;
+    RETURN_IF_ERROR(critic_->EndForward());
     torch::Tensor kl;
     double kl_mean = 0;
     if (reference_ != nullptr) {
       const Stopwatch r0;
-      ASSIGN_OR_RETURN(torch::Tensor ref_logp, GroupTokenLogprobs(*reference_, full));
+      ASSIGN_OR_RETURN(torch::Tensor ref_logp, ScoreTokenLogprobs(*reference_, full));
       out["reference_s"] += r0.Seconds();
       ASSIGN_OR_RETURN(kl, KlPenalty(full.old_logp, ref_logp, kl_estimator_));
       kl_mean = MaskedMean(kl, full.mask).item<double>();
@@ -129,38 +119,49 @@ class CriticEstimator final : public AdvantageEstimator {
   }
 
   absl::Status AfterPolicyStep(const GroupBatch& b, const torch::Tensor& idx,
+                               const ShareCounts& counts,
                                std::map<std::string, double>& sums) override {
     const int64_t width = b.mask.size(1);
+    critic_->BeginForward();
     ASSIGN_OR_RETURN(TokenValueLoss vl,
                      ComputeTokenValueLoss(Values(b), RowsOf(old_values_, idx, width),
                                            RowsOf(returns_, idx, width), b.mask,
                                            config_.critic.value_clip, loss_aggregation_));
+    const double w = counts.Weight(loss_aggregation_);
     optimizer_->ZeroGrad();
-    vl.loss.backward();
-    sums["value_grad_norm"] += optimizer_->ClipGradNorm(config_.trainer.max_grad_norm);
+    (vl.loss * w).backward();
+    RETURN_IF_ERROR(critic_->FinishBackward());
+    sums["value_grad_norm"] += optimizer_->ClipGradNorm(config_.trainer.max_grad_norm, comm_);
     optimizer_->Step();
-    sums["value_loss"] += vl.loss.item<double>();
-    sums["value_clipfrac"] += vl.clipfrac;
+    ASSIGN_OR_RETURN(
+        const std::vector<double> global,
+        SumOverRanks(*comm_, {vl.loss.item<double>() * w, vl.clipfrac * counts.token_weight()}));
+    sums["value_loss"] += global[0];
+    sums["value_clipfrac"] += global[1];
     return absl::OkStatus();
   }
 
-  void SetTraining(bool training) override { (*critic_)->train(training); }
+  void SetTraining(bool training) override { critic_->module()->train(training); }
 
  private:
-  CriticEstimator(const JobConfig& config, models::Transformer* reference)
-      : config_(config), reference_(reference) {}
+  CriticEstimator(const JobConfig& config, ShardedModel* reference, dist::Communicator* comm)
+      : config_(config), reference_(reference), comm_(comm) {}
 
   // Critic values [S, R]: column j is V(prompt + response tokens before j), the state that
   // emits response token j.
-  torch::Tensor Values(const GroupBatch& b) { return (*critic_)->Values(GroupHidden(*critic_, b)); }
+  // Between the critic's BeginForward and its EndForward / FinishBackward.
+  torch::Tensor Values(const GroupBatch& b) {
+    return critic_->module()->Values(GroupHidden(critic_->module(), b));
+  }
   // Responses are left-aligned: a minibatch's width is a prefix of the batch's.
   static torch::Tensor RowsOf(const torch::Tensor& t, const torch::Tensor& idx, int64_t width) {
     return t.index_select(0, idx).slice(1, 0, width);
   }
 
   const JobConfig& config_;
-  models::Transformer* reference_;
-  std::optional<models::Transformer> critic_;
+  ShardedModel* reference_;
+  dist::Communicator* comm_;
+  std::unique_ptr<ShardedModel> critic_;
   std::unique_ptr<FlatAdamW> optimizer_;
   LossAggregation loss_aggregation_ = LossAggregation::kTokenMean;
   KlEstimator kl_estimator_ = KlEstimator::kK3;
@@ -184,7 +185,7 @@ absl::StatusOr<torch::Tensor> LeaveOneOutAdvantages(const torch::Tensor& rewards
 }
 
 absl::StatusOr<std::unique_ptr<AdvantageEstimator>> CreateAdvantageEstimator(
-    const JobConfig& config, models::Transformer* reference) {
+    const JobConfig& config, ShardedModel* reference, dist::Communicator* comm) {
   const AdvantageKind kind = config.job.algorithm->advantage;
   switch (kind) {
     case AdvantageKind::kGroupNorm:
@@ -193,7 +194,7 @@ absl::StatusOr<std::unique_ptr<AdvantageEstimator>> CreateAdvantageEstimator(
       return std::unique_ptr<AdvantageEstimator>(
           new GroupEstimator(kind, config.grpo.filter_degenerate));
     case AdvantageKind::kTokenGae:
-      return CriticEstimator::Create(config, reference);
+      return CriticEstimator::Create(config, reference, comm);
     case AdvantageKind::kNone:
       break;
   }

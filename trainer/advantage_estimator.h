@@ -24,6 +24,8 @@
 #include "models/transformer.h"
 #include "proto/lm_groups.h"
 #include "trainer/lm_policy_state.h"
+#include "trainer/sharded_model.h"
+#include "trainer/trainer_ranks.h"
 
 namespace rlforge {
 
@@ -51,8 +53,11 @@ class AdvantageEstimator {
   // Whether iteration `step` updates the policy (a critic's warm-up trains only the critic).
   virtual bool UpdatesPolicy(int64_t step) const { return true; }
   // After a minibatch's policy step: a critic fits its values to the returns of rows `idx`
-  // (sums["value_loss"] etc.). Nothing for the critic-free estimators.
+  // (this rank's share of the minibatch, weighted into the global one by `counts`) and adds
+  // the global minibatch's sums["value_loss"] etc. Nothing for the critic-free estimators.
+  // Every rank calls it.
   virtual absl::Status AfterPolicyStep(const GroupBatch& b, const torch::Tensor& idx,
+                                       const ShareCounts& counts,
                                        std::map<std::string, double>& sums) {
     return absl::OkStatus();
   }
@@ -64,9 +69,9 @@ class AdvantageEstimator {
 };
 
 // The estimator of config.job.algorithm (a kLmRl one). `reference` is the frozen reference
-// policy (null when grpo.kl_beta is 0); it must outlive the estimator. Loads the critic for
-// lm_ppo.
+// policy (null when grpo.kl_beta is 0); it and `comm` (the trainer ranks) must outlive the
+// estimator. Loads the critic for lm_ppo, sharded over `comm`.
 absl::StatusOr<std::unique_ptr<AdvantageEstimator>> CreateAdvantageEstimator(
-    const JobConfig& config, models::Transformer* reference);
+    const JobConfig& config, ShardedModel* reference, dist::Communicator* comm);
 
 }  // namespace rlforge

@@ -15,7 +15,7 @@ std::vector<float> Advantages(const std::string& algorithm, bool filter,
   JobConfig c;
   c.job.algorithm = FindAlgorithm(algorithm);
   c.grpo.filter_degenerate = filter;
-  auto est = CreateAdvantageEstimator(c, nullptr);
+  auto est = CreateAdvantageEstimator(c, nullptr, nullptr);  // sample-level: no model, no ranks
   EXPECT_TRUE(est.ok()) << est.status();
   std::map<std::string, double> out;
   const torch::Tensor r = torch::tensor(kRewards);

@@ -6,6 +6,7 @@
 #include "common/status.h"
 #include "proto/lm_groups.h"
 #include "trainer/dpo_loss.h"
+#include "trainer/trainer_ranks.h"
 
 namespace rlforge {
 
@@ -23,11 +24,7 @@ absl::StatusOr<std::unique_ptr<Role>> DpoTrainerRole::Create(const JobConfig& co
                                                              const proto::Assignment& assignment) {
   std::unique_ptr<DpoTrainerRole> role(new DpoTrainerRole(config));
   ASSIGN_OR_RETURN(role->state_, LmPolicyState::Create(role->config_, assignment));
-  RETURN_IF_ERROR(CallCatching([&]() -> absl::Status {
-    ASSIGN_OR_RETURN(models::Transformer ref, LoadFrozenReference(config));
-    role->reference_ = ref;
-    return absl::OkStatus();
-  }));
+  ASSIGN_OR_RETURN(role->reference_, LoadFrozenReference(role->config_, &role->state_->comm()));
   return std::unique_ptr<Role>(std::move(role));
 }
 
@@ -50,14 +47,25 @@ absl::StatusOr<WorkReply> DpoTrainerRole::Train(const std::vector<TensorFrame>& 
                                                      " has an empty chosen or rejected answer"));
     }
   }
-  ASSIGN_OR_RETURN(GroupBatch b, PackGroups(pairs));
+  dist::Communicator& comm = state_->comm();
+  std::vector<int64_t> costs;
+  for (const auto& p : pairs) {
+    costs.push_back(static_cast<int64_t>(p.prompt.size() + p.samples[0].tokens.size() +
+                                         p.samples[1].tokens.size()));
+  }
+  const Share share = ShareOf(costs, comm.rank(), comm.size());
+  ASSIGN_OR_RETURN(GroupBatch b, PackGroups(std::vector<LmGroup>(pairs.begin() + share.begin,
+                                                                 pairs.begin() + share.end)));
+  const double local_pairs = share.weight_zero ? 0 : static_cast<double>(share.end - share.begin);
+  ASSIGN_OR_RETURN(const std::vector<double> all_pairs, SumOverRanks(comm, {local_pairs}));
+  const double w = local_pairs / all_pairs[0];  // the loss is a mean over every rank's pairs
   DpoInput in;
   std::map<std::string, double> out;
   {
-    torch::NoGradGuard ng;
     const Stopwatch ref_timer;
-    ASSIGN_OR_RETURN(torch::Tensor ref_logp, GroupTokenLogprobs(*reference_, b));
+    ASSIGN_OR_RETURN(torch::Tensor ref_logp, ScoreTokenLogprobs(*reference_, b));
     out["reference_s"] = ref_timer.Seconds();
+    torch::NoGradGuard ng;
     ASSIGN_OR_RETURN(torch::Tensor ref_seq, SequenceLogprobs(ref_logp, b.mask));
     std::tie(in.ref_chosen_logp, in.ref_rejected_logp) = SplitPairs(ref_seq);
   }
@@ -66,30 +74,39 @@ absl::StatusOr<WorkReply> DpoTrainerRole::Train(const std::vector<TensorFrame>& 
   o.beta = d.beta;
   o.label_smoothing = d.label_smoothing;
 
-  models::Transformer& policy = state_->policy();
-  policy->train();
+  ShardedModel& policy = state_->policy();
+  policy.module()->train();
   for (int64_t epoch = 0; epoch < d.epochs; ++epoch) {
-    ASSIGN_OR_RETURN(torch::Tensor logp, GroupTokenLogprobs(policy, b));
+    policy.BeginForward();
+    ASSIGN_OR_RETURN(torch::Tensor logp, GroupTokenLogprobs(policy.module(), b));
     ASSIGN_OR_RETURN(torch::Tensor seq, SequenceLogprobs(logp, b.mask));
     std::tie(in.chosen_logp, in.rejected_logp) = SplitPairs(seq);
     ASSIGN_OR_RETURN(DpoLoss loss, ComputeDpoLoss(in, o));
-    if (epoch == 0) {  // before any update on these pairs
-      out["dpo/loss"] = loss.loss.item<double>();
-      out["dpo/margin"] = loss.margin;
-      out["dpo/accuracy"] = loss.accuracy;
-      out["dpo/chosen_reward"] = loss.chosen_reward;
-      out["dpo/rejected_reward"] = loss.rejected_reward;
-      out["dpo/logp_gap"] = (in.chosen_logp - in.rejected_logp).mean().item<double>();
-      out["dpo/ref_logp_gap"] = (in.ref_chosen_logp - in.ref_rejected_logp).mean().item<double>();
-    }
     out["lr"] = state_->NextLearningRate(config_.job.iterations * d.epochs);
     state_->optimizer().ZeroGrad();
-    loss.loss.backward();
+    (loss.loss * w).backward();
+    RETURN_IF_ERROR(policy.FinishBackward());
     out["grad_norm"] += state_->Step(config_.trainer.max_grad_norm) / static_cast<double>(d.epochs);
+    if (epoch == 0) {  // measured before any update on these pairs
+      torch::NoGradGuard ng;
+      const std::vector<double> local = {
+          loss.loss.item<double>() * w,
+          loss.margin * w,
+          loss.accuracy * w,
+          loss.chosen_reward * w,
+          loss.rejected_reward * w,
+          (in.chosen_logp - in.rejected_logp).mean().item<double>() * w,
+          (in.ref_chosen_logp - in.ref_rejected_logp).mean().item<double>() * w};
+      ASSIGN_OR_RETURN(const std::vector<double> g, SumOverRanks(comm, local));
+      const char* keys[] = {"dpo/loss",          "dpo/margin",          "dpo/accuracy",
+                            "dpo/chosen_reward", "dpo/rejected_reward", "dpo/logp_gap",
+                            "dpo/ref_logp_gap"};
+      for (size_t i = 0; i < g.size(); ++i) out[keys[i]] = g[i];
+    }
   }
-  policy->eval();
+  policy.module()->eval();
   const double train_s = timer.Seconds();
-  WorkReply reply = state_->PublishNewVersion();
+  ASSIGN_OR_RETURN(WorkReply reply, state_->PublishNewVersion());
   out["pairs"] = static_cast<double>(pairs.size());
   out["update_s"] = train_s;
   out["weight_bytes"] = static_cast<double>(state_->weight_bytes());

@@ -1,8 +1,10 @@
 // DpoTrainerRole: the learner of DPO jobs (job.algorithm dpo).
 //
-// DpoTrain (pairs as 2-sample groups: chosen, rejected) -> one packed row per pair -> frozen reference
-// sequence logprobs (once per pair) -> epochs x [policy sequence logprobs -> DPO loss
-// (dpo_loss.h) -> FlatAdamW] -> new version published (as GRPO's trainer does)
+// DpoTrain (pairs as 2-sample groups: chosen, rejected) -> this rank's share of the pairs
+// (by tokens) -> one packed row per pair -> frozen reference sequence logprobs (once per
+// pair) -> epochs x [policy sequence logprobs -> DPO loss (dpo_loss.h), weighted into the
+// mean over every rank's pairs -> AdamW on the shards] -> new version published (as GRPO's
+// trainer does)
 //
 // The metrics of each batch are measured before its first update: the pairs are new to the
 // policy, so dpo/margin and dpo/accuracy estimate how it ranks unseen pairs.
@@ -31,7 +33,7 @@ class DpoTrainerRole final : public Role {
 
   JobConfig config_;
   std::unique_ptr<LmPolicyState> state_;
-  std::optional<models::Transformer> reference_;
+  std::unique_ptr<ShardedModel> reference_;  // after state_: uses its communicator
 };
 
 }  // namespace rlforge

@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <cstring>
+
 #include "absl/strings/str_cat.h"
 #include "common/exceptions.h"
 #include "common/status.h"
@@ -11,6 +13,7 @@
 #include "trainer/lm_losses.h"
 #include "trainer/lm_metrics.h"
 #include "trainer/lr_schedule.h"
+#include "trainer/trainer_ranks.h"
 
 namespace rlforge {
 
@@ -91,11 +94,20 @@ absl::StatusOr<torch::Tensor> GroupTokenLogprobs(models::Transformer& model, con
   return TokenLogprobs(logits, b.targets);
 }
 
-absl::StatusOr<models::Transformer> LoadFrozenReference(const JobConfig& config) {
-  ASSIGN_OR_RETURN(models::Transformer ref,
-                   models::LoadHfModel(config.model.path, torch::kFloat32));
-  ref->eval();
-  for (auto& p : ref->parameters()) p.set_requires_grad(false);
+absl::StatusOr<torch::Tensor> ScoreTokenLogprobs(ShardedModel& model, const GroupBatch& b) {
+  torch::NoGradGuard ng;
+  model.BeginForward();
+  absl::StatusOr<torch::Tensor> logp = GroupTokenLogprobs(model.module(), b);
+  RETURN_IF_ERROR(model.EndForward());
+  return logp;
+}
+
+absl::StatusOr<std::unique_ptr<ShardedModel>> LoadFrozenReference(const JobConfig& config,
+                                                                  dist::Communicator* comm) {
+  ASSIGN_OR_RETURN(std::unique_ptr<ShardedModel> ref,
+                   LoadShardedModel(config.model.path, comm,
+                                    ShardingOptions(config.trainer, /*trainable=*/false)));
+  ref->module()->eval();
   return ref;
 }
 
@@ -108,23 +120,31 @@ absl::StatusOr<std::unique_ptr<LmPolicyState>> LmPolicyState::Create(
   }
   SetComputeThreads(config.trainer.threads, config.trainer.ranks);
   torch::manual_seed(static_cast<uint64_t>(config.job.seed));
+  std::unique_ptr<LmPolicyState> s(new LmPolicyState(config));
+  ASSIGN_OR_RETURN(s->comm_, ConnectTrainerRanks(assignment));
+  ASSIGN_OR_RETURN(s->policy_, LoadShardedModel(config.model.path, s->comm_.get(),
+                                                ShardingOptions(config.trainer, true)));
   return CallCatching([&]() -> absl::StatusOr<std::unique_ptr<LmPolicyState>> {
-    ASSIGN_OR_RETURN(models::Transformer policy,
-                     models::LoadHfModel(config.model.path, torch::kFloat32));
-    std::unique_ptr<LmPolicyState> s(new LmPolicyState(config, policy));
-    s->optimizer_ = std::make_unique<FlatAdamW>(s->policy_->parameters(),
+    s->optimizer_ = std::make_unique<FlatAdamW>(s->policy_->shard_data(), s->policy_->shard_grad(),
                                                 AdamWOptions(config.trainer, config.trainer.lr));
-    s->flat_.resize(static_cast<size_t>(FlatSize(*s->policy_)));
-    if (config.weights.transport != "zmq") {
+    models::Transformer& m = s->policy_->module();
+    for (const auto& p : m->named_parameters()) {
+      s->flat_offset_[p.key()] = s->flat_numel_;
+      s->flat_numel_ += p.value().numel();
+    }
+    s->layout_hash_ = LayoutHash(*m);
+    if (s->comm_->rank() == 0 && config.weights.transport != "zmq") {
       std::string name = absl::StrCat("rlforge-w-", getpid(), "-", assignment.actor_id());
       ASSIGN_OR_RETURN(
           WeightPublisher p,
-          WeightPublisher::Create(name, s->flat_.size() * sizeof(float), LayoutHash(*s->policy_)));
+          WeightPublisher::Create(name, static_cast<size_t>(s->weight_bytes()), s->layout_hash_));
       s->publisher_.emplace(std::move(p));
     }
-    return s;
+    return std::move(s);
   });
 }
+
+LmPolicyState::~LmPolicyState() = default;
 
 double LmPolicyState::NextLearningRate(int64_t total_steps) {
   const double lr =
@@ -134,24 +154,41 @@ double LmPolicyState::NextLearningRate(int64_t total_steps) {
 }
 
 double LmPolicyState::Step(double max_grad_norm) {
-  const double norm = optimizer_->ClipGradNorm(max_grad_norm);
+  const double norm = optimizer_->ClipGradNorm(max_grad_norm, comm_.get());
   optimizer_->Step();
   return norm;
 }
 
-WorkReply LmPolicyState::PublishNewVersion() {
+absl::StatusOr<WorkReply> LmPolicyState::PublishNewVersion() {
   ++version_;
   return Publish();
 }
 
-WorkReply LmPolicyState::Publish() {
-  FlattenInto(*policy_, flat_.data());
+absl::StatusOr<WorkReply> LmPolicyState::Publish() {
+  const bool leader = comm_->rank() == 0;
+  std::vector<float> inline_flat;
+  float* out = nullptr;
+  if (leader && publisher_) {
+    out = reinterpret_cast<float*>(publisher_->BeginWrite(version_));
+  } else if (leader) {
+    inline_flat.resize(static_cast<size_t>(flat_numel_));
+    out = inline_flat.data();
+  }
+  RETURN_IF_ERROR(policy_->GatherUnits([&](const ShardUnit& unit, const torch::Tensor& flat) {
+    if (out == nullptr) return absl::OkStatus();
+    for (const ShardedParam& p : unit.params) {
+      std::memcpy(out + flat_offset_.at(p.name), flat.data_ptr<float>() + p.offset,
+                  static_cast<size_t>(p.numel) * sizeof(float));
+    }
+    return absl::OkStatus();
+  }));
   WorkReply reply;
+  if (!leader) return reply;
   if (publisher_) {
-    *reply.result.mutable_weights() = publisher_->Publish(version_, flat_.data());
+    *reply.result.mutable_weights() = publisher_->EndWrite(version_);
   } else {
-    *reply.result.mutable_weights() = InlineWeights(version_, flat_, LayoutHash(*policy_));
-    reply.tensors.push_back(TensorFrame::FromVector("weights", flat_));
+    *reply.result.mutable_weights() = InlineWeights(version_, inline_flat, layout_hash_);
+    reply.tensors.push_back(TensorFrame::FromVector("weights", inline_flat));
   }
   return reply;
 }

@@ -1,24 +1,30 @@
-// LmPolicyState: what every language-model learner role holds: the policy loaded from
-// model.path, its FlatAdamW, and the publisher that hands each new version to rollout workers.
+// LmPolicyState: what every language-model learner role holds: the trainer ranks' group, the
+// policy loaded from model.path sharded over them, AdamW over this rank's shard, and (rank 0)
+// the publisher that hands each new version to rollout workers.
 //
-// model.path -> policy (version 0) -> [role's updates] -> ++version -> Publish(): flat copy ->
-//   shared memory (one host) or an inline "weights" frame (weights.transport: zmq)
+// model.path -> sharded policy (version 0) -> [role's updates] -> ++version -> Publish():
+//   gathered unit by unit -> rank 0 writes each into shared memory (one host; never a
+//   second full copy) or into an inline "weights" frame (weights.transport: zmq)
 //
 // Also the padded [B, T] batch the learners score sequences with. One thread; owned by its role.
 #pragma once
 
 #include <torch/torch.h>
 
+#include <map>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "actors/role.h"
 #include "config/job_config.h"
+#include "dist/communicator.h"
 #include "models/transformer.h"
 #include "proto/lm_groups.h"
 #include "trainer/flat_adamw.h"
+#include "trainer/sharded_model.h"
 #include "weights/weight_sync.h"
 
 namespace rlforge {
@@ -41,7 +47,8 @@ struct GroupBatch {
 // response token).
 absl::StatusOr<GroupBatch> PackGroups(const std::vector<LmGroup>& groups);
 
-// Hidden states [S, R, H] that predict each response token.
+// Hidden states [S, R, H] that predict each response token. (A sharded model's forward
+// runs between its BeginForward and FinishBackward / EndForward.)
 torch::Tensor GroupHidden(models::Transformer& model, const GroupBatch& b);
 
 // Logprobs [S, R] of the response tokens under `model` (with gradient unless under
@@ -49,40 +56,52 @@ torch::Tensor GroupHidden(models::Transformer& model, const GroupBatch& b);
 absl::StatusOr<torch::Tensor> GroupTokenLogprobs(models::Transformer& model, const GroupBatch& b,
                                                  torch::Tensor* logits_out = nullptr);
 
-// A frozen copy of model.path (no gradient, eval mode): the reference policy.
-absl::StatusOr<models::Transformer> LoadFrozenReference(const JobConfig& config);
+// Logprobs [S, R] of the response tokens under a sharded model, without gradient: gathers
+// around the forward and frees after. Every rank calls it (collectives).
+absl::StatusOr<torch::Tensor> ScoreTokenLogprobs(ShardedModel& model, const GroupBatch& b);
+
+// A frozen copy of model.path (no gradient, eval mode) sharded over `comm`: the reference.
+absl::StatusOr<std::unique_ptr<ShardedModel>> LoadFrozenReference(const JobConfig& config,
+                                                                  dist::Communicator* comm);
 
 class LmPolicyState {
  public:
-  // Loads model.path, sets the seed and thread count, builds AdamW with trainer.* and the
-  // publisher (shared memory named after this process and actor unless weights.transport
-  // is zmq). Catches libtorch's exceptions.
-  static absl::StatusOr<std::unique_ptr<LmPolicyState>> Create(
-      const JobConfig& config, const proto::Assignment& assignment);
+  // Joins the trainer ranks, loads model.path sharded over them, sets the seed and thread
+  // count, builds AdamW over this rank's shard with trainer.* and, on rank 0, the publisher
+  // (shared memory named after this process and actor unless weights.transport is zmq).
+  // Catches libtorch's exceptions.
+  static absl::StatusOr<std::unique_ptr<LmPolicyState>> Create(const JobConfig& config,
+                                                               const proto::Assignment& assignment);
+  ~LmPolicyState();
 
-  models::Transformer& policy() { return policy_; }
+  dist::Communicator& comm() { return *comm_; }
+  ShardedModel& policy() { return *policy_; }
   FlatAdamW& optimizer() { return *optimizer_; }
   int64_t version() const { return version_; }
 
   // trainer.lr_schedule at the next optimiser step (counted here), set on the optimiser.
   double NextLearningRate(int64_t total_steps);
-  // Clip, step; returns the gradient norm before clipping.
+  // Clip by the global norm over ranks, step; returns the norm before clipping.
   double Step(double max_grad_norm);
-  // Marks a new version (after the role's updates) and publishes it.
-  WorkReply PublishNewVersion();
+  // Marks a new version (after the role's updates) and publishes it. Every rank calls it:
+  // the full weights are gathered unit by unit and rank 0 streams them into the weight
+  // transport; only rank 0's reply carries them.
+  absl::StatusOr<WorkReply> PublishNewVersion();
   // Publishes the current version again (e.g. no update this time).
-  WorkReply Publish();
-  int64_t weight_bytes() const { return static_cast<int64_t>(flat_.size() * sizeof(float)); }
+  absl::StatusOr<WorkReply> Publish();
+  int64_t weight_bytes() const { return flat_numel_ * static_cast<int64_t>(sizeof(float)); }
 
  private:
-  LmPolicyState(const JobConfig& config, models::Transformer policy)
-      : config_(config), policy_(std::move(policy)) {}
+  explicit LmPolicyState(const JobConfig& config) : config_(config) {}
 
   const JobConfig& config_;
-  models::Transformer policy_;
+  std::unique_ptr<dist::Communicator> comm_;  // outlives the models that use it
+  std::unique_ptr<ShardedModel> policy_;
   std::unique_ptr<FlatAdamW> optimizer_;
   std::optional<WeightPublisher> publisher_;
-  std::vector<float> flat_;
+  std::map<std::string, int64_t> flat_offset_;  // parameter -> offset in the weight layout
+  int64_t flat_numel_ = 0;
+  uint64_t layout_hash_ = 0;
   int64_t version_ = 0;
   int64_t optimizer_steps_ = 0;
 };

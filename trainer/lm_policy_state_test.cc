@@ -128,9 +128,9 @@ TEST(PackGroupsTest, ValuesComeFromTheStateBeforeEachToken) {
   const auto& prompt = groups[0].prompt;
   const int64_t p = static_cast<int64_t>(prompt.size());
   std::vector<int64_t> ids(prompt.begin(), prompt.end());
-  torch::Tensor alone = critic->Values(critic->Hidden(
-      torch::tensor(ids, torch::kLong).unsqueeze(0), torch::arange(p).unsqueeze(0),
-      torch::zeros({1, p}, torch::kLong)));
+  torch::Tensor alone = critic->Values(critic->Hidden(torch::tensor(ids, torch::kLong).unsqueeze(0),
+                                                      torch::arange(p).unsqueeze(0),
+                                                      torch::zeros({1, p}, torch::kLong)));
   EXPECT_NEAR(v[0][0].item<float>(), alone[0][p - 1].item<float>(), 1e-5);
 }
 

@@ -8,6 +8,7 @@
 #include "common/status.h"
 #include "proto/lm_groups.h"
 #include "trainer/lm_metrics.h"
+#include "trainer/trainer_ranks.h"
 
 namespace rlforge {
 
@@ -15,6 +16,13 @@ namespace {
 
 void PutMetrics(const std::map<std::string, double>& m, WorkReply& reply) {
   for (const auto& [k, v] : m) (*reply.result.mutable_metrics())[k] = v;
+}
+
+// The work a group costs: its prompt once and every response token.
+int64_t GroupTokens(const LmGroup& g) {
+  int64_t n = static_cast<int64_t>(g.prompt.size());
+  for (const auto& s : g.samples) n += static_cast<int64_t>(s.tokens.size());
+  return n;
 }
 
 }  // namespace
@@ -26,12 +34,11 @@ absl::StatusOr<std::unique_ptr<Role>> LmRlTrainerRole::Create(const JobConfig& c
   const GrpoOptions& g = role->config_.grpo;
   RETURN_IF_ERROR(CallCatching([&]() -> absl::Status {
     if (g.kl_beta > 0) {
-      ASSIGN_OR_RETURN(models::Transformer ref, LoadFrozenReference(role->config_));
-      role->reference_ = ref;
+      ASSIGN_OR_RETURN(role->reference_, LoadFrozenReference(role->config_, &role->state_->comm()));
     }
     ASSIGN_OR_RETURN(
         role->estimator_,
-        CreateAdvantageEstimator(role->config_, role->reference_ ? &*role->reference_ : nullptr));
+        CreateAdvantageEstimator(role->config_, role->reference_.get(), &role->state_->comm()));
     return absl::OkStatus();
   }));
   LmPolicyLossOptions& lo = role->loss_options_;
@@ -99,14 +106,16 @@ absl::StatusOr<WorkReply> LmRlTrainerRole::Train(const proto::GrpoTrain& task,
   out["groups"] = static_cast<double>(groups.size());
   const std::vector<int64_t>& kept = estimator_->kept_groups();
   if (kept.empty()) {  // nothing to learn from: same version, no step
-    WorkReply reply = state_->Publish();
+    ASSIGN_OR_RETURN(WorkReply reply, state_->Publish());
     out["skipped_update"] = 1;
     PutMetrics(out, reply);
     return reply;
   }
 
   const bool update_policy = estimator_->UpdatesPolicy(task.step());
-  state_->policy()->train();
+  models::Transformer& module = state_->policy().module();
+  dist::Communicator& comm = state_->comm();
+  module->train();
   estimator_->SetTraining(true);
   Sums sums;
   int64_t updates = 0;
@@ -114,24 +123,30 @@ absl::StatusOr<WorkReply> LmRlTrainerRole::Train(const proto::GrpoTrain& task,
   const int64_t mb_groups = (kept_count + g.minibatches - 1) / g.minibatches;
   for (int64_t epoch = 0; epoch < g.epochs; ++epoch) {
     for (int64_t start = 0; start < kept_count; start += mb_groups) {
+      const int64_t end = std::min(kept_count, start + mb_groups);
+      std::vector<int64_t> costs;
+      for (int64_t k = start; k < end; ++k) costs.push_back(GroupTokens(groups[kept[k]]));
+      const Share share = ShareOf(costs, comm.rank(), comm.size());
       std::vector<LmGroup> mb;
       std::vector<int64_t> rows;
-      for (int64_t k = start; k < std::min(kept_count, start + mb_groups); ++k) {
+      for (int64_t k = start + static_cast<int64_t>(share.begin);
+           k < start + static_cast<int64_t>(share.end); ++k) {
         mb.push_back(groups[kept[k]]);
         for (int64_t j = 0; j < n; ++j) rows.push_back(kept[k] * n + j);
       }
       ASSIGN_OR_RETURN(GroupBatch b, PackGroups(mb));
-      RETURN_IF_ERROR(
-          Minibatch(b, torch::tensor(rows, torch::kLong), update_policy, epoch == 0, sums));
+      RETURN_IF_ERROR(Minibatch(b, torch::tensor(rows, torch::kLong), share.weight_zero,
+                                update_policy, epoch == 0, sums));
       ++updates;
     }
   }
-  state_->policy()->eval();
+  module->eval();
   estimator_->SetTraining(false);
   out["update_s"] = t0.Seconds();
   const Stopwatch p0;
   // A critic-only warm-up iteration leaves the policy as it was: same version.
-  WorkReply reply = update_policy ? state_->PublishNewVersion() : state_->Publish();
+  ASSIGN_OR_RETURN(WorkReply reply,
+                   update_policy ? state_->PublishNewVersion() : state_->Publish());
   Average(sums, updates, updates / g.epochs, out);
   if (!update_policy) out["critic_warmup"] = 1;
   out["publish_s"] = p0.Seconds();
@@ -140,49 +155,67 @@ absl::StatusOr<WorkReply> LmRlTrainerRole::Train(const proto::GrpoTrain& task,
   return reply;
 }
 
-absl::Status LmRlTrainerRole::Minibatch(const GroupBatch& b, const torch::Tensor& idx, bool update,
-                                        bool first, Sums& sums) {
+absl::Status LmRlTrainerRole::Minibatch(const GroupBatch& b, const torch::Tensor& idx,
+                                        bool weight_zero, bool update, bool first, Sums& sums) {
   const GrpoOptions& g = config_.grpo;
-  models::Transformer& policy = state_->policy();
+  ShardedModel& policy = state_->policy();
+  dist::Communicator& comm = state_->comm();
+  ASSIGN_OR_RETURN(const ShareCounts counts, CountShare(comm, b.mask, weight_zero));
+  LmPolicyLossInput in;
+  in.old_logp = b.old_logp;
+  in.advantages = estimator_->Rows(idx, b.mask.size(1));
+  in.mask = b.mask;
+  if (reference_ && loss_options_.kl_beta > 0) {
+    const Stopwatch r0;
+    ASSIGN_OR_RETURN(in.ref_logp, ScoreTokenLogprobs(*reference_, b));
+    sums["reference_s"] += r0.Seconds();
+  }
+  const double w = counts.Weight(loss_options_.aggregation), tw = counts.token_weight();
+  torch::Tensor logits;
+  LmPolicyLoss loss;
   {  // In a critic warm-up the policy's forward only feeds metrics: no graph.
     torch::AutoGradMode grad_mode(update);
-    torch::Tensor logits;
-    ASSIGN_OR_RETURN(torch::Tensor logp, GroupTokenLogprobs(policy, b, &logits));
-    LmPolicyLossInput in;
-    in.logp = logp;
-    in.old_logp = b.old_logp;
-    in.advantages = estimator_->Rows(idx, b.mask.size(1));
-    in.mask = b.mask;
-    if (reference_ && loss_options_.kl_beta > 0) {
-      torch::NoGradGuard ng;
-      const Stopwatch r0;
-      ASSIGN_OR_RETURN(in.ref_logp, GroupTokenLogprobs(*reference_, b));
-      sums["reference_s"] += r0.Seconds();
-    }
-    ASSIGN_OR_RETURN(LmPolicyLoss loss, ComputeLmPolicyLoss(in, loss_options_));
-    if (first) {
-      torch::NoGradGuard ng;
-      ASSIGN_OR_RETURN(LogprobMismatch mm, ComputeLogprobMismatch(b.old_logp, logp, b.mask));
-      sums["logprob_mismatch_mean"] += mm.mean_abs;
-      sums["logprob_mismatch_max"] = std::max(sums["logprob_mismatch_max"], mm.max_abs);
-      ASSIGN_OR_RETURN(torch::Tensor ent, TokenEntropy(logits.detach()));
-      sums["entropy"] += MaskedMean(ent, b.mask).item<double>();
-    }
+    policy.BeginForward();
+    ASSIGN_OR_RETURN(in.logp, GroupTokenLogprobs(policy.module(), b, &logits));
+    ASSIGN_OR_RETURN(loss, ComputeLmPolicyLoss(in, loss_options_));
     if (update) {
       // A fresh Adam's first steps move every weight by ~lr whatever its gradient's size:
       // trainer.warmup_steps keeps them small while the moments fill in.
       sums["lr"] += state_->NextLearningRate(config_.job.iterations * g.epochs * g.minibatches);
       state_->optimizer().ZeroGrad();
-      loss.loss.backward();
+      (loss.loss * w).backward();
+      RETURN_IF_ERROR(policy.FinishBackward());
       sums["grad_norm"] += state_->Step(config_.trainer.max_grad_norm);
+    } else {
+      RETURN_IF_ERROR(policy.EndForward());
     }
-    sums["loss"] += loss.loss.item<double>();
-    if (estimator_->kl_in_loss()) sums["kl"] += loss.kl;  // else the estimator reports it
-    sums["clipfrac_low"] += loss.clipfrac_low;
-    sums["clipfrac_high"] += loss.clipfrac_high;
-    sums["approx_kl"] += loss.approx_kl;
   }
-  return estimator_->AfterPolicyStep(b, idx, sums);
+  // The global minibatch's metrics: each rank's share weighted, summed over ranks.
+  std::vector<double> local = {loss.loss.item<double>() * w, loss.clipfrac_low * tw,
+                               loss.clipfrac_high * tw, loss.approx_kl * tw, loss.kl * tw};
+  double mismatch_max = 0;
+  if (first) {
+    torch::NoGradGuard ng;
+    ASSIGN_OR_RETURN(LogprobMismatch mm,
+                     ComputeLogprobMismatch(b.old_logp, in.logp.detach(), b.mask));
+    ASSIGN_OR_RETURN(torch::Tensor ent, TokenEntropy(logits.detach()));
+    local.push_back(mm.mean_abs * tw);
+    local.push_back(MaskedMean(ent, b.mask).item<double>() * tw);
+    mismatch_max = weight_zero ? 0 : mm.max_abs;
+  }
+  ASSIGN_OR_RETURN(const std::vector<double> global, SumOverRanks(comm, local));
+  sums["loss"] += global[0];
+  sums["clipfrac_low"] += global[1];
+  sums["clipfrac_high"] += global[2];
+  sums["approx_kl"] += global[3];
+  if (estimator_->kl_in_loss()) sums["kl"] += global[4];  // else the estimator reports it
+  if (first) {
+    sums["logprob_mismatch_mean"] += global[5];
+    sums["entropy"] += global[6];
+    ASSIGN_OR_RETURN(const double mm_max, MaxOverRanks(comm, mismatch_max));
+    sums["logprob_mismatch_max"] = std::max(sums["logprob_mismatch_max"], mm_max);
+  }
+  return estimator_->AfterPolicyStep(b, idx, counts, sums);
 }
 
 void LmRlTrainerRole::Average(const Sums& sums, int64_t updates, int64_t first_epoch_updates,

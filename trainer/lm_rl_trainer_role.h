@@ -2,9 +2,14 @@
 // family in config/algorithm_registry.cc).
 //
 // GrpoTrain (groups + rewards) -> AdvantageEstimator::Prepare -> for each epoch and minibatch
-// of whole groups: packed policy (and frozen reference) token logprobs -> clipped loss
-// (lm_losses.h) -> FlatAdamW -> estimator's own step (a critic's) -> new version published
-// through shared memory (or inline) -> WeightsReady
+// of whole groups: this rank's share (by tokens) packed -> policy (and frozen reference)
+// token logprobs -> clipped loss weighted into the global minibatch's -> gradients summed
+// over ranks -> AdamW on the shards -> estimator's own step (a critic's) -> new version
+// gathered and published through shared memory (or inline) -> WeightsReady
+//
+// With trainer.ranks N every rank receives the whole batch and trains on its share of each
+// minibatch (trainer/trainer_ranks.h): the loss, its normalisers and every metric are those
+// of the global minibatch, so N ranks compute what one would.
 //
 // Groups are packed one row each, the prompt computed once for its n samples (GroupBatch).
 // The advantage estimator comes from job.algorithm (trainer/advantage_estimator.h); nothing
@@ -43,17 +48,19 @@ class LmRlTrainerRole final : public Role {
   // The batch's groups and rewards, refusing samples of another policy version.
   absl::Status ReadBatch(const proto::GrpoTrain& task, const std::vector<TensorFrame>& tensors,
                          std::vector<LmGroup>* groups, torch::Tensor* rewards) const;
-  // One minibatch (rows `idx` of the batch): the policy's loss and, when `update`, its step;
-  // then the estimator's own step. Adds to `sums`; first-epoch-only metrics when `first`.
-  absl::Status Minibatch(const GroupBatch& b, const torch::Tensor& idx, bool update, bool first,
-                         Sums& sums);
+  // This rank's share of one minibatch (rows `idx` of the batch; `weight_zero`: an empty
+  // share standing in with weight 0): the policy's loss weighted into the global
+  // minibatch's and, when `update`, its step; then the estimator's own step. Adds the
+  // global minibatch's metrics to `sums`; first-epoch-only ones when `first`.
+  absl::Status Minibatch(const GroupBatch& b, const torch::Tensor& idx, bool weight_zero,
+                         bool update, bool first, Sums& sums);
   // Means of `sums` over the updates into `out`.
   static void Average(const Sums& sums, int64_t updates, int64_t first_epoch_updates,
                       std::map<std::string, double>& out);
 
   JobConfig config_;  // first: the estimator holds a reference to it
   std::unique_ptr<LmPolicyState> state_;
-  std::optional<models::Transformer> reference_;
+  std::unique_ptr<ShardedModel> reference_;  // after state_: uses its communicator
   std::unique_ptr<AdvantageEstimator> estimator_;
   LmPolicyLossOptions loss_options_;
 };

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <limits>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -15,6 +16,7 @@
 #include "models/greedy_generate.h"
 #include "models/hf_checkpoint.h"
 #include "trainer/lr_schedule.h"
+#include "trainer/trainer_ranks.h"
 
 namespace rlforge {
 
@@ -88,10 +90,11 @@ absl::StatusOr<WorkReply> SftTrainerRole::Init() {
                                static_cast<size_t>(d.heldout_examples));
   }
 
+  ASSIGN_OR_RETURN(comm_, ConnectTrainerRanks(assignment_));
+  const ShardedModel::Options sharding = ShardingOptions(config_.trainer, /*trainable=*/true);
   if (!m.path.empty()) {
     ASSIGN_OR_RETURN(tokenizer_, models::LoadTokenizer(m.path));
-    ASSIGN_OR_RETURN(models::Transformer loaded, models::LoadHfModel(m.path, torch::kFloat32));
-    model_ = loaded;
+    ASSIGN_OR_RETURN(model_, LoadShardedModel(m.path, comm_.get(), sharding));
   } else {
     // A char-level vocabulary over every character the data and template can produce.
     ASSIGN_OR_RETURN(auto first, TrainExamples(0));
@@ -120,22 +123,24 @@ absl::StatusOr<WorkReply> SftTrainerRole::Init() {
     c.bos_token_id = tokenizer_->bos_id();
     c.eos_token_id = tokenizer_->eos_id();
     RETURN_IF_ERROR(models::ValidateConfig(c, "model"));
-    model_ = models::Transformer(c);
+    // Every rank draws the same initial weights (seeded above) and keeps its shard.
+    ASSIGN_OR_RETURN(model_, ShardedModel::Create(models::Transformer(c), comm_.get(), sharding));
   }
-  if ((*model_)->config().vocab_size < tokenizer_->vocab_size()) {
+  models::Transformer& module = model_->module();
+  if (module->config().vocab_size < tokenizer_->vocab_size()) {
     return absl::InvalidArgumentError(
         absl::StrCat(m.path, ": the tokenizer has ", tokenizer_->vocab_size(),
-                     " tokens but the model only ", (*model_)->config().vocab_size));
+                     " tokens but the model only ", module->config().vocab_size));
   }
-  (*model_)->train();
-  optimizer_ = std::make_unique<FlatAdamW>((*model_)->parameters(),
+  module->train();
+  optimizer_ = std::make_unique<FlatAdamW>(model_->shard_data(), model_->shard_grad(),
                                            AdamWOptions(config_.trainer, config_.trainer.lr));
   RETURN_IF_ERROR(NextEpoch());
 
   WorkReply reply;
   auto& metrics = *reply.result.mutable_metrics();
   int64_t params = 0;
-  for (const auto& p : (*model_)->parameters()) params += p.numel();
+  for (const ShardUnit& u : model_->units()) params += u.numel;
   metrics["parameters"] = static_cast<double>(params);
   metrics["vocab_size"] = static_cast<double>(tokenizer_->vocab_size());
   metrics["train_rows"] = static_cast<double>(rows_.size());
@@ -176,11 +181,10 @@ absl::StatusOr<WorkReply> SftTrainerRole::Train(const proto::SftTrain& task) {
   const Stopwatch timer;
   const SftOptions& s = config_.sft;
   const int64_t R = s.batch_rows, T = s.seq_len;
-  auto& model = *model_;
   double loss_sum = 0, tokens = 0, norm_sum = 0, lr = 0;
   for (int64_t k = 0; k < task.num_steps(); ++k) {
     // Gather the step's micro-batches first: the loss is a mean over all their tokens.
-    // Copies: a new epoch repacks rows_.
+    // Copies: a new epoch repacks rows_. Every rank reads every row, in the same order.
     std::vector<std::vector<PackedRow>> micro(static_cast<size_t>(s.grad_accum));
     int64_t loss_tokens = 0;
     for (auto& mb : micro) {
@@ -192,28 +196,19 @@ absl::StatusOr<WorkReply> SftTrainerRole::Train(const proto::SftTrain& task) {
     optimizer_->ZeroGrad();
     double step_loss = 0;
     for (const auto& mb : micro) {
-      auto tok = torch::empty({R, T}, torch::kInt64), pos = torch::empty({R, T}, torch::kInt64),
-           seg = torch::empty({R, T}, torch::kInt64), tgt = torch::empty({R, T}, torch::kInt64);
-      for (int64_t r = 0; r < R; ++r) {
-        const PackedRow& row = mb[r];
-        std::copy(row.tokens.begin(), row.tokens.end(), tok.data_ptr<int64_t>() + r * T);
-        std::copy(row.positions.begin(), row.positions.end(), pos.data_ptr<int64_t>() + r * T);
-        std::copy(row.segments.begin(), row.segments.end(), seg.data_ptr<int64_t>() + r * T);
-        std::copy(row.targets.begin(), row.targets.end(), tgt.data_ptr<int64_t>() + r * T);
-      }
-      auto logits = model->Logits(model->Hidden(tok, pos, seg));
-      auto loss =
-          torch::nn::functional::cross_entropy(logits.view({R * T, -1}), tgt.view({-1}),
-                                               torch::nn::functional::CrossEntropyFuncOptions()
-                                                   .ignore_index(kIgnoreTarget)
-                                                   .reduction(torch::kSum));
-      auto scaled = loss / static_cast<double>(std::max<int64_t>(1, loss_tokens));
-      scaled.backward();
-      step_loss += scaled.item<double>();
+      std::vector<int64_t> costs;
+      for (size_t r = 0; r < mb.size(); ++r) costs.push_back(T);  // rows are T wide
+      const Share share = ShareOf(costs, comm_->rank(), comm_->size());
+      ASSIGN_OR_RETURN(const double part, MicroBatch(mb, share, loss_tokens));
+      step_loss += part;
     }
-    double norm = config_.trainer.max_grad_norm > 0
-                      ? optimizer_->ClipGradNorm(config_.trainer.max_grad_norm)
-                      : optimizer_->flat_grad().norm().item<double>();
+    ASSIGN_OR_RETURN(const std::vector<double> global_loss, SumOverRanks(*comm_, {step_loss}));
+    step_loss = global_loss[0];
+    // Clipping at infinity measures the global norm and leaves the gradient as it is.
+    const double norm = optimizer_->ClipGradNorm(config_.trainer.max_grad_norm > 0
+                                                     ? config_.trainer.max_grad_norm
+                                                     : std::numeric_limits<double>::infinity(),
+                                                 comm_.get());
     lr = ScheduledLearningRate(config_.trainer, steps_done_, task.total_steps());
     optimizer_->set_lr(lr);
     optimizer_->Step();
@@ -237,10 +232,42 @@ absl::StatusOr<WorkReply> SftTrainerRole::Train(const proto::SftTrain& task) {
   return reply;
 }
 
+absl::StatusOr<double> SftTrainerRole::MicroBatch(const std::vector<PackedRow>& mb,
+                                                  const Share& share, int64_t loss_tokens) {
+  const int64_t T = config_.sft.seq_len;
+  const int64_t R = static_cast<int64_t>(share.end - share.begin);
+  auto tok = torch::empty({R, T}, torch::kInt64), pos = torch::empty({R, T}, torch::kInt64),
+       seg = torch::empty({R, T}, torch::kInt64), tgt = torch::empty({R, T}, torch::kInt64);
+  for (int64_t r = 0; r < R; ++r) {
+    const PackedRow& row = mb[share.begin + static_cast<size_t>(r)];
+    std::copy(row.tokens.begin(), row.tokens.end(), tok.data_ptr<int64_t>() + r * T);
+    std::copy(row.positions.begin(), row.positions.end(), pos.data_ptr<int64_t>() + r * T);
+    std::copy(row.segments.begin(), row.segments.end(), seg.data_ptr<int64_t>() + r * T);
+    std::copy(row.targets.begin(), row.targets.end(), tgt.data_ptr<int64_t>() + r * T);
+  }
+  models::Transformer& model = model_->module();
+  model_->BeginForward();
+  auto logits = model->Logits(model->Hidden(tok, pos, seg));
+  auto loss = torch::nn::functional::cross_entropy(logits.view({R * T, -1}), tgt.view({-1}),
+                                                   torch::nn::functional::CrossEntropyFuncOptions()
+                                                       .ignore_index(kIgnoreTarget)
+                                                       .reduction(torch::kSum));
+  // This rank's part of the mean over the step's response tokens on every rank.
+  const double weight = share.weight_zero ? 0.0 : 1.0;
+  auto scaled = loss * (weight / static_cast<double>(std::max<int64_t>(1, loss_tokens)));
+  scaled.backward();
+  RETURN_IF_ERROR(model_->FinishBackward());
+  return scaled.item<double>();
+}
+
 absl::StatusOr<WorkReply> SftTrainerRole::Evaluate(const proto::LmEvaluate& task) {
   if (!model_) return absl::FailedPreconditionError("lm_evaluate before sft_init");
   const Stopwatch timer;
-  auto& model = *model_;
+  // Rank 0 generates with a gathered copy; the others only take part in the gathers.
+  ASSIGN_OR_RETURN(std::optional<models::Transformer> gathered, GatherFullModel(*model_));
+  WorkReply reply;
+  if (!gathered) return reply;
+  auto& model = *gathered;
   model->eval();
   size_t n = heldout_.size();
   if (task.max_examples() > 0) n = std::min(n, static_cast<size_t>(task.max_examples()));
@@ -269,8 +296,6 @@ absl::StatusOr<WorkReply> SftTrainerRole::Evaluate(const proto::LmEvaluate& task
       if (Trim(text) == Trim(heldout_[i].response)) ++correct;
     }
   }
-  model->train();
-  WorkReply reply;
   auto& metrics = *reply.result.mutable_metrics();
   metrics["heldout_accuracy"] = n ? static_cast<double>(correct) / static_cast<double>(n) : 0.0;
   metrics["heldout_examples"] = static_cast<double>(n);
@@ -281,16 +306,12 @@ absl::StatusOr<WorkReply> SftTrainerRole::Evaluate(const proto::LmEvaluate& task
 absl::StatusOr<WorkReply> SftTrainerRole::Save(const proto::LmSave& task) {
   if (!model_) return absl::FailedPreconditionError("lm_save before sft_init");
   const Stopwatch timer;
-  if (config_.model.dtype == "bfloat16") {
-    models::Transformer copy((*model_)->config());
-    models::CopyParameters(*model_, copy);
-    copy->to(torch::kBFloat16);
-    RETURN_IF_ERROR(models::SaveHfModel(copy, task.dir()));
-  } else {
-    RETURN_IF_ERROR(models::SaveHfModel(*model_, task.dir()));
-  }
-  RETURN_IF_ERROR(models::SaveTokenizer(*tokenizer_, task.dir()));
+  ASSIGN_OR_RETURN(std::optional<models::Transformer> gathered, GatherFullModel(*model_));
   WorkReply reply;
+  if (!gathered) return reply;  // rank 0 writes
+  if (config_.model.dtype == "bfloat16") (*gathered)->to(torch::kBFloat16);
+  RETURN_IF_ERROR(models::SaveHfModel(*gathered, task.dir()));
+  RETURN_IF_ERROR(models::SaveTokenizer(*tokenizer_, task.dir()));
   (*reply.result.mutable_metrics())["save_s"] = timer.Seconds();
   return reply;
 }

@@ -1,10 +1,14 @@
 // The trainer actor for supervised fine-tuning of a language model.
 //
-// SftInit -> tokenizer + model (HF dir or from scratch) + FlatAdamW + data
+// SftInit -> tokenizer + model (HF dir or from scratch) sharded over the trainer ranks +
+//   AdamW on this rank's shard + data
 // SftTrain(first, n) -> n optimiser steps over packed micro-batches (grad accumulation,
-//   warm-up + decay schedule, clipping) -> loss per response token, lr, grad norm
-// LmEvaluate -> greedy generation on held-out prompts -> exact-match accuracy
-// LmSave(dir) -> Hugging Face checkpoint + tokenizer files
+//   warm-up + decay schedule, clipping); each rank trains on its share of every
+//   micro-batch's rows, the loss normalised by the global step's response tokens
+//   -> loss per response token, lr, grad norm
+// LmEvaluate -> model gathered on rank 0 -> greedy generation on held-out prompts ->
+//   exact-match accuracy (rank 0's reply)
+// LmSave(dir) -> model gathered on rank 0 -> Hugging Face checkpoint + tokenizer files
 //
 // Training runs in fp32 (master weights); model.dtype sets the saved checkpoint's dtype.
 // Data order is a pure function of (job.seed, epoch): each epoch reshuffles (arithmetic:
@@ -17,11 +21,14 @@
 #include "actors/role.h"
 #include "data/arith_task.h"
 #include "data/prompt_example.h"
+#include "dist/communicator.h"
 #include "models/chat_template.h"
 #include "models/tokenizer.h"
 #include "models/transformer.h"
 #include "trainer/flat_adamw.h"
 #include "trainer/sft_data.h"
+#include "trainer/sharded_model.h"
+#include "trainer/trainer_ranks.h"
 
 namespace rlforge {
 
@@ -35,6 +42,10 @@ class SftTrainerRole final : public Role {
  private:
   absl::StatusOr<WorkReply> Init();
   absl::StatusOr<WorkReply> Train(const proto::SftTrain& task);
+  // This rank's share of one micro-batch: forward, loss (sum over its response tokens /
+  // the step's `loss_tokens` on every rank), backward; returns that loss.
+  absl::StatusOr<double> MicroBatch(const std::vector<PackedRow>& mb, const Share& share,
+                                    int64_t loss_tokens);
   absl::StatusOr<WorkReply> Evaluate(const proto::LmEvaluate& task);
   absl::StatusOr<WorkReply> Save(const proto::LmSave& task);
   absl::StatusOr<std::vector<PromptExample>> TrainExamples(int64_t epoch) const;
@@ -45,7 +56,8 @@ class SftTrainerRole final : public Role {
   proto::Assignment assignment_;
   std::unique_ptr<models::Tokenizer> tokenizer_;
   std::optional<models::PromptTemplate> template_;
-  std::optional<models::Transformer> model_;
+  std::unique_ptr<dist::Communicator> comm_;  // the trainer ranks; outlives model_
+  std::unique_ptr<ShardedModel> model_;
   std::unique_ptr<FlatAdamW> optimizer_;
   std::vector<PromptExample> file_train_, heldout_;
   std::optional<ArithmeticTask> task_;  // data.source arithmetic

@@ -47,7 +47,7 @@ models::Transformer ModelWith(const Values& values) {
 struct TrainRun {
   std::vector<double> losses;
   Values final_values;
-  int64_t held_bytes = 0;   // params + grads + AdamW state of rank 0 after the last step
+  int64_t held_bytes = 0;  // params + grads + AdamW state of rank 0 after the last step
   int64_t unsharded_bytes = 0, largest_unit_bytes = 0;
 };
 
@@ -196,14 +196,16 @@ TEST(ShardedModelGatherTest, GatherUnitsReturnsTheValuesItWasBuiltWith) {
     auto m = ShardedModel::Create(ModelWith(init), &comm, o);
     ASSERT_TRUE(m.ok());
     size_t seen = 0;
-    ASSERT_TRUE((*m)->GatherUnits([&](const ShardUnit& unit, const torch::Tensor& flat) {
-                   for (const auto& p : unit.params) {
-                     EXPECT_TRUE(flat.narrow(0, p.offset, p.numel).view(p.shape).equal(init.at(p.name)))
-                         << p.name;
-                     ++seen;
-                   }
-                   return absl::OkStatus();
-                 }).ok());
+    ASSERT_TRUE(
+        (*m)->GatherUnits([&](const ShardUnit& unit, const torch::Tensor& flat) {
+              for (const auto& p : unit.params) {
+                EXPECT_TRUE(flat.narrow(0, p.offset, p.numel).view(p.shape).equal(init.at(p.name)))
+                    << p.name;
+                ++seen;
+              }
+              return absl::OkStatus();
+            })
+            .ok());
     EXPECT_EQ(seen, init.size());
     EXPECT_EQ((*m)->HeldBytes(), (*m)->shard_data().numel() * 4 * 2);
   });

@@ -98,11 +98,21 @@ absl::StatusOr<WeightPublisher> WeightPublisher::Create(const std::string& name,
 }
 
 proto::WeightsReady WeightPublisher::Publish(int64_t version, const void* data) {
+  std::memcpy(BeginWrite(version), data, nbytes_);
+  return EndWrite(version);
+}
+
+char* WeightPublisher::BeginWrite(int64_t version) {
   auto* h = static_cast<Header*>(base_);
-  int slot = static_cast<int>(version & 1);
+  const int slot = static_cast<int>(version & 1);
   h->slot_version[slot].store(-1, std::memory_order_release);
-  std::memcpy(SlotData(base_, slot, nbytes_), data, nbytes_);
-  uint64_t sum = WeightChecksum(data, nbytes_);
+  return SlotData(base_, slot, nbytes_);
+}
+
+proto::WeightsReady WeightPublisher::EndWrite(int64_t version) {
+  auto* h = static_cast<Header*>(base_);
+  const int slot = static_cast<int>(version & 1);
+  const uint64_t sum = WeightChecksum(SlotData(base_, slot, nbytes_), nbytes_);
   h->slot_checksum[slot] = sum;
   h->slot_version[slot].store(version, std::memory_order_release);
   proto::WeightsReady r;

@@ -38,6 +38,12 @@ class WeightPublisher {
   ~WeightPublisher();
 
   proto::WeightsReady Publish(int64_t version, const void* data);
+  // Streaming form, for a writer that never holds the whole buffer (a sharded trainer
+  // gathering unit by unit): BeginWrite marks version's slot as being written and returns
+  // it (size() bytes) to fill; EndWrite checksums and commits it.
+  char* BeginWrite(int64_t version);
+  proto::WeightsReady EndWrite(int64_t version);
+  size_t size() const { return nbytes_; }
   const std::string& name() const { return name_; }
 
  private:

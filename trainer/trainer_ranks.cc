@@ -1,0 +1,134 @@
+#include "trainer/trainer_ranks.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/exceptions.h"
+#include "common/status.h"
+#include "models/hf_checkpoint.h"
+
+namespace rlforge {
+
+absl::StatusOr<std::unique_ptr<dist::Communicator>> ConnectTrainerRanks(
+    const proto::Assignment& a) {
+  dist::GroupOptions o;
+  o.store_address = a.store_address();
+  o.name = "trainer";
+  o.rank = a.rank();
+  o.size = std::max(1, a.world_size());
+  if (a.collective_timeout_s() > 0) o.timeout_s = a.collective_timeout_s();
+  if (o.size > 1 && o.store_address.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("trainer rank ", a.rank(), " of ", o.size,
+                                                   ": the assignment has no store address"));
+  }
+  return dist::ConnectGroup(o);
+}
+
+ShardedModel::Options ShardingOptions(const TrainerOptions& t, bool trainable) {
+  ShardedModel::Options o;
+  o.reshard_after_forward = t.reshard_after_forward;
+  o.trainable = trainable;
+  o.compute_dtype = t.mixed_precision == "bf16" ? torch::kBFloat16 : torch::kFloat32;
+  return o;
+}
+
+absl::StatusOr<std::unique_ptr<ShardedModel>> LoadShardedModel(const std::string& path,
+                                                               dist::Communicator* comm,
+                                                               ShardedModel::Options options,
+                                                               bool value_head) {
+  return CallCatching([&]() -> absl::StatusOr<std::unique_ptr<ShardedModel>> {
+    ASSIGN_OR_RETURN(models::Transformer base, models::LoadHfModel(path, torch::kFloat32));
+    if (value_head && !base->has_value_head()) {
+      // V = 0 everywhere at first, so the first advantages are the plain returns rather
+      // than noise from a random head.
+      models::Transformer with_head(base->config(), /*value_head=*/true);
+      torch::NoGradGuard ng;
+      auto from = base->named_parameters();
+      for (auto& p : with_head->named_parameters()) {
+        if (const torch::Tensor* src = from.find(p.key())) {
+          p.value().copy_(*src);
+        } else {
+          p.value().zero_();  // value_head.weight / .bias
+        }
+      }
+      base = with_head;
+    }
+    return ShardedModel::Create(base, comm, options);
+  });
+}
+
+Share ShareOf(const std::vector<int64_t>& costs, int rank, int size) {
+  // Item i goes to the rank whose slice of the cumulative cost holds the item's midpoint.
+  double total = 0;
+  for (int64_t c : costs) total += static_cast<double>(std::max<int64_t>(c, 1));
+  Share s;
+  bool found = false;
+  double before = 0;
+  for (size_t i = 0; i < costs.size(); ++i) {
+    const double c = static_cast<double>(std::max<int64_t>(costs[i], 1));
+    const int owner =
+        std::min(size - 1, static_cast<int>((before + c / 2) / total * static_cast<double>(size)));
+    before += c;
+    if (owner == rank) {
+      if (!found) s.begin = i;
+      s.end = i + 1;
+      found = true;
+    }
+  }
+  if (!found) return Share{0, std::min<size_t>(1, costs.size()), true};
+  return s;
+}
+
+absl::StatusOr<std::vector<double>> SumOverRanks(dist::Communicator& comm,
+                                                 const std::vector<double>& values) {
+  if (comm.size() == 1 || values.empty()) return values;
+  torch::Tensor t = torch::tensor(values, torch::kDouble);
+  RETURN_IF_ERROR(comm.AllReduceSum(t)->Wait());
+  return std::vector<double>(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
+}
+
+double ShareCounts::Weight(LossAggregation agg) const {
+  return agg == LossAggregation::kTokenMean ? token_weight() : row_weight();
+}
+
+absl::StatusOr<ShareCounts> CountShare(dist::Communicator& comm, const torch::Tensor& mask,
+                                       bool weight_zero) {
+  ShareCounts c;
+  if (!weight_zero) {
+    c.tokens = mask.sum().item<double>();
+    c.rows = static_cast<double>(mask.size(0));
+  }
+  ASSIGN_OR_RETURN(std::vector<double> global, SumOverRanks(comm, {c.tokens, c.rows}));
+  c.global_tokens = global[0];
+  c.global_rows = global[1];
+  return c;
+}
+
+absl::StatusOr<double> MaxOverRanks(dist::Communicator& comm, double value) {
+  std::vector<double> each(static_cast<size_t>(comm.size()), 0.0);
+  each[static_cast<size_t>(comm.rank())] = value;
+  ASSIGN_OR_RETURN(each, SumOverRanks(comm, each));
+  return *std::max_element(each.begin(), each.end());
+}
+
+absl::StatusOr<std::optional<models::Transformer>> GatherFullModel(ShardedModel& m) {
+  return CallCatching([&]() -> absl::StatusOr<std::optional<models::Transformer>> {
+    std::optional<models::Transformer> full;
+    if (m.comm().rank() == 0) full.emplace(m.module()->config(), m.module()->has_value_head());
+    std::map<std::string, torch::Tensor> dst;
+    if (full) {
+      for (auto& p : (*full)->named_parameters()) dst[p.key()] = p.value();
+    }
+    torch::NoGradGuard ng;
+    RETURN_IF_ERROR(m.GatherUnits([&](const ShardUnit& unit, const torch::Tensor& flat) {
+      if (!full) return absl::OkStatus();
+      for (const ShardedParam& p : unit.params) {
+        dst.at(p.name).copy_(flat.narrow(0, p.offset, p.numel).view(p.shape));
+      }
+      return absl::OkStatus();
+    }));
+    return full;
+  });
+}
+
+}  // namespace rlforge
