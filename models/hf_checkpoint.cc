@@ -10,6 +10,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/atomic_file.h"
+#include "common/status.h"
 #include "models/safetensors.h"
 #include "nlohmann/json.hpp"
 
@@ -25,20 +27,6 @@ absl::StatusOr<std::string> ReadText(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
-}
-
-absl::Status WriteTextAtomic(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << text;
-    out.flush();
-    if (!out) return absl::InternalError(absl::StrCat(tmp, ": write failed"));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return absl::InternalError(absl::StrCat("cannot rename ", tmp, " to ", path));
-  }
-  return absl::OkStatus();
 }
 
 // name -> shard file (relative to dir).
@@ -89,6 +77,29 @@ absl::StatusOr<TransformerConfig> LoadHfConfig(const std::string& dir) {
   return ParseHfConfig(*text, path);
 }
 
+absl::StatusOr<HfTensorFiles> OpenHfTensors(const std::string& dir) {
+  auto weight_map = WeightMap(dir);
+  if (!weight_map.ok()) return weight_map.status();
+  HfTensorFiles out;
+  std::set<std::string> file_names;
+  for (const auto& [n, f] : *weight_map) file_names.insert(f);
+  if (weight_map->empty()) file_names.insert("model.safetensors");
+  for (const auto& f : file_names) {
+    auto file = SafetensorsFile::Open(dir + "/" + f);
+    if (!file.ok()) return file.status();
+    for (const auto& n : (*file)->names()) out.names.insert(n);
+    out.files[f] = std::move(*file);
+  }
+  out.weight_map = std::move(*weight_map);
+  return out;
+}
+
+const SafetensorsFile* HfTensorFiles::Locate(const std::string& name) const {
+  if (weight_map.empty()) return files.begin()->second.get();
+  auto it = weight_map.find(name);
+  return it == weight_map.end() ? nullptr : files.at(it->second).get();
+}
+
 absl::StatusOr<Transformer> LoadHfModel(const std::string& dir, torch::Dtype dtype) {
   if (dtype != torch::kFloat32 && dtype != torch::kBFloat16) {
     return absl::InvalidArgumentError(
@@ -96,32 +107,10 @@ absl::StatusOr<Transformer> LoadHfModel(const std::string& dir, torch::Dtype dty
   }
   auto config = LoadHfConfig(dir);
   if (!config.ok()) return config.status();
-  auto weight_map = WeightMap(dir);
-  if (!weight_map.ok()) return weight_map.status();
-
-  // Open every file once.
-  std::map<std::string, std::unique_ptr<SafetensorsFile>> files;
-  std::set<std::string> names_in_files;
-  std::vector<std::string> file_names;
-  if (weight_map->empty()) {
-    file_names.push_back("model.safetensors");
-  } else {
-    std::set<std::string> uniq;
-    for (const auto& [n, f] : *weight_map) uniq.insert(f);
-    file_names.assign(uniq.begin(), uniq.end());
-  }
-  for (const auto& f : file_names) {
-    auto file = SafetensorsFile::Open(dir + "/" + f);
-    if (!file.ok()) return file.status();
-    for (const auto& n : (*file)->names()) names_in_files.insert(n);
-    files[f] = std::move(*file);
-  }
-  auto locate = [&](const std::string& name) -> const SafetensorsFile* {
-    if (weight_map->empty()) return files.begin()->second.get();
-    auto it = weight_map->find(name);
-    if (it == weight_map->end()) return nullptr;
-    return files[it->second].get();
-  };
+  auto tensors = OpenHfTensors(dir);
+  if (!tensors.ok()) return tensors.status();
+  const std::set<std::string>& names_in_files = tensors->names;
+  auto locate = [&](const std::string& name) { return tensors->Locate(name); };
 
   const bool value_head = names_in_files.count("value_head.weight") > 0;
   Transformer model(*config, value_head);
@@ -186,14 +175,7 @@ absl::Status SaveHfModel(const Transformer& model, const std::string& dir,
     shard_bytes += b;
     total += b;
   }
-  // Remove files of a previous save with another layout.
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    std::string f = e.path().filename().string();
-    if (f == "model.safetensors" || f == "model.safetensors.index.json" ||
-        (absl::StartsWith(f, "model-") && absl::EndsWith(f, ".safetensors"))) {
-      fs::remove(e.path(), ec);
-    }
-  }
+  RETURN_IF_ERROR(RemoveHfWeights(dir));
   const std::map<std::string, std::string> meta = {{"format", "pt"}};
   if (shards.size() == 1) {
     if (auto s = WriteSafetensors(dir + "/model.safetensors", shards[0], meta); !s.ok()) return s;
@@ -206,12 +188,28 @@ absl::Status SaveHfModel(const Transformer& model, const std::string& dir,
       if (auto s = WriteSafetensors(dir + "/" + file, shards[i], meta); !s.ok()) return s;
       for (const auto& [name, t] : shards[i]) index["weight_map"][name] = file;
     }
-    if (auto s = WriteTextAtomic(dir + "/model.safetensors.index.json", index.dump(2) + "\n");
+    if (auto s = WriteFileAtomic(dir + "/model.safetensors.index.json", index.dump(2) + "\n");
         !s.ok())
       return s;
   }
   const char* dtype_name = dtype == torch::kBFloat16 ? "bfloat16" : "float32";
-  return WriteTextAtomic(dir + "/config.json", WriteHfConfig(model->config(), dtype_name));
+  return WriteFileAtomic(dir + "/config.json", WriteHfConfig(model->config(), dtype_name));
+}
+
+absl::Status RemoveHfWeights(const std::string& dir) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    std::string f = e.path().filename().string();
+    if (f == "model.safetensors" || f == "model.safetensors.index.json" ||
+        (absl::StartsWith(f, "model-") && absl::EndsWith(f, ".safetensors"))) {
+      fs::remove(e.path(), ec);
+      if (ec)
+        return absl::InternalError(
+            absl::StrCat(e.path().string(), ": cannot remove: ", ec.message()));
+    }
+  }
+  if (ec) return absl::InternalError(absl::StrCat(dir, ": cannot list: ", ec.message()));
+  return absl::OkStatus();
 }
 
 void CopyParameters(const Transformer& src, Transformer& dst) {

@@ -12,9 +12,13 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "models/safetensors.h"
 #include "models/transformer.h"
 
 namespace rlforge::models {
@@ -22,6 +26,18 @@ namespace rlforge::models {
 // Loads the value head too when the checkpoint has value_head.{weight,bias}.
 absl::StatusOr<Transformer> LoadHfModel(const std::string& dir,
                                         torch::Dtype dtype = torch::kFloat32);
+
+// A checkpoint's safetensors files (model.safetensors, or the shards that
+// model.safetensors.index.json lists), opened: headers checked, no tensor data read yet.
+struct HfTensorFiles {
+  std::map<std::string, std::unique_ptr<SafetensorsFile>> files;  // by name in the directory
+  std::set<std::string> names;                                    // every tensor of every file
+  std::map<std::string, std::string> weight_map;                  // tensor -> file; empty: one file
+  // The file the checkpoint says holds `name` (nullptr if the index lists no such name);
+  // the file itself may still lack it (check contains()).
+  const SafetensorsFile* Locate(const std::string& name) const;
+};
+absl::StatusOr<HfTensorFiles> OpenHfTensors(const std::string& dir);
 
 // Reads only config.json.
 absl::StatusOr<TransformerConfig> LoadHfConfig(const std::string& dir);
@@ -33,6 +49,10 @@ struct SaveHfOptions {
 // Tensors are written in the model's dtype (fp32 or bf16).
 absl::Status SaveHfModel(const Transformer& model, const std::string& dir,
                          const SaveHfOptions& options = {});
+
+// Removes the weight files of a previous save (model.safetensors, the index, model-*-of-*
+// shards), so that a new save's files are the only ones a loader finds.
+absl::Status RemoveHfWeights(const std::string& dir);
 
 // Copies parameters by name from `src` into `dst` (same config); used for weight sync
 // and tests.

@@ -9,10 +9,12 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
+#include <iterator>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/atomic_file.h"
+#include "common/status.h"
 #include "nlohmann/json.hpp"
 
 namespace rlforge::models {
@@ -192,50 +194,180 @@ absl::StatusOr<torch::Tensor> SafetensorsFile::Read(const std::string& name) con
   return t;
 }
 
-absl::Status WriteSafetensors(const std::string& path,
-                              const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
-                              const std::map<std::string, std::string>& metadata) {
+absl::StatusOr<torch::Tensor> SafetensorsFile::ReadRange(const std::string& name, int64_t begin,
+                                                         int64_t count) const {
+  auto it = infos_.find(name);
+  if (it == infos_.end()) {
+    return absl::NotFoundError(absl::StrCat(path_, ": no tensor named '", name, "'"));
+  }
+  const SafetensorInfo& info = it->second;
+  auto dt = SafetensorDtype(info.dtype);
+  if (!dt.ok()) return dt.status();
+  const int64_t esize = static_cast<int64_t>(c10::elementSize(*dt));
+  const int64_t numel = static_cast<int64_t>((info.end - info.begin) / esize);
+  if (begin < 0 || count < 0 || begin > numel || count > numel - begin) {
+    return absl::OutOfRangeError(absl::StrCat(path_, ": tensor '", name, "': elements [", begin,
+                                              ", ", begin + count, ") outside its ", numel));
+  }
+  auto t = torch::empty({count}, torch::dtype(*dt));
+  if (count > 0) std::memcpy(t.data_ptr(), data_ + info.begin + begin * esize, count * esize);
+  return t;
+}
+
+namespace {
+
+absl::Status Errno(const std::string& what, const std::string& path) {
+  return absl::InternalError(absl::StrCat(path, ": cannot ", what, ": ", std::strerror(errno)));
+}
+
+absl::Status PwriteAll(int fd, const std::string& path, const void* data, uint64_t bytes,
+                       uint64_t offset) {
+  const char* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    const ssize_t n = ::pwrite(fd, p, bytes, static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Errno("write", path);
+    p += n;
+    bytes -= static_cast<uint64_t>(n);
+    offset += static_cast<uint64_t>(n);
+  }
+  return absl::OkStatus();
+}
+
+// Adds [b, e) to disjoint, merged ranges.
+void MarkWritten(std::map<int64_t, int64_t>& ranges, int64_t b, int64_t e) {
+  auto it = ranges.upper_bound(b);
+  if (it != ranges.begin() && std::prev(it)->second >= b) {
+    --it;
+    b = it->first;
+    e = std::max(e, it->second);
+    it = ranges.erase(it);
+  }
+  while (it != ranges.end() && it->first <= e) {
+    e = std::max(e, it->second);
+    it = ranges.erase(it);
+  }
+  ranges[b] = e;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<SafetensorsWriter>> SafetensorsWriter::Create(
+    const std::string& path, const std::vector<SafetensorSpec>& tensors,
+    const std::map<std::string, std::string>& metadata) {
+  std::unique_ptr<SafetensorsWriter> w(new SafetensorsWriter());
+  w->path_ = path;
+  w->tmp_ = path + ".tmp";
   nlohmann::json header = nlohmann::json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
-  std::vector<torch::Tensor> data;
   uint64_t offset = 0;
-  for (const auto& [name, tensor] : tensors) {
-    if (name.empty() || name == "__metadata__" || header.contains(name)) {
+  for (const SafetensorSpec& spec : tensors) {
+    if (spec.name.empty() || spec.name == "__metadata__" || header.contains(spec.name)) {
       return absl::InvalidArgumentError(
-          absl::StrCat(path, ": tensor name '", name, "' is empty, reserved or repeated"));
+          absl::StrCat(path, ": tensor name '", spec.name, "' is empty, reserved or repeated"));
     }
-    auto dname = SafetensorDtypeName(tensor.scalar_type());
-    if (!dname.ok())
+    auto dname = SafetensorDtypeName(spec.dtype);
+    if (!dname.ok()) {
       return absl::InvalidArgumentError(
-          absl::StrCat(path, ": tensor '", name, "': ", dname.status().message()));
-    auto t = tensor.detach().to(torch::kCPU).contiguous();
-    uint64_t bytes = static_cast<uint64_t>(t.numel()) * t.element_size();
-    header[name] = {
-        {"dtype", *dname}, {"shape", t.sizes().vec()}, {"data_offsets", {offset, offset + bytes}}};
+          absl::StrCat(path, ": tensor '", spec.name, "': ", dname.status().message()));
+    }
+    Slot slot{spec.dtype, 1, offset, {}};
+    for (int64_t d : spec.shape) {
+      if (d < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ": tensor '", spec.name, "': negative dimension ", d));
+      }
+      slot.numel *= d;
+    }
+    const uint64_t bytes = static_cast<uint64_t>(slot.numel) * c10::elementSize(spec.dtype);
+    header[spec.name] = {
+        {"dtype", *dname}, {"shape", spec.shape}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
-    data.push_back(std::move(t));
+    w->slots_[spec.name] = std::move(slot);
   }
   std::string h = header.dump();
   while ((h.size() % 8) != 0) h.push_back(' ');  // keeps the data 8-byte aligned
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return absl::InternalError(absl::StrCat(tmp, ": cannot open for writing"));
-    uint64_t n = h.size();
-    out.write(reinterpret_cast<const char*>(&n), 8);
-    out.write(h.data(), static_cast<std::streamsize>(h.size()));
-    for (const auto& t : data) {
-      out.write(static_cast<const char*>(t.data_ptr()),
-                static_cast<std::streamsize>(t.numel() * t.element_size()));
-    }
-    out.flush();
-    if (!out) return absl::InternalError(absl::StrCat(tmp, ": write failed"));
+  w->data_start_ = 8 + h.size();
+  w->fd_ = ::open(w->tmp_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (w->fd_ < 0) return Errno("open for writing", w->tmp_);
+  if (::ftruncate(w->fd_, static_cast<off_t>(w->data_start_ + offset)) != 0) {
+    return Errno("size", w->tmp_);
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return absl::InternalError(
-        absl::StrCat("cannot rename ", tmp, " to ", path, ": ", std::strerror(errno)));
+  const uint64_t n = h.size();
+  RETURN_IF_ERROR(PwriteAll(w->fd_, w->tmp_, &n, 8, 0));  // little-endian host
+  RETURN_IF_ERROR(PwriteAll(w->fd_, w->tmp_, h.data(), h.size(), 8));
+  return w;
+}
+
+SafetensorsWriter::~SafetensorsWriter() {
+  if (fd_ >= 0) {
+    ::close(fd_);
+    ::unlink(tmp_.c_str());
   }
+}
+
+absl::Status SafetensorsWriter::Write(const std::string& name, int64_t element_offset,
+                                      const torch::Tensor& values) {
+  if (fd_ < 0) return absl::FailedPreconditionError(absl::StrCat(path_, ": already finished"));
+  auto it = slots_.find(name);
+  if (it == slots_.end()) {
+    return absl::NotFoundError(absl::StrCat(path_, ": no tensor named '", name, "' declared"));
+  }
+  Slot& slot = it->second;
+  const std::string where = absl::StrCat(path_, ": tensor '", name, "': ");
+  if (values.scalar_type() != slot.dtype) {
+    return absl::InvalidArgumentError(absl::StrCat(where, "declared ", c10::toString(slot.dtype),
+                                                   ", written ",
+                                                   c10::toString(values.scalar_type())));
+  }
+  const int64_t count = values.numel();
+  if (element_offset < 0 || element_offset > slot.numel || count > slot.numel - element_offset) {
+    return absl::OutOfRangeError(absl::StrCat(where, "elements [", element_offset, ", ",
+                                              element_offset + count, ") outside its ",
+                                              slot.numel));
+  }
+  if (count == 0) return absl::OkStatus();
+  const torch::Tensor t = values.detach().to(torch::kCPU).contiguous();
+  const uint64_t esize = c10::elementSize(slot.dtype);
+  RETURN_IF_ERROR(PwriteAll(fd_, tmp_, t.data_ptr(), count * esize,
+                            data_start_ + slot.begin + element_offset * esize));
+  MarkWritten(slot.written, element_offset, element_offset + count);
   return absl::OkStatus();
+}
+
+absl::Status SafetensorsWriter::Finish() {
+  if (fd_ < 0) return absl::FailedPreconditionError(absl::StrCat(path_, ": already finished"));
+  for (const auto& [name, slot] : slots_) {
+    const int64_t done = slot.written.empty() ? 0 : slot.written.begin()->second;
+    if (slot.numel > 0 &&
+        (slot.written.size() != 1 || slot.written.begin()->first != 0 || done != slot.numel)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(path_, ": tensor '", name, "': not every element written (",
+                       slot.written.size(), " separate ranges, numel ", slot.numel, ")"));
+    }
+  }
+  const int fd = fd_;
+  fd_ = -1;
+  if (::fsync(fd) != 0) {
+    ::close(fd);
+    return Errno("fsync", tmp_);
+  }
+  if (::close(fd) != 0) return Errno("close", tmp_);
+  if (std::rename(tmp_.c_str(), path_.c_str()) != 0) {
+    return absl::InternalError(
+        absl::StrCat("cannot rename ", tmp_, " to ", path_, ": ", std::strerror(errno)));
+  }
+  return SyncParentDirectory(path_);
+}
+
+absl::Status WriteSafetensors(const std::string& path,
+                              const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
+                              const std::map<std::string, std::string>& metadata) {
+  std::vector<SafetensorSpec> specs;
+  for (const auto& [name, t] : tensors) specs.push_back({name, t.scalar_type(), t.sizes().vec()});
+  ASSIGN_OR_RETURN(auto writer, SafetensorsWriter::Create(path, specs, metadata));
+  for (const auto& [name, t] : tensors) RETURN_IF_ERROR(writer->Write(name, 0, t));
+  return writer->Finish();
 }
 
 }  // namespace rlforge::models

@@ -118,5 +118,78 @@ TEST(SafetensorsTest, WriteRejectsRepeatedNames) {
   EXPECT_FALSE(s.ok());
 }
 
+TEST(SafetensorsTest, ReadRangeCopiesThatSliceOfTheFlatTensor) {
+  const torch::Tensor w = torch::randn({6, 5});
+  const torch::Tensor h = torch::randn({7}).to(torch::kBFloat16);
+  const std::string path = TempPath("range.safetensors");
+  ASSERT_TRUE(WriteSafetensors(path, {{"w", w}, {"h", h}}).ok());
+  auto f = SafetensorsFile::Open(path);
+  ASSERT_TRUE(f.ok()) << f.status();
+  for (auto [begin, count] : {std::pair<int64_t, int64_t>{0, 30}, {7, 11}, {29, 1}, {30, 0}}) {
+    auto got = (*f)->ReadRange("w", begin, count);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_TRUE(torch::equal(*got, w.reshape(-1).narrow(0, begin, count))) << begin;
+  }
+  auto bf = (*f)->ReadRange("h", 2, 3);
+  ASSERT_TRUE(bf.ok()) << bf.status();
+  EXPECT_EQ(bf->scalar_type(), torch::kBFloat16);
+  EXPECT_TRUE(torch::equal(*bf, h.narrow(0, 2, 3)));
+}
+
+TEST(SafetensorsTest, ReadRangeOutOfBoundsNamesFileAndTensor) {
+  const std::string path = TempPath("range_bounds.safetensors");
+  ASSERT_TRUE(WriteSafetensors(path, {{"w", torch::zeros({4, 3})}}).ok());
+  auto f = SafetensorsFile::Open(path);
+  ASSERT_TRUE(f.ok()) << f.status();
+  for (auto [begin, count] : {std::pair<int64_t, int64_t>{10, 3}, {-1, 2}, {0, 13}, {13, 0}}) {
+    auto got = (*f)->ReadRange("w", begin, count);
+    ASSERT_FALSE(got.ok()) << begin << "+" << count;
+    const std::string msg(got.status().message());
+    EXPECT_NE(msg.find(path), std::string::npos) << msg;
+    EXPECT_NE(msg.find("'w'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("outside its 12"), std::string::npos) << msg;
+  }
+  EXPECT_FALSE((*f)->ReadRange("missing", 0, 1).ok());
+}
+
+TEST(SafetensorsTest, WriterTakesPiecesInAnyOrder) {
+  const torch::Tensor a = torch::randn({4, 6}), b = torch::arange(10, torch::kInt64);
+  const std::string path = TempPath("pieces.safetensors");
+  auto w = SafetensorsWriter::Create(
+      path, {{"a", torch::kFloat32, {4, 6}}, {"b", torch::kInt64, {10}}}, {{"format", "pt"}});
+  ASSERT_TRUE(w.ok()) << w.status();
+  const torch::Tensor flat = a.reshape(-1);
+  ASSERT_TRUE((*w)->Write("b", 0, b).ok());
+  ASSERT_TRUE((*w)->Write("a", 13, flat.narrow(0, 13, 11)).ok());
+  ASSERT_TRUE((*w)->Write("a", 0, flat.narrow(0, 0, 7).view({7, 1})).ok());
+  ASSERT_TRUE((*w)->Write("a", 5, flat.narrow(0, 5, 8)).ok());  // overlaps both
+  EXPECT_FALSE(std::filesystem::exists(path)) << "visible before Finish";
+  ASSERT_TRUE((*w)->Finish().ok());
+  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+  auto f = SafetensorsFile::Open(path);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_TRUE(torch::equal(*(*f)->Read("a"), a));
+  EXPECT_TRUE(torch::equal(*(*f)->Read("b"), b));
+  EXPECT_EQ((*f)->metadata().at("format"), "pt");
+}
+
+TEST(SafetensorsTest, WriterRejectsBadPiecesAndUnwrittenElements) {
+  const std::string path = TempPath("holes.safetensors");
+  auto w = SafetensorsWriter::Create(path, {{"a", torch::kFloat32, {8}}});
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_FALSE((*w)->Write("a", 0, torch::zeros({2}, torch::kFloat64)).ok()) << "dtype";
+  EXPECT_FALSE((*w)->Write("a", 7, torch::zeros({2})).ok()) << "past the end";
+  EXPECT_FALSE((*w)->Write("nope", 0, torch::zeros({1})).ok());
+  ASSERT_TRUE((*w)->Write("a", 0, torch::zeros({3})).ok());
+  ASSERT_TRUE((*w)->Write("a", 4, torch::zeros({4})).ok());
+  absl::Status s = (*w)->Finish();
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(std::string(s.message()).find("'a': not every element written"), std::string::npos)
+      << s;
+  w->reset();
+  EXPECT_FALSE(std::filesystem::exists(path));
+  EXPECT_FALSE(std::filesystem::exists(path + ".tmp")) << "an abandoned writer cleans up";
+}
+
 }  // namespace
 }  // namespace rlforge::models
