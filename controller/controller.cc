@@ -130,21 +130,22 @@ absl::StatusOr<std::vector<WorkOutcome>> Controller::AwaitAll(
   }
   while (true) {
     bool all = true;
-    for (uint64_t id : work_ids) all = all && pending_.at(id).done;
+    for (uint64_t id : work_ids) {
+      const Pending& p = pending_.at(id);
+      if (p.done && !p.outcome.result.ok()) {
+        absl::Status failed = absl::AbortedError(absl::StrCat(
+            "work ", id, " failed on ", p.outcome.actor_id, ": ", p.outcome.result.error()));
+        for (uint64_t given_up : work_ids) pending_.erase(given_up);
+        return failed;
+      }
+      all = all && p.done;
+    }
     if (all) break;
     RETURN_IF_ERROR(Pump(options_.poll_ms));
   }
   std::vector<WorkOutcome> out;
   out.reserve(work_ids.size());
-  for (uint64_t id : work_ids) {
-    auto node = pending_.extract(id);
-    WorkOutcome& o = node.mapped().outcome;
-    if (!o.result.ok()) {
-      return absl::AbortedError(
-          absl::StrCat("work ", id, " failed on ", o.actor_id, ": ", o.result.error()));
-    }
-    out.push_back(std::move(o));
-  }
+  for (uint64_t id : work_ids) out.push_back(std::move(pending_.extract(id).mapped().outcome));
   return out;
 }
 

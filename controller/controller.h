@@ -82,6 +82,9 @@ class Controller {
                                   std::vector<TensorFrame> tensors = {});
   // Serves until these works have results (in the given order), or fails with
   // the reason the job must stop (an actor died, work failed or timed out, a stop signal).
+  // A failed work fails the call as soon as its result arrives, without waiting for the
+  // others (a rank that failed leaves its peers waiting in a collective); the call then gives
+  // up on all of `work_ids`.
   absl::StatusOr<std::vector<WorkOutcome>> AwaitAll(const std::vector<uint64_t>& work_ids);
   absl::StatusOr<WorkOutcome> Await(uint64_t work_id);
 

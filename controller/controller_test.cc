@@ -251,6 +251,34 @@ TEST_F(ControllerTest, FailedWorkStopsWithTheActorsMessage) {
   EXPECT_NE(out.status().message().find("failed on echo-0: env 3 returned NaN"), std::string::npos);
 }
 
+TEST_F(ControllerTest, OneFailedWorkFailsAwaitAllWithoutWaitingForTheRest) {
+  RegisterTwo();
+  auto a = controller().Submit("echo-0", proto::WorkRequest{}, {});
+  auto b = controller().Submit("echo-1", proto::WorkRequest{}, {});
+  ASSERT_TRUE(a.ok() && b.ok());
+  SendResult("p1", "echo-1", *b, false, "gloo: connection reset by rank 0");
+  // Time moves with every read, so waiting on echo-0 (which never answers) would end at its
+  // request deadline, naming echo-0, rather than hang.
+  clock_.set_auto_advance_micros(1000);
+  const int64_t before = clock_.NowMicros();
+  auto out = controller().AwaitAll({*a, *b});
+  ASSERT_FALSE(out.ok());
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kAborted);
+  EXPECT_NE(out.status().message().find("failed on echo-1: gloo: connection reset by rank 0"),
+            std::string::npos)
+      << out.status();
+  EXPECT_LT(clock_.NowMicros() - before, 1'000'000) << "no waiting on echo-0";
+  clock_.set_auto_advance_micros(0);
+  // The call gave up on both: echo-0's late result is a stray, and nothing is left to expire.
+  SendResult("p0", "echo-0", *a, true);
+  ASSERT_TRUE(controller().Pump(0).ok());
+  EXPECT_EQ(controller().drops().duplicate_results, 1u);
+  clock_.AdvanceMillis(31'000);
+  SendHeartbeat("h0", "echo-0");
+  SendHeartbeat("h1", "echo-1");
+  EXPECT_TRUE(controller().Pump(0).ok());
+}
+
 TEST_F(ControllerTest, OverdueWorkNamesTheActor) {
   RegisterTwo();
   auto id = controller().Submit("echo-1", proto::WorkRequest{}, {});
