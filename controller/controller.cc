@@ -68,6 +68,12 @@ absl::Status Controller::LaunchService(const ProcessSpec& spec) {
 }
 
 absl::Status Controller::WaitForActors() {
+  const int trainers = registry_.CountOfRole(kTrainerRole);
+  if (trainers > 1 && options_.trainer_store_address.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the ", trainers, " trainer ranks have no rendezvous store to meet at ",
+                     "(Controller::Options::trainer_store_address is empty)"));
+  }
   int64_t start = clock_->NowMicros();
   int64_t deadline = start + static_cast<int64_t>(options_.register_timeout_s * 1e6);
   bool announced = false;
@@ -295,6 +301,10 @@ void Controller::HandleRegister(const std::string& peer, const proto::Envelope& 
   as->set_heartbeat_interval_ms(static_cast<uint32_t>(options_.heartbeat_interval_ms));
   as->set_heartbeat_misses(static_cast<uint32_t>(options_.heartbeat_misses));
   as->set_run_dir(options_.run_dir);
+  if (a->role == kTrainerRole) {
+    as->set_collective_timeout_s(options_.collective_timeout_s);
+    if (as->world_size() > 1) as->set_store_address(options_.trainer_store_address);
+  }
   transport_->Send(peer, std::move(m)).IgnoreError();
 }
 

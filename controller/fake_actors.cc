@@ -48,6 +48,9 @@ FakeActors::FakeActors(const JobConfig& config) : config_(config) {
   o.register_timeout_s = config.controller.register_timeout_s;
   o.request_timeout_s = config.controller.request_timeout_s;
   o.shutdown_grace_s = 0;
+  o.collective_timeout_s = config.trainer.collective_timeout_s;
+  // Where real trainer ranks would meet; the fakes run no collective.
+  if (config.trainer.ranks > 1) o.trainer_store_address = "127.0.0.1:29500";
   controller_ = std::make_unique<Controller>(o, &transport_, &clock_, nullptr, nullptr);
   controller_->set_pump_observer([this] { OnPump(); });
 }
