@@ -94,10 +94,6 @@ TEST(AlgorithmRegistryTest, AnotherAlgorithmsSectionIsAnError) {
 }
 
 TEST(AlgorithmRegistryTest, CountsThatNothingHonoursYetAreRefused) {
-  LoadedJob ranks = LoadJobText("job: {algorithm: grpo}\ntrainer: {ranks: 2}\n", "t.yaml");
-  ASSERT_EQ(ranks.errors.size(), 1u) << Errors(ranks);
-  EXPECT_EQ(ranks.errors[0].key, "trainer.ranks");
-  EXPECT_NE(ranks.errors[0].message.find("one rank"), std::string::npos);
   LoadedJob engines = LoadJobText("job: {algorithm: dpo}\nrollout: {workers: 2}\n", "t.yaml");
   ASSERT_EQ(engines.errors.size(), 1u) << Errors(engines);
   EXPECT_EQ(engines.errors[0].key, "rollout.workers");

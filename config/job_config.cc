@@ -57,6 +57,22 @@ void CheckAlgorithmSections(const JobConfig& c, config::CheckContext& ctx) {
   }
 }
 
+// Why `family` trains on one rank whatever trainer.ranks says, or "" when its trainer shards
+// over the ranks.
+std::string OneRankReason(AlgorithmFamily family) {
+  switch (family) {
+    case AlgorithmFamily::kEcho:
+      return "starts no trainer";
+    case AlgorithmFamily::kControlPpo:
+      return "trains its control policy on one rank";
+    case AlgorithmFamily::kSft:
+    case AlgorithmFamily::kLmRl:
+    case AlgorithmFamily::kDpo:
+      return "";
+  }
+  return "";
+}
+
 std::shared_ptr<const Schema> JobSection() {
   SchemaBuilder<JobOptions> b("What to run and where its results go.");
   b.String("name", &JobOptions::name,
@@ -120,13 +136,18 @@ std::shared_ptr<const Schema> LaunchSection() {
 std::shared_ptr<const Schema> TrainerSection() {
   SchemaBuilder<TrainerOptions> b("The learner: ranks, threads and the AdamW optimiser.");
   b.Int("ranks", &TrainerOptions::ranks,
-        "Trainer processes (rank 0 leads). Every job trains on 1 for now: other values are "
-        "refused until the sharded trainer exists.")
+        "Trainer processes, each holding a shard of the model and optimiser state; rank 0 "
+        "leads (its reply carries the weights and metrics). Language-model jobs shard over "
+        "them; ppo trains its control policy on 1.")
       .Min(1)
-      .Max(1024);
+      .Max(64);
   b.Int("threads", &TrainerOptions::threads,
         "Intra-op threads per trainer rank; 0 divides this host's cores among the ranks.")
       .Min(0);
+  b.Double("collective_timeout_s", &TrainerOptions::collective_timeout_s,
+           "Deadline of every collective between trainer ranks and of their rendezvous; a rank "
+           "that died or hangs fails its peers within it.")
+      .Min(0, false);
   b.Double("lr", &TrainerOptions::lr, "Peak learning rate.").Min(0, false);
   b.Choice("lr_schedule", &TrainerOptions::lr_schedule, {"constant", "linear", "cosine"},
            "Decay after warm-up: constant, linear to min_lr_ratio*lr, or cosine to it.");
@@ -185,11 +206,12 @@ std::shared_ptr<const Schema> BuildJobSchema() {
   AddLmSections(b);
   b.Check([](const JobConfig& c, config::CheckContext& ctx) {
     CheckAlgorithmSections(c, ctx);
-    // Refused rather than ignored until the sharded trainer exists.
-    if (c.trainer.ranks != 1) {
-      ctx.Error("trainer.ranks", absl::StrCat("every job trains on one rank for now (the sharded "
-                                              "multi-rank trainer is not built yet), got ",
-                                              c.trainer.ranks));
+    if (c.job.algorithm != nullptr && c.trainer.ranks != 1) {
+      const std::string why = OneRankReason(c.job.algorithm->family);
+      if (!why.empty()) {
+        ctx.Error("trainer.ranks",
+                  absl::StrCat(c.job.algorithm->name, " ", why, "; got ", c.trainer.ranks));
+      }
     }
     const bool lm =
         c.job.algorithm != nullptr && (c.job.algorithm->family == AlgorithmFamily::kLmRl ||

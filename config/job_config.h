@@ -11,9 +11,9 @@
 
 #include "config/algorithm_registry.h"
 #include "config/control_options.h"
+#include "config/dashboard_options.h"
 #include "config/engine_options.h"
 #include "config/grpo_options.h"
-#include "config/dashboard_options.h"
 #include "config/lm_options.h"
 #include "config/loader.h"
 #include "config/reward_options.h"
@@ -22,7 +22,7 @@
 namespace rlforge {
 
 struct JobOptions {
-  std::string name;  // default: the job file's name without .yaml
+  std::string name;                          // default: the job file's name without .yaml
   const AlgorithmSpec* algorithm = nullptr;  // set by loading (a required key)
   int64_t seed = 1;
   int64_t iterations = 10;
@@ -45,6 +45,7 @@ struct ControllerOptions {
 struct TrainerOptions {
   int64_t ranks = 1;
   int64_t threads = 0;  // intra-op threads per rank; 0: cores / ranks
+  double collective_timeout_s = 60;
   double lr = 3e-4;
   std::string lr_schedule = "constant";
   int64_t warmup_steps = 0;

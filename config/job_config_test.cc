@@ -7,6 +7,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/str_cat.h"
+
 namespace rlforge {
 namespace {
 
@@ -71,6 +73,43 @@ TEST(JobConfigTest, InitJobMustNameAFileAndACheckpoint) {
   LoadedJob k = LoadJobText("job: {algorithm: grpo}\nmodel: {init_job: t.yaml}\n", "t.yaml");
   ASSERT_EQ(k.errors.size(), 1u) << config::FormatErrors(k.errors);
   EXPECT_NE(k.errors[0].ToString().find("model.init_job: needs model.path"), std::string::npos);
+}
+
+TEST(JobConfigTest, LanguageModelJobsTrainOnSeveralRanks) {
+  for (const char* algorithm : {"sft", "grpo", "drgrpo", "rloo", "lm_ppo", "dpo"}) {
+    LoadedJob j = LoadJobText(
+        absl::StrCat("job: {algorithm: ", algorithm, "}\ntrainer: {ranks: 4}\n"), "t.yaml");
+    EXPECT_TRUE(j.ok()) << algorithm << ": " << config::FormatErrors(j.errors);
+    EXPECT_EQ(j.config.trainer.ranks, 4) << algorithm;
+  }
+  EXPECT_TRUE(LoadJobText("job: {algorithm: sft}\ntrainer: {ranks: 64}\n", "t.yaml").ok());
+  LoadedJob many = LoadJobText("job: {algorithm: sft}\ntrainer: {ranks: 65}\n", "t.yaml");
+  ASSERT_EQ(many.errors.size(), 1u) << config::FormatErrors(many.errors);
+  EXPECT_EQ(many.errors[0].key, "trainer.ranks");
+}
+
+TEST(JobConfigTest, PpoAndEchoRefuseSeveralRanksNamingTheAlgorithm) {
+  LoadedJob ppo = LoadJobText("job: {algorithm: ppo}\ntrainer: {ranks: 2}\n", "t.yaml");
+  ASSERT_EQ(ppo.errors.size(), 1u) << config::FormatErrors(ppo.errors);
+  EXPECT_EQ(ppo.errors[0].ToString(),
+            "t.yaml:2:11: trainer.ranks: ppo trains its control policy on one rank; got 2");
+  LoadedJob echo = LoadJobText("job: {algorithm: echo}\ntrainer: {ranks: 3}\n", "t.yaml");
+  ASSERT_EQ(echo.errors.size(), 1u) << config::FormatErrors(echo.errors);
+  EXPECT_EQ(echo.errors[0].ToString(), "t.yaml:2:11: trainer.ranks: echo starts no trainer; got 3");
+}
+
+TEST(JobConfigTest, CollectiveTimeoutDefaultsTo60AndMustBePositive) {
+  LoadedJob j = LoadJobText("job: {algorithm: sft}\n", "t.yaml");
+  ASSERT_TRUE(j.ok()) << config::FormatErrors(j.errors);
+  EXPECT_DOUBLE_EQ(j.config.trainer.collective_timeout_s, 60);
+  LoadedJob set =
+      LoadJobText("job: {algorithm: sft}\ntrainer: {collective_timeout_s: 2.5}\n", "t.yaml");
+  ASSERT_TRUE(set.ok()) << config::FormatErrors(set.errors);
+  EXPECT_DOUBLE_EQ(set.config.trainer.collective_timeout_s, 2.5);
+  LoadedJob zero =
+      LoadJobText("job: {algorithm: sft}\ntrainer: {collective_timeout_s: 0}\n", "t.yaml");
+  ASSERT_EQ(zero.errors.size(), 1u) << config::FormatErrors(zero.errors);
+  EXPECT_EQ(zero.errors[0].key, "trainer.collective_timeout_s");
 }
 
 // docs/config.md embeds the generated reference; a key added without

@@ -31,7 +31,7 @@ absl::StatusOr<std::unique_ptr<Algorithm>> CreateAlgorithm(const JobConfig& conf
 }
 
 absl::StatusOr<std::string> LeadTrainer(const Controller& controller) {
-  std::vector<std::string> ids = controller.actors().IdsOfRole("trainer");
+  std::vector<std::string> ids = controller.actors().IdsOfRole(kTrainerRole);
   if (ids.empty()) return absl::FailedPreconditionError("the job has no trainer actor");
   return ids.front();
 }

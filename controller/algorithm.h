@@ -59,7 +59,8 @@ class Algorithm {
 // The loop of config.job.algorithm's family (config/algorithm_registry.h).
 absl::StatusOr<std::unique_ptr<Algorithm>> CreateAlgorithm(const JobConfig& config);
 
-// The id of trainer rank 0, which leads the trainer ranks (the first trainer registered).
+// The id of trainer rank 0, for a loop whose trainer has one rank (control ppo). A loop whose
+// trainer shards over trainer.ranks sends every request to all of them (TrainerGroup).
 absl::StatusOr<std::string> LeadTrainer(const Controller& controller);
 
 }  // namespace rlforge

@@ -68,6 +68,12 @@ absl::Status Controller::LaunchService(const ProcessSpec& spec) {
 }
 
 absl::Status Controller::WaitForActors() {
+  const int trainers = registry_.CountOfRole(kTrainerRole);
+  if (trainers > 1 && options_.trainer_store_address.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the ", trainers, " trainer ranks have no rendezvous store to meet at ",
+                     "(Controller::Options::trainer_store_address is empty)"));
+  }
   int64_t start = clock_->NowMicros();
   int64_t deadline = start + static_cast<int64_t>(options_.register_timeout_s * 1e6);
   bool announced = false;
@@ -130,21 +136,22 @@ absl::StatusOr<std::vector<WorkOutcome>> Controller::AwaitAll(
   }
   while (true) {
     bool all = true;
-    for (uint64_t id : work_ids) all = all && pending_.at(id).done;
+    for (uint64_t id : work_ids) {
+      const Pending& p = pending_.at(id);
+      if (p.done && !p.outcome.result.ok()) {
+        absl::Status failed = absl::AbortedError(absl::StrCat(
+            "work ", id, " failed on ", p.outcome.actor_id, ": ", p.outcome.result.error()));
+        for (uint64_t given_up : work_ids) pending_.erase(given_up);
+        return failed;
+      }
+      all = all && p.done;
+    }
     if (all) break;
     RETURN_IF_ERROR(Pump(options_.poll_ms));
   }
   std::vector<WorkOutcome> out;
   out.reserve(work_ids.size());
-  for (uint64_t id : work_ids) {
-    auto node = pending_.extract(id);
-    WorkOutcome& o = node.mapped().outcome;
-    if (!o.result.ok()) {
-      return absl::AbortedError(
-          absl::StrCat("work ", id, " failed on ", o.actor_id, ": ", o.result.error()));
-    }
-    out.push_back(std::move(o));
-  }
+  for (uint64_t id : work_ids) out.push_back(std::move(pending_.extract(id).mapped().outcome));
   return out;
 }
 
@@ -294,6 +301,10 @@ void Controller::HandleRegister(const std::string& peer, const proto::Envelope& 
   as->set_heartbeat_interval_ms(static_cast<uint32_t>(options_.heartbeat_interval_ms));
   as->set_heartbeat_misses(static_cast<uint32_t>(options_.heartbeat_misses));
   as->set_run_dir(options_.run_dir);
+  if (a->role == kTrainerRole) {
+    as->set_collective_timeout_s(options_.collective_timeout_s);
+    if (as->world_size() > 1) as->set_store_address(options_.trainer_store_address);
+  }
   transport_->Send(peer, std::move(m)).IgnoreError();
 }
 

@@ -26,6 +26,9 @@
 
 namespace rlforge {
 
+// The role whose ranks form one group (a sharded learner) meeting at a rendezvous store.
+inline constexpr char kTrainerRole[] = "trainer";
+
 struct WorkOutcome {
   std::string actor_id;
   proto::WorkResult result;
@@ -59,6 +62,11 @@ class Controller {
     double shutdown_grace_s = 5;
     // Poll granularity while waiting; bounds how late a child's exit is noticed.
     int poll_ms = 50;
+    // host:port of the rendezvous store of the trainer ranks (dist::StoreServer), sent in every
+    // trainer's Assignment when the role has more than one rank; required then.
+    std::string trainer_store_address;
+    // Sent in every trainer's Assignment (trainer.collective_timeout_s).
+    double collective_timeout_s = 60;
   };
 
   // `launcher` may be null when every actor is external. Not owned; all must
@@ -74,7 +82,13 @@ class Controller {
   // exit stops the job like an actor's, and Shutdown terminates it first.
   absl::Status LaunchService(const ProcessSpec& spec);
 
-  // Serves until every expected actor has registered.
+  // For a store started after the controller (as a service): call before WaitForActors.
+  void set_trainer_store_address(std::string address) {
+    options_.trainer_store_address = std::move(address);
+  }
+
+  // Serves until every expected actor has registered. Fails at once when the trainer role has
+  // several ranks and no store address to meet at.
   absl::Status WaitForActors();
 
   // Sends one unit of work; returns its work id.
@@ -82,6 +96,9 @@ class Controller {
                                   std::vector<TensorFrame> tensors = {});
   // Serves until these works have results (in the given order), or fails with
   // the reason the job must stop (an actor died, work failed or timed out, a stop signal).
+  // A failed work fails the call as soon as its result arrives, without waiting for the
+  // others (a rank that failed leaves its peers waiting in a collective); the call then gives
+  // up on all of `work_ids`.
   absl::StatusOr<std::vector<WorkOutcome>> AwaitAll(const std::vector<uint64_t>& work_ids);
   absl::StatusOr<WorkOutcome> Await(uint64_t work_id);
 

@@ -130,6 +130,52 @@ TEST_F(ControllerTest, RegistrationAssignsRanksAndSendsConfig) {
   EXPECT_EQ(sent[1].second.envelope.assignment().actor_id(), "echo-1");
 }
 
+TEST_F(ControllerTest, ShardedTrainerRanksGetTheStoreAndTheCollectiveDeadline) {
+  options_.trainer_store_address = "127.0.0.1:29517";
+  options_.collective_timeout_s = 12.5;
+  controller().ExpectRole("trainer", 2, true);
+  controller().ExpectRole("rollout", 1, true);
+  SendRegister("p1", "trainer", 1, "i1");
+  SendRegister("p0", "trainer", 0, "i0");
+  SendRegister("p2", "rollout", -1, "i2");
+  ASSERT_TRUE(controller().WaitForActors().ok());
+  auto sent = transport_.TakeSent();
+  ASSERT_EQ(sent.size(), 3u);
+  for (int i = 0; i < 2; ++i) {
+    const proto::Assignment& a = sent[i].second.envelope.assignment();
+    EXPECT_EQ(a.actor_id(), i == 0 ? "trainer-1" : "trainer-0");
+    EXPECT_EQ(a.rank(), 1 - i);
+    EXPECT_EQ(a.world_size(), 2);
+    EXPECT_EQ(a.store_address(), "127.0.0.1:29517");
+    EXPECT_EQ(a.collective_timeout_s(), 12.5);
+  }
+  const proto::Assignment& rollout = sent[2].second.envelope.assignment();
+  EXPECT_EQ(rollout.actor_id(), "rollout-0");
+  EXPECT_EQ(rollout.store_address(), "") << "only the trainer ranks meet";
+}
+
+TEST_F(ControllerTest, OneRankTrainerHasNoStoreToMeetAt) {
+  options_.trainer_store_address = "127.0.0.1:29517";
+  controller().ExpectRole("trainer", 1, true);
+  SendRegister("p0", "trainer", -1, "i0");
+  ASSERT_TRUE(controller().WaitForActors().ok());
+  auto sent = transport_.TakeSent();
+  ASSERT_EQ(sent.size(), 1u);
+  const proto::Assignment& a = sent[0].second.envelope.assignment();
+  EXPECT_EQ(a.world_size(), 1);
+  EXPECT_EQ(a.store_address(), "");
+  EXPECT_EQ(a.collective_timeout_s(), 60);
+}
+
+TEST_F(ControllerTest, ShardedTrainerWithoutAStoreIsRefusedBeforeAnyoneRegisters) {
+  controller().ExpectRole("trainer", 3, true);
+  absl::Status s = controller().WaitForActors();
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_EQ(s.message(),
+            "the 3 trainer ranks have no rendezvous store to meet at "
+            "(Controller::Options::trainer_store_address is empty)");
+}
+
 TEST_F(ControllerTest, RetriedRegisterGetsTheSameAssignment) {
   controller().ExpectRole("echo", 2, true);
   SendRegister("p0", "echo", -1, "i0");
@@ -249,6 +295,34 @@ TEST_F(ControllerTest, FailedWorkStopsWithTheActorsMessage) {
   auto out = controller().Await(*id);
   ASSERT_FALSE(out.ok());
   EXPECT_NE(out.status().message().find("failed on echo-0: env 3 returned NaN"), std::string::npos);
+}
+
+TEST_F(ControllerTest, OneFailedWorkFailsAwaitAllWithoutWaitingForTheRest) {
+  RegisterTwo();
+  auto a = controller().Submit("echo-0", proto::WorkRequest{}, {});
+  auto b = controller().Submit("echo-1", proto::WorkRequest{}, {});
+  ASSERT_TRUE(a.ok() && b.ok());
+  SendResult("p1", "echo-1", *b, false, "gloo: connection reset by rank 0");
+  // Time moves with every read, so waiting on echo-0 (which never answers) would end at its
+  // request deadline, naming echo-0, rather than hang.
+  clock_.set_auto_advance_micros(1000);
+  const int64_t before = clock_.NowMicros();
+  auto out = controller().AwaitAll({*a, *b});
+  ASSERT_FALSE(out.ok());
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kAborted);
+  EXPECT_NE(out.status().message().find("failed on echo-1: gloo: connection reset by rank 0"),
+            std::string::npos)
+      << out.status();
+  EXPECT_LT(clock_.NowMicros() - before, 1'000'000) << "no waiting on echo-0";
+  clock_.set_auto_advance_micros(0);
+  // The call gave up on both: echo-0's late result is a stray, and nothing is left to expire.
+  SendResult("p0", "echo-0", *a, true);
+  ASSERT_TRUE(controller().Pump(0).ok());
+  EXPECT_EQ(controller().drops().duplicate_results, 1u);
+  clock_.AdvanceMillis(31'000);
+  SendHeartbeat("h0", "echo-0");
+  SendHeartbeat("h1", "echo-1");
+  EXPECT_TRUE(controller().Pump(0).ok());
 }
 
 TEST_F(ControllerTest, OverdueWorkNamesTheActor) {

@@ -9,6 +9,7 @@
 #include "common/status.h"
 #include "common/timing_keys.h"
 #include "controller/lm_loop.h"
+#include "controller/trainer_group.h"
 
 namespace rlforge {
 
@@ -21,7 +22,7 @@ std::vector<RoleRequirement> DpoAlgorithm::Roles() const { return LmRoles(config
 
 absl::Status DpoAlgorithm::Run(JobContext& ctx) {
   Controller& ctl = ctx.controller();
-  ASSIGN_OR_RETURN(const std::string trainer, LeadTrainer(ctl));
+  ASSIGN_OR_RETURN(TrainerGroup trainer, TrainerGroup::Create(ctl));
   const DpoJobOptions& d = config_.dpo;
   ASSIGN_OR_RETURN(TaskText text, LoadTaskText(config_, d.eval_examples));
   // Arithmetic: the same problem stream with every carry dropped from the responses is the
@@ -93,9 +94,8 @@ absl::Status DpoAlgorithm::Run(JobContext& ctx) {
     const Stopwatch t_train;
     proto::WorkRequest train;
     train.mutable_dpo_train()->set_step(it);
-    ASSIGN_OR_RETURN(uint64_t tid,
-                     ctl.Submit(trainer, std::move(train), GroupsToFrames(pairs, true)));
-    ASSIGN_OR_RETURN(WorkOutcome trained, ctl.Await(tid));
+    ASSIGN_OR_RETURN(WorkOutcome trained,
+                     trainer.Run(std::move(train), GroupsToFrames(pairs, true)));
     SplitTimingsFromMetrics(trained.result.metrics(), rec.timings, rec.metrics);
     rec.timings["train_s"] = t_train.Seconds();
     rec.metrics["policy_version"] = static_cast<double>(trained.result.weights().version());

@@ -28,12 +28,13 @@ class DpoLoopTest : public ::testing::Test {
 
   // 3 pairs per iteration, 4 iterations; 3 held-out prompts at the start, every 2 iterations
   // and after the last.
-  JobConfig Config() {
+  JobConfig Config(const std::string& extra = "") {
     return TestConfig(absl::StrCat(
         "job: {algorithm: dpo, seed: 1, iterations: 4}\n", "model: {path: ", root_, "/model}\n",
         "data: {source: arithmetic, min_digits: 1, max_digits: 2, ops: ['+']}\n",
         "controller: {request_timeout_s: 30}\n",
-        "dpo: {pairs_per_iteration: 3, eval_every: 2, eval_examples: 3, max_new_tokens: 6}\n"));
+        "dpo: {pairs_per_iteration: 3, eval_every: 2, eval_examples: 3, max_new_tokens: 6}\n",
+        extra));
   }
 
   absl::Status Run(const JobConfig& config) {
@@ -177,6 +178,51 @@ TEST_F(DpoLoopTest, WeightLoadThatNeverFinishesHitsTheDeadline) {
   EXPECT_NE(s.message().find("controller.request_timeout_s"), std::string::npos) << s;
   EXPECT_EQ(ctx_->records.size(), 2u);
   EXPECT_EQ(actors_->Received(Task::kLmGenerate).size(), 1u) << "no evaluation on stale weights";
+}
+
+TEST_F(DpoLoopTest, EveryTrainerRankGetsThePairsAndRankZeroPublishes) {
+  // Rank 1 replies with another version and margin: neither may reach the rollout or the record.
+  overrides_[{"trainer", Task::kDpoTrain}] = [](const FakeWork& w) {
+    const int64_t step = w.request.dpo_train().step();
+    FakeReply r = WeightsReply(w.rank == 0 ? step : 100 + step);
+    (*r.result.mutable_metrics())["dpo/margin"] = w.rank == 0 ? 0.5 : -7.0;
+    return r;
+  };
+  ASSERT_TRUE(Run(Config("trainer: {ranks: 3}\n")).ok());
+  const std::vector<std::string> ids = actors_->Ids("trainer");
+  ASSERT_EQ(ids.size(), 3u);
+  auto trains = actors_->Received(Task::kDpoTrain);
+  ASSERT_EQ(trains.size(), 4u * 3);
+  for (size_t i = 0; i < trains.size(); ++i) {
+    EXPECT_EQ(trains[i]->actor_id, ids[i % 3]) << "rank order";
+    EXPECT_EQ(trains[i]->request.dpo_train().step(), static_cast<int64_t>(i / 3) + 1);
+    EXPECT_TRUE(SameWork(*trains[i - i % 3], *trains[i])) << "request " << i;
+  }
+  auto loads = actors_->Received(Task::kLoadWeights);
+  ASSERT_EQ(loads.size(), 2u);
+  EXPECT_EQ(loads[0]->request.load_weights().weights().version(), 2);
+  EXPECT_EQ(loads[1]->request.load_weights().weights().version(), 4);
+  ASSERT_EQ(ctx_->records.size(), 5u);
+  for (size_t it = 1; it < 5; ++it) {
+    EXPECT_EQ(ctx_->records[it].metrics.at("policy_version"), static_cast<double>(it));
+    EXPECT_EQ(ctx_->records[it].metrics.at("dpo/margin"), 0.5);
+  }
+}
+
+TEST_F(DpoLoopTest, FailureOnRankOneStopsTheJobNamingRankOne) {
+  overrides_[{"trainer", Task::kDpoTrain}] = [](const FakeWork& w) {
+    if (w.rank == 1 && w.request.dpo_train().step() == 2) {
+      return FakeReply::Fail("collective timed out after 60 s waiting for rank 0");
+    }
+    return WeightsReply(w.request.dpo_train().step());
+  };
+  absl::Status s = Run(Config("trainer: {ranks: 2}\n"));
+  EXPECT_EQ(s.code(), absl::StatusCode::kAborted) << s;
+  EXPECT_NE(s.message().find("failed on " + actors_->Ids("trainer").at(1) +
+                             ": collective timed out after 60 s waiting for rank 0"),
+            std::string::npos)
+      << s;
+  EXPECT_EQ(ctx_->records.size(), 2u) << "the start evaluation and iteration 1";
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
@@ -19,6 +20,31 @@ const TensorFrame* FakeWork::Tensor(const std::string& name) const {
     if (t.name() == name) return &t;
   }
   return nullptr;
+}
+
+::testing::AssertionResult SameWork(const FakeWork& a, const FakeWork& b) {
+  proto::WorkRequest ra = a.request, rb = b.request;
+  ra.clear_work_id();
+  rb.clear_work_id();
+  if (ra.SerializeAsString() != rb.SerializeAsString()) {
+    return ::testing::AssertionFailure() << a.actor_id << " got " << ra.ShortDebugString() << ", "
+                                         << b.actor_id << " got " << rb.ShortDebugString();
+  }
+  if (a.tensors.size() != b.tensors.size()) {
+    return ::testing::AssertionFailure() << a.actor_id << " got " << a.tensors.size()
+                                         << " tensors, " << b.actor_id << " " << b.tensors.size();
+  }
+  for (size_t i = 0; i < a.tensors.size(); ++i) {
+    const TensorFrame &ta = a.tensors[i], &tb = b.tensors[i];
+    if (ta.name() != tb.name() || ta.dtype() != tb.dtype() || ta.shape() != tb.shape() ||
+        ta.nbytes() != tb.nbytes() ||
+        (ta.nbytes() > 0 && std::memcmp(ta.data(), tb.data(), ta.nbytes()) != 0)) {
+      return ::testing::AssertionFailure()
+             << "tensor " << i << " (" << ta.name() << ") differs between " << a.actor_id << " and "
+             << b.actor_id;
+    }
+  }
+  return ::testing::AssertionSuccess();
 }
 
 FakeReply FakeReply::Ok() {
@@ -48,6 +74,9 @@ FakeActors::FakeActors(const JobConfig& config) : config_(config) {
   o.register_timeout_s = config.controller.register_timeout_s;
   o.request_timeout_s = config.controller.request_timeout_s;
   o.shutdown_grace_s = 0;
+  o.collective_timeout_s = config.trainer.collective_timeout_s;
+  // Where real trainer ranks would meet; the fakes run no collective.
+  if (config.trainer.ranks > 1) o.trainer_store_address = "127.0.0.1:29500";
   controller_ = std::make_unique<Controller>(o, &transport_, &clock_, nullptr, nullptr);
   controller_->set_pump_observer([this] { OnPump(); });
 }

@@ -16,6 +16,8 @@
 // controller, so tests name roles and look ids up rather than spelling them.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <deque>
 #include <functional>
 #include <map>
@@ -46,6 +48,10 @@ struct FakeWork {
   // The frame named `name`, or nullptr.
   const TensorFrame* Tensor(const std::string& name) const;
 };
+
+// Whether two requests carry the same task (work ids aside) and byte-identical tensor frames,
+// as every trainer rank must receive; the failure message says what differs.
+::testing::AssertionResult SameWork(const FakeWork& a, const FakeWork& b);
 
 // What a script answers. `result.work_id` is filled in by the harness.
 struct FakeReply {

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <random>
 #include <thread>
 
@@ -193,6 +194,35 @@ std::string LocalConnectAddress(const std::string& endpoint) {
   return endpoint;
 }
 
+// Starts rlforge-store, the trainer ranks' rendezvous point for the job's lifetime (a service:
+// its exit stops the job, and shutdown stops it), and gives the controller its host:port once
+// it listens. Its own process, so that this one never loads libtorch.
+absl::Status StartTrainerStore(Controller& controller, const RunDirectory& dir,
+                               const RunOptions& options, double timeout_s) {
+  const std::string file = dir.path() + "/trainer_store.address";
+  ProcessSpec spec;
+  spec.name = "trainer-store";
+  spec.argv = {StoreExecutable(options.self_exe), "--host", "127.0.0.1", "--address-file", file};
+  spec.log_path = dir.LogPath(spec.name);
+  RETURN_IF_ERROR(controller.LaunchService(spec));
+  const int64_t deadline = RealClock::Get()->NowMicros() + static_cast<int64_t>(timeout_s * 1e6);
+  while (true) {
+    std::ifstream in(file);
+    std::string address;
+    if (in >> address) {  // written whole (renamed into place)
+      spdlog::info("trainer ranks meet at {}", address);
+      controller.set_trainer_store_address(address);
+      return absl::OkStatus();
+    }
+    RETURN_IF_ERROR(controller.Pump(50));  // notices the store's exit, with its log
+    if (RealClock::Get()->NowMicros() > deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "the trainer ranks' rendezvous store did not report its address in ", file, " within ",
+          timeout_s, " s (controller.register_timeout_s); its log: ", spec.log_path));
+    }
+  }
+}
+
 int ExitCodeFor(const absl::Status& s, const std::atomic<int>* stop) {
   if (s.ok()) return 0;
   if (s.code() == absl::StatusCode::kCancelled && stop != nullptr && stop->load() != 0) {
@@ -251,6 +281,7 @@ int RunJob(const JobConfig& config, const RunOptions& options) {
   co.register_timeout_s = config.controller.register_timeout_s;
   co.request_timeout_s = config.controller.request_timeout_s;
   co.shutdown_grace_s = config.controller.shutdown_grace_s;
+  co.collective_timeout_s = config.trainer.collective_timeout_s;
   LocalProcessLauncher launcher;
   Controller controller(co, transport->get(), RealClock::Get(), &launcher, options.stop);
   for (const RoleRequirement& r : (*algorithm)->Roles()) {
@@ -305,7 +336,11 @@ int RunJob(const JobConfig& config, const RunOptions& options) {
 
   status_file.Write("starting", "");
   std::string connect = LocalConnectAddress((*transport)->endpoint());
-  absl::Status status = controller.LaunchAll([&](const ActorInfo& a) {
+  absl::Status status =
+      controller.actors().CountOfRole(kTrainerRole) > 1
+          ? StartTrainerStore(controller, *dir, options, config.controller.register_timeout_s)
+          : absl::OkStatus();
+  auto actor_spec = [&](const ActorInfo& a) {
     ProcessSpec spec;
     spec.name = a.id;
     // rlforge-actor directly: `rlforge actor` would only exec it.
@@ -323,7 +358,8 @@ int RunJob(const JobConfig& config, const RunOptions& options) {
     // against OpenBLAS's own threads (measured: 40% of a 2-core machine).
     if (std::getenv("OMP_WAIT_POLICY") == nullptr) spec.env["OMP_WAIT_POLICY"] = "PASSIVE";
     return spec;
-  });
+  };
+  if (status.ok()) status = controller.LaunchAll(actor_spec);
   if (status.ok()) status = controller.WaitForActors();
   if (status.ok()) {
     PublishActors(controller, actor_metrics, &run_state);

@@ -395,6 +395,36 @@ TEST_P(LmLoopTest, UnknownRequestIdFromTheRolloutIsAnError) {
   EXPECT_TRUE(ctx_->records.empty());
 }
 
+TEST_P(LmLoopTest, EveryTrainerRankTrainsOnTheBatchAndRankZeroPublishes) {
+  // Rank 1 publishes other versions and losses: neither may reach the rollout or the record.
+  overrides_[{"trainer", Task::kGrpoTrain}] = [](const FakeWork& w) {
+    const int64_t step = w.request.grpo_train().step();
+    FakeReply r = WeightsReply(w.rank == 0 ? step : 100 + step, "inline");
+    (*r.result.mutable_metrics())["loss"] = w.rank == 0 ? 0.25 : 99.0;
+    return r;
+  };
+  ASSERT_TRUE(Run(Config("trainer: {ranks: 2}\n")).ok());
+  const std::vector<std::string> ids = actors_->Ids("trainer");
+  ASSERT_EQ(ids.size(), 2u);
+  auto trains = actors_->Received(Task::kGrpoTrain);
+  ASSERT_EQ(trains.size(), 3u * 2);
+  for (size_t i = 0; i < trains.size(); i += 2) {
+    EXPECT_EQ(trains[i]->actor_id, ids[0]);
+    EXPECT_EQ(trains[i + 1]->actor_id, ids[1]);
+    EXPECT_TRUE(SameWork(*trains[i], *trains[i + 1]));
+    EXPECT_EQ(CheckTrainBatch(*trains[i + 1], 2).samples, 8) << "rank 1 gets the whole batch";
+  }
+  auto loads = actors_->Received(Task::kLoadWeights);
+  ASSERT_EQ(loads.size(), 3u);
+  for (size_t i = 0; i < loads.size(); ++i) {
+    EXPECT_EQ(loads[i]->request.load_weights().weights().version(), static_cast<int64_t>(i) + 1);
+    const TensorFrame* bytes = loads[i]->Tensor("weights");
+    ASSERT_NE(bytes, nullptr);
+    EXPECT_EQ(bytes->ToVector<float>()[0], static_cast<float>(i + 1)) << "rank 0's bytes";
+    EXPECT_EQ(ctx_->records[i + 1].metrics.at("loss"), 0.25);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(GrpoAndLmPpo, LmLoopTest,
                          ::testing::Values("grpo", "drgrpo", "rloo", "lm_ppo"));
 

@@ -10,6 +10,7 @@
 #include "common/status.h"
 #include "common/timing_keys.h"
 #include "controller/lm_loop.h"
+#include "controller/trainer_group.h"
 
 namespace rlforge {
 
@@ -32,7 +33,7 @@ std::vector<RoleRequirement> LmRlAlgorithm::Roles() const { return LmRoles(confi
 
 absl::Status LmRlAlgorithm::Run(JobContext& ctx) {
   Controller& ctl = ctx.controller();
-  ASSIGN_OR_RETURN(const std::string trainer, LeadTrainer(ctl));
+  ASSIGN_OR_RETURN(TrainerGroup trainer, TrainerGroup::Create(ctl));
   const GrpoOptions& g = config_.grpo;
   ASSIGN_OR_RETURN(TaskText text, LoadTaskText(config_, g.eval_examples));
   LmLoop loop(ctx, text);
@@ -94,8 +95,7 @@ absl::Status LmRlAlgorithm::Run(JobContext& ctx) {
     proto::WorkRequest train;
     train.mutable_grpo_train()->set_group_size(g.group_size);
     train.mutable_grpo_train()->set_step(it);
-    ASSIGN_OR_RETURN(uint64_t tid, ctl.Submit(trainer, std::move(train), std::move(frames)));
-    ASSIGN_OR_RETURN(WorkOutcome trained, ctl.Await(tid));
+    ASSIGN_OR_RETURN(WorkOutcome trained, trainer.Run(std::move(train), std::move(frames)));
     SplitTimingsFromMetrics(trained.result.metrics(), rec.timings, rec.metrics);
     rec.timings["train_s"] = t_train.Seconds();
 

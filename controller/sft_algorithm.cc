@@ -5,6 +5,7 @@
 #include "common/logging.h"
 #include "common/status.h"
 #include "common/timing_keys.h"
+#include "controller/trainer_group.h"
 
 namespace rlforge {
 
@@ -18,15 +19,14 @@ void Record(const WorkOutcome& o, IterationRecord& rec) {
 
 absl::Status SftAlgorithm::Run(JobContext& ctx) {
   Controller& c = ctx.controller();
-  ASSIGN_OR_RETURN(const std::string trainer, LeadTrainer(c));
+  ASSIGN_OR_RETURN(TrainerGroup trainer, TrainerGroup::Create(c));
   const SftOptions& s = config_.sft;
   const int64_t iterations = (s.steps + s.steps_per_iteration - 1) / s.steps_per_iteration;
   ctx.SetTotalIterations(iterations);
 
   proto::WorkRequest init;
   init.mutable_sft_init();
-  ASSIGN_OR_RETURN(uint64_t init_id, c.Submit(trainer, std::move(init)));
-  ASSIGN_OR_RETURN(WorkOutcome ready, c.Await(init_id));
+  ASSIGN_OR_RETURN(WorkOutcome ready, trainer.Run(std::move(init)));
   const auto& im = ready.result.metrics();
   spdlog::info("SFT: {:.0f} parameters, vocab {:.0f}, {:.0f} packed rows per epoch, {} steps",
                im.count("parameters") ? im.at("parameters") : 0.0,
@@ -43,8 +43,7 @@ absl::Status SftAlgorithm::Run(JobContext& ctx) {
     train.mutable_sft_train()->set_first_step(step);
     train.mutable_sft_train()->set_num_steps(n);
     train.mutable_sft_train()->set_total_steps(s.steps);
-    ASSIGN_OR_RETURN(uint64_t tid, c.Submit(trainer, std::move(train)));
-    ASSIGN_OR_RETURN(WorkOutcome trained, c.Await(tid));
+    ASSIGN_OR_RETURN(WorkOutcome trained, trainer.Run(std::move(train)));
     Record(trained, rec);
     step += n;
     rec.metrics["optimizer_step"] = static_cast<double>(step);
@@ -53,16 +52,14 @@ absl::Status SftAlgorithm::Run(JobContext& ctx) {
     if (last || (s.eval_every > 0 && step % s.eval_every == 0)) {
       proto::WorkRequest eval;
       eval.mutable_lm_evaluate()->set_max_examples(config_.data.heldout_examples);
-      ASSIGN_OR_RETURN(uint64_t eid, c.Submit(trainer, std::move(eval)));
-      ASSIGN_OR_RETURN(WorkOutcome scored, c.Await(eid));
+      ASSIGN_OR_RETURN(WorkOutcome scored, trainer.Run(std::move(eval)));
       Record(scored, rec);
     }
     if (last || (s.save_every > 0 && step % s.save_every == 0)) {
       proto::WorkRequest save;
       std::string dir = absl::StrCat(ctx.run_dir().path(), "/checkpoints/step_", step);
       save.mutable_lm_save()->set_dir(dir);
-      ASSIGN_OR_RETURN(uint64_t sid, c.Submit(trainer, std::move(save)));
-      ASSIGN_OR_RETURN(WorkOutcome saved, c.Await(sid));
+      ASSIGN_OR_RETURN(WorkOutcome saved, trainer.Run(std::move(save)));
       Record(saved, rec);
       spdlog::info("checkpoint {}", dir);
     }

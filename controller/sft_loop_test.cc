@@ -14,12 +14,13 @@ using Task = proto::WorkRequest::TaskCase;
 class SftLoopTest : public ::testing::Test {
  protected:
   // 10 steps, 4 per iteration (4, 4, 2); evaluate every 8, save every 4, both after the last.
-  JobConfig Config() {
+  JobConfig Config(const std::string& extra = "") {
     return TestConfig(
         "job: {algorithm: sft, seed: 3}\n"
         "data: {source: arithmetic, max_digits: 2, heldout_examples: 20}\n"
         "sft: {steps: 10, steps_per_iteration: 4, eval_every: 8, save_every: 4}\n"
-        "controller: {request_timeout_s: 30}\n");
+        "controller: {request_timeout_s: 30}\n" +
+        extra);
   }
 
   absl::Status Run(const JobConfig& config) {
@@ -136,6 +137,52 @@ TEST_F(SftLoopTest, SaveThatNeverFinishesHitsTheDeadline) {
   EXPECT_NE(s.message().find("actor " + Trainer()), std::string::npos) << s;
   EXPECT_NE(s.message().find("within 30 s (controller.request_timeout_s)"), std::string::npos) << s;
   EXPECT_TRUE(ctx_->records.empty());
+}
+
+TEST_F(SftLoopTest, EveryTrainerRankGetsEveryRequestAndTheRecordIsRankZeros) {
+  // Rank 1 reports other figures: only rank 0's may reach the record.
+  overrides_[{"trainer", Task::kSftTrain}] = [](const FakeWork& w) {
+    FakeReply r = FakeReply::Ok();
+    (*r.result.mutable_metrics())["loss"] = w.rank == 0 ? 1.5 : 99.0;
+    return r;
+  };
+  ASSERT_TRUE(Run(Config("trainer: {ranks: 2}\n")).ok());
+  const std::vector<std::string> ids = actors_->Ids("trainer");
+  ASSERT_EQ(ids.size(), 2u);
+  std::vector<std::string> expected;
+  for (const char* kind : {"sft_init", "sft_train", "lm_save", "sft_train", "lm_evaluate",
+                           "lm_save", "sft_train", "lm_evaluate", "lm_save"}) {
+    for (const std::string& id : ids) expected.push_back(id + " " + kind);
+  }
+  EXPECT_EQ(actors_->Log(), expected) << "each request to every rank, in rank order";
+  const auto& got = actors_->received();
+  for (size_t i = 0; i + 1 < got.size(); i += 2) {
+    EXPECT_EQ(got[i].rank, 0);
+    EXPECT_EQ(got[i + 1].rank, 1);
+    EXPECT_TRUE(SameWork(got[i], got[i + 1]));
+  }
+  ASSERT_EQ(ctx_->records.size(), 3u);
+  for (const IterationRecord& r : ctx_->records) EXPECT_EQ(r.metrics.at("loss"), 1.5);
+  // The fake counts every rank's evaluation: rank 0 answers the 1st and 3rd, rank 1 the others.
+  EXPECT_EQ(ctx_->records[1].metrics.at("heldout_accuracy"), 0.25);
+  EXPECT_EQ(ctx_->records[2].metrics.at("heldout_accuracy"), 0.75);
+}
+
+TEST_F(SftLoopTest, FailureOnRankOneStopsTheJobNamingRankOne) {
+  // Rank 0 never answers (it would wait in a collective for rank 1): the job must stop on rank
+  // 1's error at once, not on rank 0's deadline.
+  overrides_[{"trainer", Task::kSftTrain}] = [](const FakeWork& w) {
+    return w.rank == 1 ? FakeReply::Fail("out of memory in the shard's optimiser step")
+                       : FakeReply::Never();
+  };
+  absl::Status s = Run(Config("trainer: {ranks: 2}\n"));
+  EXPECT_EQ(s.code(), absl::StatusCode::kAborted) << s;
+  EXPECT_NE(s.message().find("failed on " + actors_->Ids("trainer").at(1) +
+                             ": out of memory in the shard's optimiser step"),
+            std::string::npos)
+      << s;
+  EXPECT_TRUE(ctx_->records.empty());
+  EXPECT_EQ(actors_->Received(Task::kSftTrain).size(), 2u) << "one request, both ranks";
 }
 
 }  // namespace

@@ -164,10 +164,21 @@ std::string SelfExecutable() {
   return std::string(buf, static_cast<size_t>(n));
 }
 
+namespace {
+
+std::string Sibling(const std::string& exe, const std::string& name) {
+  size_t slash = exe.rfind('/');
+  return (slash == std::string::npos ? std::string() : exe.substr(0, slash + 1)) + name;
+}
+
+}  // namespace
+
 std::string ActorExecutable(const std::string& rlforge_exe) {
-  size_t slash = rlforge_exe.rfind('/');
-  return (slash == std::string::npos ? std::string() : rlforge_exe.substr(0, slash + 1)) +
-         "rlforge-actor";
+  return Sibling(rlforge_exe, "rlforge-actor");
+}
+
+std::string StoreExecutable(const std::string& rlforge_exe) {
+  return Sibling(rlforge_exe, "rlforge-store");
 }
 
 std::string TailOfFile(const std::string& path, int lines) {

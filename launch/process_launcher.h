@@ -63,6 +63,8 @@ class LocalProcessLauncher final : public ProcessLauncher {
 std::string SelfExecutable();
 // rlforge-actor, the binary with the actor roles, beside the rlforge binary `rlforge_exe`.
 std::string ActorExecutable(const std::string& rlforge_exe);
+// rlforge-store, the trainer ranks' rendezvous store, beside `rlforge_exe`.
+std::string StoreExecutable(const std::string& rlforge_exe);
 
 // The last `lines` lines of a text file ("" if unreadable), for error messages.
 std::string TailOfFile(const std::string& path, int lines);

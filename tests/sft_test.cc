@@ -71,6 +71,29 @@ TEST(SftTest, JsonlDataAndFineTuningFromACheckpoint) {
   EXPECT_TRUE(std::filesystem::exists(root + "/ft/checkpoints/step_12/model.safetensors"));
 }
 
+// trainer.ranks: 2 starts the ranks' rendezvous store (rlforge-store) before the ranks, hands
+// each its address, and stops it with the job.
+TEST(SftTest, TwoTrainerRanksMeetAtTheStoreTheControllerStarts) {
+  std::string root = FreshDir("sft_two_ranks");
+  auto [code, out] = RunRlforge({"run", Tiny(), "job.run_root=" + root, "job.name=t",
+                                 "trainer.ranks=2", "sft.steps=4", "dashboard.enabled=false"},
+                                300);
+  ASSERT_EQ(code, 0) << out;
+  const std::string logs = root + "/t/logs/";
+  const std::string address = ReadFile(root + "/t/trainer_store.address");
+  EXPECT_EQ(address.rfind("127.0.0.1:", 0), 0u) << address;
+  EXPECT_NE(ReadFile(logs + "trainer-store.log").find("trainer ranks meet at 127.0.0.1:"),
+            std::string::npos);
+  EXPECT_NE(ReadFile(logs + "trainer-store.log").find("stopping (signal 15)"), std::string::npos)
+      << "the store stops with the job";
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_NE(ReadFile(logs + "trainer-" + std::to_string(rank) + ".log")
+                  .find("(rank " + std::to_string(rank) + " of 2)"),
+              std::string::npos)
+        << "rank " << rank;
+  }
+}
+
 TEST(SftTest, BadSftConfigIsAnErrorNamingTheKey) {
   std::string root = FreshDir("sft_bad");
   auto [code, out] = RunRlforge({"run", Tiny(), "job.run_root=" + root, "sft.seq_len=1000"}, 60);

@@ -1,0 +1,48 @@
+// TrainerGroup: the job's trainer ranks, driven as one learner.
+//
+// algorithm -> Submit(request, frames) -> the same request and frames to every trainer rank,
+//   in rank order -> Await() -> every rank's result -> rank 0's outcome
+//
+// The ranks shard the model and run collectives together, so every trainer request goes to
+// every rank: no request is for the leader alone. Rank 0 leads: its reply carries the new
+// weights and the metrics, and is the outcome returned. A failure on any rank fails Await as
+// soon as it arrives, naming that rank's actor (its peers would only time out in their next
+// collective). One request is in flight at a time. Not thread-safe: the algorithm's loop owns
+// it; the controller must outlive it.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "controller/controller.h"
+
+namespace rlforge {
+
+class TrainerGroup {
+ public:
+  // The trainer actors registered with `controller`, by rank. Fails when the job has none.
+  static absl::StatusOr<TrainerGroup> Create(Controller& controller);
+
+  // Sends `request` with `tensors` to every rank (rank 0 gets `tensors`, the others copies).
+  // Fails when a request is already in flight or a rank cannot be reached.
+  absl::Status Submit(proto::WorkRequest request, std::vector<TensorFrame> tensors = {});
+  // Serves until every rank answered the request in flight; returns rank 0's outcome.
+  absl::StatusOr<WorkOutcome> Await();
+  // Submit, then Await.
+  absl::StatusOr<WorkOutcome> Run(proto::WorkRequest request,
+                                  std::vector<TensorFrame> tensors = {});
+
+  // Actor ids by rank; the first is the leader.
+  const std::vector<std::string>& ids() const { return ids_; }
+
+ private:
+  TrainerGroup(Controller* controller, std::vector<std::string> ids)
+      : controller_(controller), ids_(std::move(ids)) {}
+
+  Controller* controller_;
+  std::vector<std::string> ids_;
+  std::vector<uint64_t> in_flight_;  // work ids by rank
+};
+
+}  // namespace rlforge
