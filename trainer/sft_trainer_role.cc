@@ -16,6 +16,7 @@
 #include "models/greedy_generate.h"
 #include "models/hf_checkpoint.h"
 #include "trainer/lr_schedule.h"
+#include "trainer/sharded_checkpoint.h"
 #include "trainer/trainer_ranks.h"
 
 namespace rlforge {
@@ -306,11 +307,11 @@ absl::StatusOr<WorkReply> SftTrainerRole::Evaluate(const proto::LmEvaluate& task
 absl::StatusOr<WorkReply> SftTrainerRole::Save(const proto::LmSave& task) {
   if (!model_) return absl::FailedPreconditionError("lm_save before sft_init");
   const Stopwatch timer;
-  ASSIGN_OR_RETURN(std::optional<models::Transformer> gathered, GatherFullModel(*model_));
+  // Gathered unit by unit; rank 0 streams each into the file.
+  RETURN_IF_ERROR(SaveHfConsolidated(
+      task.dir(), *model_, config_.model.dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32));
   WorkReply reply;
-  if (!gathered) return reply;  // rank 0 writes
-  if (config_.model.dtype == "bfloat16") (*gathered)->to(torch::kBFloat16);
-  RETURN_IF_ERROR(models::SaveHfModel(*gathered, task.dir()));
+  if (comm_->rank() != 0) return reply;
   RETURN_IF_ERROR(models::SaveTokenizer(*tokenizer_, task.dir()));
   (*reply.result.mutable_metrics())["save_s"] = timer.Seconds();
   return reply;

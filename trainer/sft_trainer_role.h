@@ -8,7 +8,8 @@
 //   -> loss per response token, lr, grad norm
 // LmEvaluate -> model gathered on rank 0 -> greedy generation on held-out prompts ->
 //   exact-match accuracy (rank 0's reply)
-// LmSave(dir) -> model gathered on rank 0 -> Hugging Face checkpoint + tokenizer files
+// LmSave(dir) -> gathered unit by unit, rank 0 streams each into the Hugging Face
+//   checkpoint (never a whole model on one rank) + tokenizer files
 //
 // Training runs in fp32 (master weights); model.dtype sets the saved checkpoint's dtype.
 // Data order is a pure function of (job.seed, epoch): each epoch reshuffles (arithmetic:

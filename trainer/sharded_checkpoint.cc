@@ -295,20 +295,22 @@ absl::Status LoadMyShards(const std::string& dir, ShardedModel& m, FlatAdamW& op
 
 // ---- Hugging Face checkpoints.
 
-std::vector<models::SafetensorSpec> HfSpecs(const std::vector<ShardUnit>& units) {
+std::vector<models::SafetensorSpec> HfSpecs(const std::vector<ShardUnit>& units,
+                                            torch::Dtype dtype) {
   std::vector<models::SafetensorSpec> specs;
   for (const ShardUnit& unit : units) {
-    for (const ShardedParam& p : unit.params) specs.push_back({p.name, torch::kFloat32, p.shape});
+    for (const ShardedParam& p : unit.params) specs.push_back({p.name, dtype, p.shape});
   }
   return specs;
 }
 
 // Rank 0's part: the writer is created before the gather and fed by it.
 absl::StatusOr<std::unique_ptr<models::SafetensorsWriter>> StartHfWrite(const std::string& dir,
-                                                                        ShardedModel& m) {
+                                                                        ShardedModel& m,
+                                                                        torch::Dtype dtype) {
   RETURN_IF_ERROR(CreateDirectory(dir));
   RETURN_IF_ERROR(models::RemoveHfWeights(dir));
-  return models::SafetensorsWriter::Create(dir + "/model.safetensors", HfSpecs(m.units()),
+  return models::SafetensorsWriter::Create(dir + "/model.safetensors", HfSpecs(m.units(), dtype),
                                            {{"format", "pt"}});
 }
 
@@ -339,8 +341,16 @@ absl::Status LoadMyHfShards(const std::string& dir, ShardedModel& m, ShardReadSt
                                                       layers));
   }
   ASSIGN_OR_RETURN(models::HfTensorFiles files, models::OpenHfTensors(dir));
+  // A value head the checkpoint lacks starts at zero: a critic made from a policy checkpoint
+  // predicts V = 0 at first, so its first advantages are the plain returns, not noise.
+  auto absent_head = [&](const ShardedParam& p) {
+    const models::SafetensorsFile* f = files.Locate(p.name);
+    return p.name.rfind("value_head.", 0) == 0 && (f == nullptr || !f->contains(p.name));
+  };
   for (const ShardUnit& unit : m.units()) {
-    for (const ShardedParam& p : unit.params) RETURN_IF_ERROR(CheckHfTensor(files, p, dir));
+    for (const ShardedParam& p : unit.params) {
+      if (!absent_head(p)) RETURN_IF_ERROR(CheckHfTensor(files, p, dir));
+    }
   }
   torch::NoGradGuard ng;
   const int64_t n = m.comm().size(), rank = m.comm().rank();
@@ -350,7 +360,7 @@ absl::Status LoadMyHfShards(const std::string& dir, ShardedModel& m, ShardReadSt
     dest.zero_();
     for (const ShardedParam& p : m.units()[u].params) {
       const int64_t lo = std::max(first, p.offset), hi = std::min(first + k, p.offset + p.numel);
-      if (lo >= hi) continue;
+      if (lo >= hi || absent_head(p)) continue;
       ASSIGN_OR_RETURN(torch::Tensor part,
                        files.Locate(p.name)->ReadRange(p.name, lo - p.offset, hi - lo));
       dest.narrow(0, lo - first, hi - lo).copy_(part);
@@ -379,12 +389,14 @@ absl::Status LoadShardedState(const std::string& dir, ShardedModel& m, FlatAdamW
   return Agree(m.comm(), mine, absl::StrCat("loading sharded checkpoint ", dir));
 }
 
-absl::Status SaveHfConsolidated(const std::string& dir, ShardedModel& m) {
+absl::Status SaveHfConsolidated(const std::string& dir, ShardedModel& m, torch::Dtype dtype) {
   const bool writes = m.comm().rank() == 0;
   std::unique_ptr<models::SafetensorsWriter> writer;
-  absl::Status mine;
-  if (writes) {
-    auto w = StartHfWrite(dir, m);
+  absl::Status mine = dtype == torch::kFloat32 || dtype == torch::kBFloat16
+                          ? absl::OkStatus()
+                          : absl::InvalidArgumentError("checkpoints are float32 or bfloat16");
+  if (writes && mine.ok()) {
+    auto w = StartHfWrite(dir, m, dtype);
     if (w.ok()) writer = std::move(*w);
     mine = w.status();
   }
@@ -392,15 +404,17 @@ absl::Status SaveHfConsolidated(const std::string& dir, ShardedModel& m) {
   RETURN_IF_ERROR(m.GatherUnits([&](const ShardUnit& unit, const torch::Tensor& flat) {
     for (const ShardedParam& p : unit.params) {
       if (writer != nullptr && mine.ok()) {
-        mine = writer->Write(p.name, 0, flat.narrow(0, p.offset, p.numel));
+        mine = writer->Write(p.name, 0, flat.narrow(0, p.offset, p.numel).to(dtype));
       }
     }
     return absl::OkStatus();
   }));
   if (writes && mine.ok()) mine = writer->Finish();
   if (writes && mine.ok()) {
-    mine = WriteFileAtomic(dir + "/config.json",
-                           models::WriteHfConfig(m.module()->config(), "float32"));
+    mine =
+        WriteFileAtomic(dir + "/config.json",
+                        models::WriteHfConfig(m.module()->config(),
+                                              dtype == torch::kBFloat16 ? "bfloat16" : "float32"));
   }
   return Agree(m.comm(), mine, absl::StrCat("saving Hugging Face checkpoint ", dir));
 }

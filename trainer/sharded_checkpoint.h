@@ -51,14 +51,17 @@ absl::Status SaveShardedState(const std::string& dir, ShardedModel& m, const Fla
 absl::Status LoadShardedState(const std::string& dir, ShardedModel& m, FlatAdamW& opt,
                               ShardReadStats* stats = nullptr);
 
-// Writes dir/model.safetensors (HF names, fp32, value head included when m has one) and
+// Writes dir/model.safetensors (HF names, `dtype` fp32 or bf16, value head included when m
+// has one) and
 // dir/config.json, as models::SaveHfModel of the unsharded model would.
-absl::Status SaveHfConsolidated(const std::string& dir, ShardedModel& m);
+absl::Status SaveHfConsolidated(const std::string& dir, ShardedModel& m,
+                                torch::Dtype dtype = torch::kFloat32);
 
 // Fills this rank's parameter shards from a Hugging Face checkpoint directory (one
 // model.safetensors or an index and its shards; fp32 or bf16). config.json must agree with
-// m's layer count; every parameter of m must be present with its shape. Tensors m has no
-// parameter for are skipped. Optimizer state is left alone.
+// m's layer count; every parameter of m must be present with its shape, except a value head
+// (value_head.*), which starts at zero when absent (a critic made from a policy checkpoint).
+// Tensors m has no parameter for are skipped. Optimizer state is left alone.
 absl::Status LoadHfShards(const std::string& model_dir, ShardedModel& m,
                           ShardReadStats* stats = nullptr);
 

@@ -6,6 +6,7 @@
 #include "common/exceptions.h"
 #include "common/status.h"
 #include "models/hf_checkpoint.h"
+#include "trainer/sharded_checkpoint.h"
 
 namespace rlforge {
 
@@ -37,23 +38,12 @@ absl::StatusOr<std::unique_ptr<ShardedModel>> LoadShardedModel(const std::string
                                                                ShardedModel::Options options,
                                                                bool value_head) {
   return CallCatching([&]() -> absl::StatusOr<std::unique_ptr<ShardedModel>> {
-    ASSIGN_OR_RETURN(models::Transformer base, models::LoadHfModel(path, torch::kFloat32));
-    if (value_head && !base->has_value_head()) {
-      // V = 0 everywhere at first, so the first advantages are the plain returns rather
-      // than noise from a random head.
-      models::Transformer with_head(base->config(), /*value_head=*/true);
-      torch::NoGradGuard ng;
-      auto from = base->named_parameters();
-      for (auto& p : with_head->named_parameters()) {
-        if (const torch::Tensor* src = from.find(p.key())) {
-          p.value().copy_(*src);
-        } else {
-          p.value().zero_();  // value_head.weight / .bias
-        }
-      }
-      base = with_head;
-    }
-    return ShardedModel::Create(base, comm, options);
+    ASSIGN_OR_RETURN(models::TransformerConfig config, models::LoadHfConfig(path));
+    // Built full, then each rank keeps its shard and reads only that slice of the files.
+    ASSIGN_OR_RETURN(std::unique_ptr<ShardedModel> m,
+                     ShardedModel::Create(models::Transformer(config, value_head), comm, options));
+    RETURN_IF_ERROR(LoadHfShards(path, *m));
+    return m;
   });
 }
 

@@ -33,8 +33,8 @@ absl::StatusOr<std::unique_ptr<dist::Communicator>> ConnectTrainerRanks(
 // trainer.reshard_after_forward and trainer.mixed_precision.
 ShardedModel::Options ShardingOptions(const TrainerOptions& trainer, bool trainable);
 
-// Loads a Hugging Face checkpoint sharded over `comm` (a value head initialised to zero
-// when `value_head`).
+// Loads a Hugging Face checkpoint sharded over `comm`, each rank reading only its slice
+// (with `value_head`: the checkpoint's value head, or zeros when it has none).
 absl::StatusOr<std::unique_ptr<ShardedModel>> LoadShardedModel(const std::string& path,
                                                                dist::Communicator* comm,
                                                                ShardedModel::Options options,
