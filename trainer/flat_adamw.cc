@@ -39,7 +39,8 @@ double FlatAdamW::ClipGradNorm(double max_norm, dist::Communicator* comm) {
   if (comm == nullptr || comm->size() == 1) {
     norm = grad_.norm().item<double>();
   } else {
-    torch::Tensor sq = grad_.to(torch::kDouble).pow(2).sum().reshape({1});
+    const double local = grad_.norm().item<double>();  // no copy of the gradient
+    torch::Tensor sq = torch::full({1}, local * local, torch::kDouble);
     absl::Status s = comm->AllReduceSum(sq)->Wait();
     if (!s.ok()) throw std::runtime_error(std::string(s.message()));
     norm = std::sqrt(sq.item<double>());

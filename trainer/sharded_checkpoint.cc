@@ -8,6 +8,7 @@
 #include <sstream>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/atomic_file.h"
 #include "common/exceptions.h"
@@ -207,13 +208,32 @@ absl::Status CheckUnit(const ShardUnit& want, const ShardUnit& got, const std::s
   return absl::OkStatus();
 }
 
+// "embed, layer 0 .. layer 2, head"
+std::string UnitNames(const std::vector<ShardUnit>& units) {
+  std::string out;
+  for (size_t i = 0; i < units.size(); ++i) {
+    const bool inner_layer = i > 0 && i + 1 < units.size() &&
+                             absl::StartsWith(units[i].name, "layer ") &&
+                             absl::StartsWith(units[i - 1].name, "layer ") &&
+                             absl::StartsWith(units[i + 1].name, "layer ");
+    if (inner_layer) {
+      if (!absl::EndsWith(out, " ..")) absl::StrAppend(&out, " ..");
+      continue;
+    }
+    absl::StrAppend(&out,
+                    out.empty() || absl::EndsWith(out, " ..") ? (out.empty() ? "" : " ") : ", ",
+                    units[i].name);
+  }
+  return out;
+}
+
 absl::Status CheckUnits(const Manifest& man, const std::vector<ShardUnit>& units,
                         const std::string& dir) {
   const std::string where = dir + "/manifest.json";
   if (man.units.size() != units.size()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        where, ": ", man.units.size(), " units (root + ", man.units.size() - 1,
-        " layers); the model has ", units.size(), " (root + ", units.size() - 1, " layers)"));
+    return absl::FailedPreconditionError(absl::StrCat(where, ": ", man.units.size(), " units (",
+                                                      UnitNames(man.units), "); the model has ",
+                                                      units.size(), " (", UnitNames(units), ")"));
   }
   for (size_t u = 0; u < units.size(); ++u) {
     RETURN_IF_ERROR(CheckUnit(units[u], man.units[u], where));

@@ -186,7 +186,7 @@ TEST_F(ShardedCheckpointTest, WrittenAtTwoRanksResumesAtOneAndThreeOnTheSameLoss
       c.bytes_read[s.model->comm().rank()] = stats.bytes_read;
     });
     ExpectSameCurve(resumed, reference);
-    const int64_t units = TinyConfig().num_hidden_layers + 1;
+    const int64_t units = TinyConfig().num_hidden_layers + 2;  // embed, layers, head
     for (int r = 0; r < n; ++r) {
       // Its third of every unit's params and moments; no more than a padding element each.
       EXPECT_LE(resumed.bytes_read[r], checkpoint_bytes / n + units * 3 * 4 + 1) << "rank " << r;
@@ -330,7 +330,8 @@ TEST_F(ShardedCheckpointTest, MismatchedModelIsNamedWithTheDirectory) {
   });
   const auto load = [&](RankState& s) { return LoadShardedState(dir, *s.model, *s.adam); };
   ExpectMentions(LoadError(1, TinyConfig(/*layers=*/2), load),
-                 {dir + "/manifest.json", "4 units (root + 3 layers)", "3 (root + 2 layers)"});
+                 {dir + "/manifest.json", "5 units (embed, layer 0 .. layer 2, head)",
+                  "4 (embed, layer 0, layer 1, head)"});
   ExpectMentions(LoadError(3, TinyConfig(3, /*intermediate=*/24), load),
                  {dir + "/manifest.json", "unit 'layer 0'"});
   ExpectMentions(LoadError(2, TinyConfig(/*layers=*/2),

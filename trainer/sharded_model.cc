@@ -73,16 +73,20 @@ absl::StatusOr<std::unique_ptr<ShardedModel>> ShardedModel::Create(models::Trans
 absl::Status ShardedModel::Build() {
   const int64_t n = comm_->size(), rank = comm_->rank();
   const int64_t layers = model_->config().num_hidden_layers;
-  units_.resize(static_cast<size_t>(layers) + 1);
+  tied_ = model_->config().tie_word_embeddings;
+  units_.resize(static_cast<size_t>(layers) + (tied_ ? 1 : 2));
   state_.clear();
   for (size_t u = 0; u < units_.size(); ++u) {
-    units_[u].name = u == 0 ? "root" : absl::StrCat("layer ", u - 1);
+    units_[u].name = u == 0                             ? (tied_ ? "root" : "embed")
+                     : u <= static_cast<size_t>(layers) ? absl::StrCat("layer ", u - 1)
+                                                        : "head";
     state_.push_back(std::make_unique<UnitState>());
   }
   for (auto& item : model_->named_parameters(/*recurse=*/true)) {
     const int64_t layer = LayerOf(item.key());
     if (layer >= layers) return absl::InternalError(absl::StrCat("parameter ", item.key()));
-    const size_t u = layer < 0 ? 0 : LayerUnit(layer);
+    const bool embed = absl::StartsWith(item.key(), "model.embed_tokens.");
+    const size_t u = layer >= 0 ? LayerUnit(layer) : (tied_ || embed ? 0 : units_.size() - 1);
     ShardUnit& unit = units_[u];
     ShardedParam p{item.key(), item.value().sizes().vec(), unit.numel, item.value().numel()};
     unit.numel += p.numel;
@@ -173,33 +177,57 @@ void ShardedModel::BeginForward() {
   Gather(0);
   if (options_.prefetch && units_.size() > 1) Gather(1);
   WaitGathered(0);
+  // A tied root's gradients start with the loss's backward (its lm_head).
+  if (tied_ && torch::GradMode::is_enabled()) PrepareGrads(0);
 }
 
 void ShardedModel::BeforeLayer(int64_t layer) {
   const size_t u = LayerUnit(layer);
   Gather(u);
-  if (options_.prefetch && u + 1 < units_.size()) Gather(u + 1);
+  if (options_.prefetch && u + 1 < units_.size()) Gather(u + 1);  // the head after the last
   WaitGathered(u);
+  // The embedding is looked up; its backward needs only the token ids.
+  if (layer == 0 && !tied_) Free(0);
 }
 
 torch::Tensor ShardedModel::AfterLayer(int64_t layer, const torch::Tensor& out) {
   const size_t u = LayerUnit(layer);
+  const bool last = u + 1 == units_.size() - (tied_ ? 0 : 1);
+  if (last && !tied_) {  // the final norm and lm_head come next
+    Gather(units_.size() - 1);
+    WaitGathered(units_.size() - 1);
+  }
   const bool backward = options_.trainable && torch::GradMode::is_enabled() && out.requires_grad();
   if (!backward || options_.reshard_after_forward) Free(u);
-  if (backward && !resident()) {
-    // Runs when the gradient of this layer's output is complete: layer + 1's backward has
-    // finished (its parameters' gradients are accumulated) and this layer's starts.
-    out.register_hook([this, u](const torch::Tensor&) {
-      Gather(u);
-      if (options_.prefetch && u > 1) Gather(u - 1);
-      WaitGathered(u);
-      if (u + 1 < units_.size()) {
-        ReduceGrads(u + 1);
-        Free(u + 1);
-      }
-    });
-  }
+  if (!backward || resident()) return out;
+  if (last && !tied_) PrepareGrads(units_.size() - 1);  // the head's backward comes first
+  // Runs when the gradient of this layer's output is complete: the unit after it (the
+  // next layer, or the head) has finished its backward and this layer's starts.
+  out.register_hook([this, u](const torch::Tensor&) {
+    Gather(u);
+    if (options_.prefetch && u > 1) Gather(u - 1);
+    WaitGathered(u);
+    PrepareGrads(u);
+    if (u == 1 && !tied_) PrepareGrads(0);  // the embedding's backward follows layer 0's
+    if (u + 1 < units_.size()) {
+      ReduceGrads(u + 1);
+      Free(u + 1);
+    }
+  });
   return out;
+}
+
+void ShardedModel::PrepareGrads(size_t u) {
+  UnitState& s = *state_[u];
+  if (resident() || !options_.trainable || s.grad_full.defined()) return;
+  const ShardUnit& unit = units_[u];
+  s.grad_full = torch::zeros({unit.padded}, torch::dtype(options_.compute_dtype));
+  for (size_t i = 0; i < s.params.size(); ++i) {
+    const ShardedParam& p = unit.params[i];
+    // Backward accumulates in place into a defined gradient: straight into the flat buffer
+    // the reduce-scatter sends.
+    s.params[i].mutable_grad() = s.grad_full.narrow(0, p.offset, p.numel).view(p.shape);
+  }
 }
 
 void ShardedModel::ReduceGrads(size_t u) {
@@ -216,13 +244,17 @@ void ShardedModel::ReduceGrads(size_t u) {
     }
   }
   const ShardUnit& unit = units_[u];
-  s.grad_full = torch::zeros({unit.padded});
-  for (size_t i = 0; i < s.params.size(); ++i) {
-    torch::Tensor& g = s.params[i].mutable_grad();
-    if (!g.defined()) continue;
-    s.grad_full.narrow(0, unit.params[i].offset, unit.params[i].numel).copy_(g.reshape(-1));
-    g.reset();
+  if (!s.grad_full.defined()) {  // gradients autograd allocated (no PrepareGrads this pass)
+    s.grad_full = torch::zeros({unit.padded}, torch::dtype(options_.compute_dtype));
+    for (size_t i = 0; i < s.params.size(); ++i) {
+      const torch::Tensor& g = s.params[i].grad();
+      if (g.defined()) {
+        s.grad_full.narrow(0, unit.params[i].offset, unit.params[i].numel).copy_(g.reshape(-1));
+      }
+    }
   }
+  for (auto& p : s.params) p.mutable_grad().reset();
+  if (s.grad_full.scalar_type() != torch::kFloat32) s.grad_full = s.grad_full.to(torch::kFloat32);
   s.grad_part = torch::empty({unit.padded / comm_->size()});
   s.reducing = comm_->ReduceScatter(s.grad_full, s.grad_part);
   s.reduced = true;
@@ -291,9 +323,10 @@ absl::Status ShardedModel::GatherUnits(
 int64_t ShardedModel::HeldBytes() const {
   int64_t bytes = StorageBytes(shard_data_) + StorageBytes(shard_grad_);
   for (const auto& s : state_) {
-    if (!resident()) bytes += StorageBytes(s->full) + StorageBytes(s->grad_full);
-    for (const auto& p : s->params) {
-      if (!resident() && p.grad().defined()) bytes += StorageBytes(p.grad());
+    if (resident()) continue;
+    bytes += StorageBytes(s->full) + StorageBytes(s->grad_full);
+    for (const auto& p : s->params) {  // gradients autograd allocated itself
+      if (!s->grad_full.defined() && p.grad().defined()) bytes += StorageBytes(p.grad());
     }
   }
   return bytes;

@@ -6,11 +6,16 @@
 //   reduce-scattered into this rank's grad shard as soon as its backward finished -> AdamW
 //   steps the shard -> GatherUnits streams full units out (weights, checkpoints)
 //
-// Units: one per transformer layer, plus the root (embedding, final norm, lm_head, value
-// head), which is gathered by BeginForward and held until FinishBackward / EndForward. A
-// unit's parameters are flattened in module order, padded to a multiple of N; rank r owns
-// elements [r * k, (r + 1) * k) of every unit. While layer i computes, layer i + 1's
-// all-gather is in flight (prefetch); in backward, layer i - 1's.
+// Units, in order: the embedding; one per transformer layer; the head (final norm, lm_head,
+// value head). The embedding is gathered by BeginForward and freed once looked up (its
+// backward needs only the token ids); the head is gathered while the last layer computes and
+// freed once its backward finished. With tied embeddings the embedding and the head are one
+// unit, "root", held from BeginForward to FinishBackward / EndForward. A unit's parameters
+// are flattened in module order, padded to a multiple of N; rank r owns elements
+// [r * k, (r + 1) * k) of every unit. While layer i computes, the next unit's all-gather is
+// in flight (prefetch); in backward, layer i - 1's. A unit's gradients accumulate in one flat
+// buffer, reduce-scattered as soon as its backward finished (the embedding's and the first
+// layer's at FinishBackward).
 //
 // With one rank nothing is gathered or freed: parameters and gradients are views of the
 // shard buffers (the unsharded trainer's FlatAdamW layout, at its cost).
@@ -105,12 +110,14 @@ class ShardedModel {
   void Gather(size_t u);        // issues the all-gather (no-op if gathered or in flight)
   void WaitGathered(size_t u);  // throws on a collective error
   void Free(size_t u);
-  void ReduceGrads(size_t u);  // issues the reduce-scatter of a unit whose backward finished
+  void PrepareGrads(size_t u);  // points u's parameter gradients into one zeroed flat buffer
+  void ReduceGrads(size_t u);   // issues the reduce-scatter of a unit whose backward finished
   torch::Tensor AfterLayer(int64_t layer, const torch::Tensor& out);
   void BeforeLayer(int64_t layer);
   size_t LayerUnit(int64_t layer) const { return static_cast<size_t>(layer) + 1; }
   absl::Status WaitAll();
   bool resident() const { return comm_->size() == 1; }
+  bool tied_ = false;  // tied embeddings: one root unit instead of embed and head
 
   models::Transformer model_;
   dist::Communicator* comm_;

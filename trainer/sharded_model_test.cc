@@ -12,6 +12,8 @@
 namespace rlforge {
 namespace {
 
+bool g_tied = false;  // tied embeddings: one root unit instead of embed and head
+
 models::TransformerConfig TinyConfig() {
   models::TransformerConfig c;
   c.vocab_size = 37;
@@ -22,6 +24,7 @@ models::TransformerConfig TinyConfig() {
   c.num_key_value_heads = 1;
   c.head_dim = 8;
   c.max_position_embeddings = 64;
+  c.tie_word_embeddings = g_tied;
   return c;
 }
 
@@ -150,6 +153,14 @@ class ShardedModelTest : public ::testing::TestWithParam<int> {
 TEST_P(ShardedModelTest, MatchesOneRankLossesAndParameters) {
   const TrainRun ref = Train(1, {});
   ExpectSameRun(Train(GetParam(), {}), ref);
+}
+
+TEST_P(ShardedModelTest, MatchesOneRankWithTiedEmbeddings) {
+  g_tied = true;
+  const TrainRun ref = Train(1, {});
+  const TrainRun run = Train(GetParam(), {});
+  g_tied = false;
+  ExpectSameRun(run, ref);
 }
 
 TEST_P(ShardedModelTest, MatchesOneRankWithGradientAccumulation) {
