@@ -13,9 +13,9 @@
 // The batch, the split over ranks and the loss are the script's (its docstring is the
 // contract). Ranks are processes started with exec, not fork: libtorch's thread pools do not
 // survive a fork. Beyond the script's fields the JSON holds, per rank and timed step, the
-// phases of the step and the time the training thread spent inside the Communicator
-// (issuing collectives and blocked on them), and the peak RSS after loading (VmHWM reset
-// once the model is sharded and the optimizer built).
+// phases of the step with the peak RSS of each, and the time the training thread spent
+// inside the Communicator (issuing collectives and blocked on them); per rank the peak RSS
+// of loading apart from that of training.
 #include <signal.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -126,6 +126,22 @@ int64_t ProcStatusBytes(const std::string& key) {
   return -1;
 }
 
+// The peak RSS of successive phases: VmHWM since the last call, then resets it (writing "5"
+// to clear_refs, Linux >= 4.0; a few microseconds). max() is the peak over all calls.
+class PhasePeaks {
+ public:
+  int64_t Take() {
+    const int64_t hwm = ProcStatusBytes("VmHWM");
+    std::ofstream("/proc/self/clear_refs") << "5";
+    max_ = std::max(max_, hwm);
+    return hwm;
+  }
+  int64_t max() const { return max_; }
+
+ private:
+  int64_t max_ = 0;
+};
+
 // Rows [r * B/N, (r + 1) * B/N) of the script's batch:
 //   token[b][t] = ((1103515245 * (b * S + t + 1 + 7919 * seed) + 12345) mod 2^31) mod vocab.
 // 2^31 divides 2^64, so unsigned 64-bit wrap-around gives the exact residue.
@@ -226,11 +242,8 @@ absl::StatusOr<json> RunRank(const Args& a) {
   ao.eps = 1e-8;
   ao.weight_decay = 0;
   FlatAdamW adam(model->shard_data(), model->shard_grad(), ao);
-  const int64_t load_hwm = ProcStatusBytes("VmHWM");
-  {  // "5" resets VmHWM (Linux >= 4.0), so the end's VmHWM is the training steps' own peak
-    std::ofstream clear("/proc/self/clear_refs");
-    clear << "5";
-  }
+  PhasePeaks load_peak, train_peak;
+  load_peak.Take();
 
   const torch::Tensor tokens = RankBatch(a, vocab);
   const int64_t rows = tokens.size(0);
@@ -244,10 +257,16 @@ absl::StatusOr<json> RunRank(const Args& a) {
   for (int step = 0; step < a.warmup + a.steps; ++step) {
     RETURN_IF_ERROR(Barrier(comm));
     const int64_t bytes0 = comm.stats().total();
-    const double comm0 = comm.seconds();
-    double t_fwd = 0, t_bwd = 0, t_finish = 0, t_clip = 0;
-    torch::Tensor loss_value;
+    json phases = json::object();
     const Stopwatch timer;
+    double t0 = 0, comm0 = comm.seconds();
+    auto end_phase = [&](const char* name) {  // seconds, of them inside comm, peak RSS
+      const double t = timer.Seconds(), c = comm.seconds();
+      phases[name] = {{"s", t - t0}, {"comm_s", c - comm0}, {"peak_rss_bytes", train_peak.Take()}};
+      t0 = t;
+      comm0 = c;
+    };
+    torch::Tensor loss_value;
     RETURN_IF_ERROR(CallCatching([&]() -> absl::Status {
       model->ZeroGrad();
       model->BeginForward();
@@ -256,37 +275,32 @@ absl::StatusOr<json> RunRank(const Args& a) {
           torch::nn::functional::cross_entropy(logits.narrow(1, 0, a.seq - 1).reshape({-1, vocab}),
                                                tokens.narrow(1, 1, a.seq - 1).reshape({-1}), ce) /
           global_tokens;
-      t_fwd = timer.Seconds();
+      end_phase("forward");
       loss.backward();
-      t_bwd = timer.Seconds();
+      end_phase("backward");
       RETURN_IF_ERROR(model->FinishBackward());
-      t_finish = timer.Seconds();
+      end_phase("finish_backward");
       adam.ClipGradNorm(1.0, &comm);
-      t_clip = timer.Seconds();
+      end_phase("clip");
       adam.Step();
       loss_value = loss.detach().reshape({1});
       return absl::OkStatus();
     }));
-    const double t_step = timer.Seconds();
-    steps.push_back({{"step_s", t_step},
-                     {"forward_s", t_fwd},
-                     {"backward_s", t_bwd - t_fwd},
-                     {"finish_backward_s", t_finish - t_bwd},
-                     {"clip_s", t_clip - t_finish},
-                     {"adamw_s", t_step - t_clip},
-                     {"comm_s", comm.seconds() - comm0},
-                     {"bytes", comm.stats().total() - bytes0}});
+    end_phase("adamw");
+    steps.push_back({{"step_s", timer.Seconds()},
+                     {"bytes", comm.stats().total() - bytes0},
+                     {"phases", phases}});
     RETURN_IF_ERROR(comm.AllReduceSum(loss_value)->Wait());  // outside the step, as the script
     losses.push_back(loss_value.item<double>());
   }
-  const int64_t train_hwm = ProcStatusBytes("VmHWM");
+  train_peak.Take();
   return json{{"rank", a.rank},
               {"steps", steps},
               {"loss", losses},
               {"base_rss_bytes", base_rss},
-              {"load_peak_rss_bytes", load_hwm},
-              {"train_peak_rss_bytes", train_hwm},
-              {"peak_rss_bytes", std::max(load_hwm, train_hwm)}};
+              {"load_peak_rss_bytes", load_peak.max()},
+              {"train_peak_rss_bytes", train_peak.max()},
+              {"peak_rss_bytes", std::max(load_peak.max(), train_peak.max())}};
 }
 
 int RankMain(const Args& a) {
