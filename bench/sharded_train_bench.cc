@@ -13,11 +13,12 @@
 // The batch, the split over ranks and the loss are the script's (its docstring is the
 // contract). Ranks are processes started with exec, not fork: libtorch's thread pools do not
 // survive a fork. Beyond the script's fields the JSON holds, per rank and timed step, the
-// phases of the step with the peak RSS of each, and the time the training thread spent
-// inside the Communicator (issuing collectives and blocked on them); per rank the peak RSS
-// of loading apart from that of training.
+// phases of the step with the CPU time and peak RSS of each, and the time the training
+// thread spent inside the Communicator (issuing collectives and blocked on them); per rank
+// the peak RSS of loading apart from that of training.
 #include <signal.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -26,11 +27,10 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -124,6 +124,12 @@ int64_t ProcStatusBytes(const std::string& key) {
     }
   }
   return -1;
+}
+
+double ProcessCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
 // The peak RSS of successive phases: VmHWM since the last call, then resets it (writing "5"
@@ -259,12 +265,18 @@ absl::StatusOr<json> RunRank(const Args& a) {
     const int64_t bytes0 = comm.stats().total();
     json phases = json::object();
     const Stopwatch timer;
-    double t0 = 0, comm0 = comm.seconds();
-    auto end_phase = [&](const char* name) {  // seconds, of them inside comm, peak RSS
-      const double t = timer.Seconds(), c = comm.seconds();
-      phases[name] = {{"s", t - t0}, {"comm_s", c - comm0}, {"peak_rss_bytes", train_peak.Take()}};
+    double t0 = 0, comm0 = comm.seconds(), cpu0 = ProcessCpuSeconds();
+    // Per phase: seconds, of them inside the Communicator, CPU seconds of the whole process
+    // (all threads: below the seconds when other processes take the cores), peak RSS.
+    auto end_phase = [&](const char* name) {
+      const double t = timer.Seconds(), c = comm.seconds(), cpu = ProcessCpuSeconds();
+      phases[name] = {{"s", t - t0},
+                      {"comm_s", c - comm0},
+                      {"cpu_s", cpu - cpu0},
+                      {"peak_rss_bytes", train_peak.Take()}};
       t0 = t;
       comm0 = c;
+      cpu0 = cpu;
     };
     torch::Tensor loss_value;
     RETURN_IF_ERROR(CallCatching([&]() -> absl::Status {
@@ -353,9 +365,9 @@ absl::StatusOr<std::vector<json>> RunRanks(const Args& a, int argc, char** argv,
       ++finished;
       if (e.signaled || e.code != 0) {
         const int r = rank_of_pid[e.pid];
-        return absl::InternalError(absl::StrCat(
-            e.name, " ", e.Describe(), "; the last lines of its log (", dir, "/rank", r,
-            ".log):\n", TailOfFile(absl::StrCat(dir, "/rank", r, ".log"), 20)));
+        return absl::InternalError(
+            absl::StrCat(e.name, " ", e.Describe(), "; the last lines of its log (", dir, "/rank",
+                         r, ".log):\n", TailOfFile(absl::StrCat(dir, "/rank", r, ".log"), 20)));
       }
     }
     if (timer.Seconds() > a.deadline_s) {
@@ -381,8 +393,7 @@ absl::StatusOr<std::vector<json>> RunRanks(const Args& a, int argc, char** argv,
 // The script's line: step_s is per timed step the slowest rank; bytes_per_step the most any
 // rank moved in a timed step. The per-rank details follow for the analysis.
 json Merge(const Args& a, const std::vector<json>& ranks) {
-  json step_s = json::array(), per_rank = json::array(), peak = json::array(),
-       base = json::array();
+  json step_s = json::array(), per_rank = json::array(), peak = json::array(), base = json::array();
   int64_t bytes = 0;
   for (int i = a.warmup; i < a.warmup + a.steps; ++i) {
     double slowest = 0;
@@ -401,9 +412,9 @@ json Merge(const Args& a, const std::vector<json>& ranks) {
                         {"load_peak_rss_bytes", r["load_peak_rss_bytes"]},
                         {"train_peak_rss_bytes", r["train_peak_rss_bytes"]}});
   }
-  return json{{"ranks", a.ranks},          {"step_s", step_s},    {"bytes_per_step", bytes},
-              {"peak_rss_bytes", peak},    {"base_rss_bytes", base},
-              {"loss", ranks[0]["loss"]},  {"per_rank", per_rank}};
+  return json{{"ranks", a.ranks},       {"step_s", step_s},       {"bytes_per_step", bytes},
+              {"peak_rss_bytes", peak}, {"base_rss_bytes", base}, {"loss", ranks[0]["loss"]},
+              {"per_rank", per_rank}};
 }
 
 int ParentMain(const Args& a, int argc, char** argv) {
