@@ -254,8 +254,9 @@ absl::StatusOr<double> SftTrainerRole::MicroBatch(const std::vector<PackedRow>& 
                                                        .ignore_index(kIgnoreTarget)
                                                        .reduction(torch::kSum));
   // This rank's part of the mean over the step's response tokens on every rank.
+  // (Divided, then weighted: one rank's arithmetic stays exactly the unsharded trainer's.)
   const double weight = share.weight_zero ? 0.0 : 1.0;
-  auto scaled = loss * (weight / static_cast<double>(std::max<int64_t>(1, loss_tokens)));
+  auto scaled = loss / static_cast<double>(std::max<int64_t>(1, loss_tokens)) * weight;
   scaled.backward();
   RETURN_IF_ERROR(model_->FinishBackward());
   return scaled.item<double>();
