@@ -1,0 +1,435 @@
+// The trainer roles with trainer.ranks N against one rank: sft, grpo, drgrpo, lm_ppo and
+// dpo on a tiny checkpoint, N = 1, 2 and 3 ranks as threads in one process.
+//
+// the same requests (fixed groups, pairs, rewards) -> every rank's role -> rank 0's replies
+//   -> per-step metrics and the final weights of N ranks == those of one rank
+//
+// Each rank trains on its token-balanced share of every minibatch, with losses and metrics
+// weighted into the global minibatch's, so N ranks must compute what one rank computes, up to
+// float rounding. The batches split unevenly over 3 ranks, and some minibatches have fewer
+// groups (or pairs, or rows) than ranks, so a rank trains on an empty share with weight 0.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "config/job_config.h"
+#include "dist/communicator.h"
+#include "models/hf_checkpoint.h"
+#include "models/tokenizer.h"
+#include "proto/lm_groups.h"
+#include "trainer/dpo_trainer_role.h"
+#include "trainer/lm_rl_trainer_role.h"
+#include "trainer/sft_trainer_role.h"
+
+namespace rlforge {
+namespace {
+
+namespace fs = std::filesystem;
+
+using Params = std::vector<std::pair<std::string, torch::Tensor>>;
+
+// What one run with N ranks produced.
+struct RanksRun {
+  std::vector<std::map<std::string, double>> metrics;  // rank 0's reply, per request
+  Params weights;                                      // rank 0's last published weights
+};
+
+struct Request {
+  proto::WorkRequest request;
+  std::vector<TensorFrame> tensors;
+};
+// Request k of a run for a rank whose role holds `version` (frames are move-only, so each
+// rank builds its own; every rank builds the same).
+using MakeRequest = std::function<Request(int k, int64_t version)>;
+using MakeRole = std::function<absl::StatusOr<std::unique_ptr<Role>>(const JobConfig&,
+                                                                     const proto::Assignment&)>;
+// Called on rank 0 after its last reply: the weights to compare (e.g. read from a save).
+using FinalWeights = std::function<Params(const WorkReply& last)>;
+
+// The tiny checkpoint every run starts from (written once per test binary).
+std::string& CheckpointDir() {
+  static std::string dir;
+  return dir;
+}
+
+// A char-level tokenizer over printable ASCII and a 2-layer model whose units split unevenly
+// over 3 ranks (padded).
+void WriteTinyCheckpoint(const std::string& dir) {
+  fs::remove_all(dir);
+  std::string alphabet;
+  for (char c = ' '; c <= '~'; ++c) alphabet.push_back(c);
+  alphabet.push_back('\n');
+  auto tok = models::MakeCharTokenizer(alphabet);
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  models::TransformerConfig c;
+  c.vocab_size = (*tok)->vocab_size();
+  c.hidden_size = 16;
+  c.intermediate_size = 25;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 2;
+  c.num_key_value_heads = 1;
+  c.head_dim = 8;
+  c.max_position_embeddings = 64;
+  c.bos_token_id = (*tok)->bos_id();
+  c.eos_token_id = (*tok)->eos_id();
+  torch::manual_seed(11);
+  models::Transformer m(c);
+  {
+    // Peaked enough that ratios move, clipping happens and gradients are not all tiny.
+    torch::NoGradGuard ng;
+    for (auto& p : m->parameters()) {
+      if (p.dim() == 2) p.normal_(0, 0.3);
+    }
+  }
+  ASSERT_TRUE(models::SaveHfModel(m, dir).ok());
+  ASSERT_TRUE(models::SaveTokenizer(**tok, dir).ok());
+}
+
+Params ParamsOf(const models::Transformer& m) {
+  Params out;
+  for (const auto& p : m->named_parameters()) out.emplace_back(p.key(), p.value().detach().clone());
+  return out;
+}
+
+// Splits a flat "weights" frame (the policy's named_parameters order) into tensors.
+Params SplitWeights(const WorkReply& reply) {
+  const TensorFrame* f = FindFrame(reply.tensors, "weights");
+  EXPECT_NE(f, nullptr) << "rank 0's reply has no inline weights";
+  if (f == nullptr) return {};
+  auto init = models::LoadHfModel(CheckpointDir());
+  EXPECT_TRUE(init.ok()) << init.status();
+  if (!init.ok()) return {};
+  Params out;
+  int64_t offset = 0;
+  const float* data = static_cast<const float*>(f->data());
+  for (const auto& p : (*init)->named_parameters()) {
+    const int64_t n = p.value().numel();
+    EXPECT_LE(offset + n, f->numel());
+    if (offset + n > f->numel()) return {};
+    out.emplace_back(
+        p.key(),
+        torch::from_blob(const_cast<float*>(data) + offset, {n}).view(p.value().sizes()).clone());
+    offset += n;
+  }
+  EXPECT_EQ(offset, f->numel());
+  return out;
+}
+
+LoadedJob ConfigFor(const std::string& yaml, int ranks) {
+  return LoadJobText(
+      absl::StrReplaceAll(yaml, {{"$CKPT", CheckpointDir()}, {"$RANKS", std::to_string(ranks)}}),
+      "sharded_roles_test");
+}
+
+// The roles of `ranks` ranks as threads, each fed requests 0..count-1.
+RanksRun RunRanks(int ranks, const std::string& yaml, const MakeRole& make, int count,
+                  const MakeRequest& request, const FinalWeights& final_weights) {
+  const LoadedJob job = ConfigFor(yaml, ranks);
+  EXPECT_TRUE(job.ok()) << config::FormatErrors(job.errors);
+  if (!job.ok()) return {};
+  const JobConfig& config = job.config;
+  std::unique_ptr<dist::StoreServer> store;
+  if (ranks > 1) {
+    auto s = dist::StoreServer::Start("127.0.0.1");
+    EXPECT_TRUE(s.ok()) << s.status();
+    if (!s.ok()) return {};
+    store = std::move(*s);
+  }
+  RanksRun out;
+  std::mutex mu;
+  std::vector<absl::Status> errors(static_cast<size_t>(ranks));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ranks; ++r) {
+    threads.emplace_back([&, r] {
+      torch::set_num_threads(1);
+      proto::Assignment a;
+      a.set_actor_id(absl::StrCat("trainer-", r));
+      a.set_role("trainer");
+      a.set_rank(r);
+      a.set_world_size(ranks);
+      if (store) a.set_store_address(store->address());
+      a.set_collective_timeout_s(20);  // a failing rank's peers give up soon
+      absl::StatusOr<std::unique_ptr<Role>> role = make(config, a);
+      if (!role.ok()) {
+        errors[r] = role.status();
+        return;
+      }
+      for (int k = 0; k < count; ++k) {
+        Request req = request(k, (*role)->policy_version());
+        absl::StatusOr<WorkReply> reply = (*role)->Handle(req.request, std::move(req.tensors));
+        if (!reply.ok()) {
+          errors[r] = absl::Status(reply.status().code(),
+                                   absl::StrCat("request ", k, ": ", reply.status().message()));
+          return;
+        }
+        if (r != 0) continue;
+        std::lock_guard<std::mutex> l(mu);
+        out.metrics.emplace_back(reply->result.metrics().begin(), reply->result.metrics().end());
+        if (k + 1 == count) out.weights = final_weights(*reply);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < ranks; ++r) EXPECT_TRUE(errors[r].ok()) << "rank " << r << ": " << errors[r];
+  return out;
+}
+
+// Timings, and metrics that are not the math's (sizes, counts).
+bool Compared(const std::string& key) {
+  return !absl::EndsWith(key, "_s") && key != "weight_bytes";
+}
+
+// N ranks against one: `strict` metrics (the losses) within 1e-5 relative, every weight
+// tensor within 1e-5 of its norm, every other metric within 1e-5 relative plus 2e-6
+// absolute: fractions and KLs sit near 0, and DPO's rewards and margins are differences of
+// sequence logprobs (~20 in size), whose float rounding (~2e-6) survives the difference.
+void ExpectSameRun(const RanksRun& got, const RanksRun& want,
+                   const std::vector<std::string>& strict) {
+  ASSERT_EQ(got.metrics.size(), want.metrics.size());
+  for (size_t k = 0; k < want.metrics.size(); ++k) {
+    for (const std::string& key : strict) {
+      ASSERT_TRUE(want.metrics[k].count(key)) << key << " missing at request " << k;
+    }
+    for (const auto& [key, w] : want.metrics[k]) {
+      if (!Compared(key)) continue;
+      auto it = got.metrics[k].find(key);
+      ASSERT_NE(it, got.metrics[k].end()) << key << " at request " << k;
+      const bool is_strict = std::find(strict.begin(), strict.end(), key) != strict.end();
+      const double tol = 1e-5 * std::abs(w) + (is_strict ? 0 : 2e-6);
+      EXPECT_NEAR(it->second, w, tol) << key << " at request " << k;
+    }
+  }
+  ASSERT_EQ(got.weights.size(), want.weights.size());
+  ASSERT_FALSE(want.weights.empty());
+  auto init = models::LoadHfModel(CheckpointDir());
+  ASSERT_TRUE(init.ok()) << init.status();
+  const Params start = ParamsOf(*init);
+  double moved = 0;
+  for (size_t i = 0; i < want.weights.size(); ++i) {
+    const auto& [name, w] = want.weights[i];
+    ASSERT_EQ(got.weights[i].first, name);
+    const torch::Tensor& g = got.weights[i].second;
+    ASSERT_EQ(g.sizes(), w.sizes()) << name;
+    // Relative in norm: Adam divides by sqrt(v), so an element whose gradient is rounding
+    // noise moves by ~lr either way; the tensor as a whole agrees far closer.
+    EXPECT_LE((g - w).norm().item<double>(), 1e-5 * w.norm().item<double>()) << name;
+    moved = std::max(moved, (w - start[i].second).abs().max().item<double>());
+  }
+  EXPECT_GT(moved, 1e-4) << "training moved nothing";
+}
+
+class ShardedRolesTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    CheckpointDir() =
+        (fs::temp_directory_path() / absl::StrCat("rlforge_sharded_roles_", getpid())).string();
+    WriteTinyCheckpoint(CheckpointDir());
+  }
+  static void TearDownTestSuite() { fs::remove_all(CheckpointDir()); }
+  void SetUp() override { torch::set_num_threads(1); }
+
+  // N = 1 first, then 2 and 3 against it.
+  void ExpectRanksAgree(const std::string& yaml, const MakeRole& make, int count,
+                        const MakeRequest& request, const std::vector<std::string>& strict,
+                        const FinalWeights& final_weights = SplitWeights) {
+    const RanksRun one = RunRanks(1, yaml, make, count, request, final_weights);
+    ASSERT_EQ(one.metrics.size(), static_cast<size_t>(count));
+    for (int n : {2, 3}) {
+      SCOPED_TRACE(absl::StrCat(n, " ranks"));
+      ExpectSameRun(RunRanks(n, yaml, make, count, request, final_weights), one, strict);
+    }
+  }
+};
+
+// Groups of varied prompt and response lengths drawn from `seed`; old logprobs near the
+// tiny model's (about -log 99), so ratios sit on both sides of the clip range.
+std::vector<LmGroup> Groups(uint64_t seed, int groups, int group_size, int64_t version) {
+  std::mt19937_64 rng(seed);
+  auto uniform = [&](int lo, int hi) { return lo + static_cast<int>(rng() % (hi - lo + 1)); };
+  std::vector<LmGroup> out(static_cast<size_t>(groups));
+  for (int g = 0; g < groups; ++g) {
+    out[g].request_id = g;
+    for (int t = uniform(2, 6); t > 0; --t) out[g].prompt.push_back(uniform(4, 98));
+    for (int s = 0; s < group_size; ++s) {
+      LmSample smp;
+      for (int t = uniform(1, 6); t > 0; --t) smp.tokens.push_back(uniform(4, 98));
+      for (size_t t = 0; t < smp.tokens.size(); ++t) {
+        smp.logprobs.push_back(-4.6f + 0.05f * static_cast<float>(uniform(-8, 8)));
+      }
+      smp.versions.assign(smp.tokens.size(), version);
+      smp.stopped = true;
+      out[g].samples.push_back(smp);
+    }
+  }
+  return out;
+}
+
+MakeRequest GrpoRequests(int groups, int group_size) {
+  return [=](int k, int64_t version) {
+    Request r;
+    r.request.mutable_grpo_train()->set_group_size(group_size);
+    r.request.mutable_grpo_train()->set_step(k + 1);
+    r.tensors = GroupsToFrames(Groups(100 + k, groups, group_size, version), true);
+    std::mt19937_64 rng(200 + k);
+    std::vector<float> rewards;
+    for (int i = 0; i < groups * group_size; ++i) {
+      rewards.push_back(static_cast<float>(rng() % 1000) / 1000.0f);
+    }
+    r.tensors.push_back(TensorFrame::FromVector("rewards", rewards));
+    return r;
+  };
+}
+
+MakeRole LmRlRole() {
+  return
+      [](const JobConfig& c, const proto::Assignment& a) { return LmRlTrainerRole::Create(c, a); };
+}
+
+const char* const kLmRlYaml = R"(
+job: {algorithm: $ALGO, seed: 1, iterations: 5}
+model: {path: $CKPT}
+trainer: {ranks: $RANKS, threads: 1, lr: 1e-3, warmup_steps: 2, lr_schedule: cosine,
+          max_grad_norm: 1.0}
+weights: {transport: zmq}
+grpo: {prompts_per_iteration: 5, group_size: $G, max_new_tokens: 6, epochs: 2,
+       minibatches: $MB, kl_beta: 0.05}
+$CRITICreward:
+  rewards:
+    - {name: exact, kind: exact_answer}
+)";
+
+std::string LmRlYaml(const std::string& algo, int group_size, int minibatches) {
+  const std::string critic = algo == "lm_ppo" ? "critic: {warmup_iterations: 1, lr: 1e-3}\n" : "";
+  return absl::StrReplaceAll(kLmRlYaml, {{"$ALGO", algo},
+                                         {"$CRITIC", critic},
+                                         {"$G", std::to_string(group_size)},
+                                         {"$MB", std::to_string(minibatches)}});
+}
+
+// 5 groups of 4 in minibatches of 3 and 2 groups, 2 epochs, a reference for the KL term:
+// with 3 ranks the second minibatch leaves one rank without a group.
+TEST_F(ShardedRolesTest, GrpoRanksMatchOneRank) {
+  ExpectRanksAgree(LmRlYaml("grpo", 4, 2), LmRlRole(), 5, GrpoRequests(5, 4), {"loss"});
+}
+
+// Dr. GRPO's loss is a sum over each sequence's tokens / a constant, averaged over sequences:
+// a share is weighted by its rows, not its tokens.
+TEST_F(ShardedRolesTest, DrGrpoRanksMatchOneRank) {
+  ExpectRanksAgree(LmRlYaml("drgrpo", 4, 2), LmRlRole(), 5, GrpoRequests(5, 4), {"loss"});
+}
+
+// lm_ppo: the critic scores the whole batch on every rank, then trains on each share; the
+// first iteration trains only the critic (no new version). Minibatches of 2, 2 and 1 groups.
+TEST_F(ShardedRolesTest, LmPpoRanksMatchOneRankPolicyAndCritic) {
+  ExpectRanksAgree(LmRlYaml("lm_ppo", 2, 3), LmRlRole(), 5, GrpoRequests(5, 2),
+                   {"loss", "value_loss"});
+}
+
+const char* const kDpoYaml = R"(
+job: {algorithm: dpo, seed: 1, iterations: 5}
+model: {path: $CKPT}
+trainer: {ranks: $RANKS, threads: 1, lr: 1e-3, warmup_steps: 2, max_grad_norm: 1.0}
+weights: {transport: zmq}
+dpo: {epochs: 2, beta: 0.1}
+reward:
+  rewards:
+    - {name: exact, kind: exact_answer}
+)";
+
+MakeRequest DpoRequests(int pairs) {
+  return [=](int k, int64_t) {
+    Request r;
+    r.request.mutable_dpo_train()->set_step(k + 1);
+    r.tensors = GroupsToFrames(Groups(300 + k, pairs, 2, -1), true);
+    return r;
+  };
+}
+
+MakeRole DpoRole() {
+  return
+      [](const JobConfig& c, const proto::Assignment& a) { return DpoTrainerRole::Create(c, a); };
+}
+
+// 5 pairs split unevenly; 2 epochs over each batch.
+TEST_F(ShardedRolesTest, DpoRanksMatchOneRank) {
+  ExpectRanksAgree(kDpoYaml, DpoRole(), 5, DpoRequests(5), {"dpo/loss"});
+}
+
+// 2 pairs over 3 ranks: one rank has none.
+TEST_F(ShardedRolesTest, DpoRanksMatchOneRankWithARankWithoutPairs) {
+  ExpectRanksAgree(kDpoYaml, DpoRole(), 5, DpoRequests(2), {"dpo/loss"});
+}
+
+const char* const kSftYaml = R"(
+job: {algorithm: sft, seed: 3}
+model: {path: $CKPT}
+data: {source: arithmetic, max_digits: 2, train_examples: 100, heldout_examples: 4}
+trainer: {ranks: $RANKS, threads: 1, lr: 3e-3, warmup_steps: 2, lr_schedule: cosine,
+          max_grad_norm: 1.0}
+sft: {steps: 5, seq_len: 24, batch_rows: $ROWS, grad_accum: 2}
+)";
+
+// sft_init, 5 single-step sft_train requests (one loss per optimizer step), lm_save into
+// a directory per run: the final weights are the saved checkpoint's.
+void ExpectSftRanksAgree(int rows) {
+  const std::string yaml = absl::StrReplaceAll(kSftYaml, {{"$ROWS", std::to_string(rows)}});
+  static int run = 0;
+  MakeRole make = [](const JobConfig& c, const proto::Assignment& a) {
+    return absl::StatusOr<std::unique_ptr<Role>>(std::make_unique<SftTrainerRole>(c, a));
+  };
+  auto save_dir = std::make_shared<std::string>();
+  MakeRequest request = [save_dir](int k, int64_t) {
+    Request r;
+    if (k == 0) {
+      r.request.mutable_sft_init();
+    } else if (k <= 5) {
+      r.request.mutable_sft_train()->set_first_step(k - 1);
+      r.request.mutable_sft_train()->set_num_steps(1);
+      r.request.mutable_sft_train()->set_total_steps(5);
+    } else {
+      r.request.mutable_lm_save()->set_dir(*save_dir);
+    }
+    return r;
+  };
+  FinalWeights saved = [save_dir](const WorkReply&) {
+    auto m = models::LoadHfModel(*save_dir);
+    EXPECT_TRUE(m.ok()) << m.status();
+    return m.ok() ? ParamsOf(*m) : Params{};
+  };
+  auto one_run = [&](int n) {
+    *save_dir = absl::StrCat(CheckpointDir(), "/saved_", run++);
+    RanksRun r = RunRanks(n, yaml, make, 7, request, saved);
+    fs::remove_all(*save_dir);
+    // Drop sft_init's and lm_save's replies: their metrics are sizes and timings.
+    if (r.metrics.size() == 7) {
+      r.metrics.pop_back();
+      r.metrics.erase(r.metrics.begin());
+    }
+    return r;
+  };
+  const RanksRun one = one_run(1);
+  ASSERT_EQ(one.metrics.size(), 5u);
+  for (int n : {2, 3}) {
+    SCOPED_TRACE(absl::StrCat(n, " ranks"));
+    ExpectSameRun(one_run(n), one, {"loss"});
+  }
+}
+
+// 5 rows per micro-batch, 2 micro-batches per step: 3 ranks take 2, 2 and 1 rows.
+TEST_F(ShardedRolesTest, SftRanksMatchOneRankWithGradientAccumulation) { ExpectSftRanksAgree(5); }
+
+// 2 rows per micro-batch: with 3 ranks one rank has no row.
+TEST_F(ShardedRolesTest, SftRanksMatchOneRankWithARankWithoutRows) { ExpectSftRanksAgree(2); }
+
+}  // namespace
+}  // namespace rlforge
