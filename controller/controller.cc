@@ -141,6 +141,7 @@ absl::StatusOr<std::vector<WorkOutcome>> Controller::AwaitAll(
       if (p.done && !p.outcome.result.ok()) {
         absl::Status failed = absl::AbortedError(absl::StrCat(
             "work ", id, " failed on ", p.outcome.actor_id, ": ", p.outcome.result.error()));
+        if (work_ids.size() > 1) failed = CauseOf(failed);
         for (uint64_t given_up : work_ids) pending_.erase(given_up);
         return failed;
       }
@@ -153,6 +154,21 @@ absl::StatusOr<std::vector<WorkOutcome>> Controller::AwaitAll(
   out.reserve(work_ids.size());
   for (uint64_t id : work_ids) out.push_back(std::move(pending_.extract(id).mapped().outcome));
   return out;
+}
+
+absl::Status Controller::CauseOf(const absl::Status& failed) {
+  // Ranks that work together fail together: when one dies, its peers' collectives fail at
+  // once (connection reset), often before its exit is reaped. Serve up to a second more so
+  // the job names the rank that died, not the first peer that noticed.
+  const int64_t until = clock_->NowMicros() + 1'000'000;
+  for (int polls = 1000 / std::max(1, options_.poll_ms) + 1;
+       polls > 0 && clock_->NowMicros() < until; --polls) {
+    absl::Status lost = Pump(options_.poll_ms);
+    if (!lost.ok()) {
+      return absl::Status(lost.code(), absl::StrCat(lost.message(), "\n  then ", failed.message()));
+    }
+  }
+  return failed;
 }
 
 absl::StatusOr<WorkOutcome> Controller::Await(uint64_t work_id) {
@@ -396,6 +412,13 @@ void Controller::Shutdown(const std::string& reason) {
   if (launcher_ == nullptr) return;
   // Services hold no state worth a grace period.
   for (const auto& [pid, service] : services_) launcher_->Signal(pid, SIGTERM);
+  // An actor declared dead (a hung rank) may still hold its peers in a collective, so they
+  // could not act on the shutdown either: kill it now, which frees them at once.
+  for (const ActorInfo* a : registry_.All()) {
+    if (a->state == ActorState::kDead && a->launched_pid > 0) {
+      launcher_->Signal(a->launched_pid, SIGKILL);
+    }
+  }
   auto wait_for_exit = [&](double seconds) {
     int64_t until = clock_->NowMicros() + static_cast<int64_t>(seconds * 1e6);
     // The poll count bounds the wait too, should the clock not move (tests).

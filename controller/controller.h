@@ -134,6 +134,9 @@ class Controller {
   void HandleResult(ActorInfo& actor, Message msg);
   void Reject(const std::string& peer, const std::string& reason);
   absl::Status CheckHealth();
+  // `failed` (one of several works awaited together), or the loss of an actor noticed
+  // within the next second, which is the likelier cause.
+  absl::Status CauseOf(const absl::Status& failed);
   absl::Status ActorLost(const ActorInfo& actor, const std::string& what);
   Message NewMessage() const;
 
