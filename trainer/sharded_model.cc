@@ -31,7 +31,7 @@ int64_t StorageBytes(const torch::Tensor& t) {
   return t.defined() ? static_cast<int64_t>(t.storage().nbytes()) : 0;
 }
 
-// "model.layers.<i>.<rest>" -> i; -1 for the root's parameters.
+// "model.layers.<i>.<rest>" -> i; -1 for the embedding and head parameters.
 int64_t LayerOf(const std::string& name) {
   static const std::string kPrefix = "model.layers.";
   if (!absl::StartsWith(name, kPrefix)) return -1;
@@ -74,10 +74,13 @@ absl::Status ShardedModel::Build() {
   const int64_t n = comm_->size(), rank = comm_->rank();
   const int64_t layers = model_->config().num_hidden_layers;
   tied_ = model_->config().tie_word_embeddings;
-  units_.resize(static_cast<size_t>(layers) + (tied_ ? 1 : 2));
+  // Units in module order (embedding, layers, head), so one rank's shard buffer is laid out
+  // as the unsharded trainer's flat buffer and its arithmetic (the gradient norm's sum) is
+  // the same to the bit.
+  units_.resize(static_cast<size_t>(layers) + 2);
   state_.clear();
   for (size_t u = 0; u < units_.size(); ++u) {
-    units_[u].name = u == 0                             ? (tied_ ? "root" : "embed")
+    units_[u].name = u == 0                                ? "embed"
                      : u <= static_cast<size_t>(layers) ? absl::StrCat("layer ", u - 1)
                                                         : "head";
     state_.push_back(std::make_unique<UnitState>());
@@ -86,7 +89,7 @@ absl::Status ShardedModel::Build() {
     const int64_t layer = LayerOf(item.key());
     if (layer >= layers) return absl::InternalError(absl::StrCat("parameter ", item.key()));
     const bool embed = absl::StartsWith(item.key(), "model.embed_tokens.");
-    const size_t u = layer >= 0 ? LayerUnit(layer) : (tied_ || embed ? 0 : units_.size() - 1);
+    const size_t u = layer >= 0 ? LayerUnit(layer) : (embed ? 0 : units_.size() - 1);
     ShardUnit& unit = units_[u];
     ShardedParam p{item.key(), item.value().sizes().vec(), unit.numel, item.value().numel()};
     unit.numel += p.numel;
@@ -177,7 +180,8 @@ void ShardedModel::BeginForward() {
   Gather(0);
   if (options_.prefetch && units_.size() > 1) Gather(1);
   WaitGathered(0);
-  // A tied root's gradients start with the loss's backward (its lm_head).
+  // Tied, the embedding is the lm_head too: held until FinishBackward, its gradients start
+  // with the loss's backward.
   if (tied_ && torch::GradMode::is_enabled()) PrepareGrads(0);
 }
 
@@ -192,15 +196,15 @@ void ShardedModel::BeforeLayer(int64_t layer) {
 
 torch::Tensor ShardedModel::AfterLayer(int64_t layer, const torch::Tensor& out) {
   const size_t u = LayerUnit(layer);
-  const bool last = u + 1 == units_.size() - (tied_ ? 0 : 1);
-  if (last && !tied_) {  // the final norm and lm_head come next
+  const bool last = u + 2 == units_.size();
+  if (last) {  // the final norm and lm_head come next
     Gather(units_.size() - 1);
     WaitGathered(units_.size() - 1);
   }
   const bool backward = options_.trainable && torch::GradMode::is_enabled() && out.requires_grad();
   if (!backward || options_.reshard_after_forward) Free(u);
   if (!backward || resident()) return out;
-  if (last && !tied_) PrepareGrads(units_.size() - 1);  // the head's backward comes first
+  if (last) PrepareGrads(units_.size() - 1);  // the head's backward comes first
   // Runs when the gradient of this layer's output is complete: the unit after it (the
   // next layer, or the head) has finished its backward and this layer's starts.
   out.register_hook([this, u](const torch::Tensor&) {

@@ -6,16 +6,15 @@
 //   reduce-scattered into this rank's grad shard as soon as its backward finished -> AdamW
 //   steps the shard -> GatherUnits streams full units out (weights, checkpoints)
 //
-// Units, in order: the embedding; one per transformer layer; the head (final norm, lm_head,
-// value head). The embedding is gathered by BeginForward and freed once looked up (its
-// backward needs only the token ids); the head is gathered while the last layer computes and
-// freed once its backward finished. With tied embeddings the embedding and the head are one
-// unit, "root", held from BeginForward to FinishBackward / EndForward. A unit's parameters
-// are flattened in module order, padded to a multiple of N; rank r owns elements
-// [r * k, (r + 1) * k) of every unit. While layer i computes, the next unit's all-gather is
-// in flight (prefetch); in backward, layer i - 1's. A unit's gradients accumulate in one flat
-// buffer, reduce-scattered as soon as its backward finished (the embedding's and the first
-// layer's at FinishBackward).
+// Units, in module order: the embedding; one per transformer layer; the head (final norm,
+// lm_head, value head). The embedding is gathered by BeginForward and freed once looked up
+// (its backward needs only the token ids) — or, with tied embeddings (it is the lm_head
+// too), held until FinishBackward / EndForward; the head is gathered with the last layer and
+// freed once its backward finished. A unit's parameters are flattened in module order,
+// padded to a multiple of N; rank r owns elements [r * k, (r + 1) * k) of every unit. While
+// layer i computes, the next unit's all-gather is in flight (prefetch); in backward, layer
+// i - 1's. A unit's gradients accumulate in one flat buffer, reduce-scattered as soon as its
+// backward finished (the embedding's and the first layer's at FinishBackward).
 //
 // With one rank nothing is gathered or freed: parameters and gradients are views of the
 // shard buffers (the unsharded trainer's FlatAdamW layout, at its cost).
@@ -51,7 +50,7 @@ struct ShardedParam {
 };
 
 struct ShardUnit {
-  std::string name;  // "root" or "layer <i>"
+  std::string name;  // "embed", "layer <i>" or "head"
   std::vector<ShardedParam> params;
   int64_t numel = 0;
   int64_t padded = 0;  // numel rounded up to a multiple of the rank count
@@ -85,7 +84,7 @@ class ShardedModel {
   const torch::Tensor& shard_grad() const { return shard_grad_; }
   void ZeroGrad();
 
-  // Gathers the root unit (and prefetches layer 0); the module may then run forward.
+  // Gathers the embedding (and prefetches layer 0); the module may then run forward.
   void BeginForward();
   // After a forward without backward: frees everything gathered.
   absl::Status EndForward();
@@ -93,7 +92,7 @@ class ShardedModel {
   // collective, frees everything gathered. Gradients accumulate over calls until ZeroGrad.
   absl::Status FinishBackward();
 
-  // Gathers unit by unit (root first, then layers in order) and calls sink(unit, flat full
+  // Gathers unit by unit (in module order) and calls sink(unit, flat full
   // values [numel], fp32) for each; never more than one unit is held at a time. Every rank
   // must call it; `sink` runs on every rank (a rank that does not need the values ignores it).
   absl::Status GatherUnits(
@@ -117,7 +116,7 @@ class ShardedModel {
   size_t LayerUnit(int64_t layer) const { return static_cast<size_t>(layer) + 1; }
   absl::Status WaitAll();
   bool resident() const { return comm_->size() == 1; }
-  bool tied_ = false;  // tied embeddings: one root unit instead of embed and head
+  bool tied_ = false;  // tied embeddings: the embedding unit is the lm_head too
 
   models::Transformer model_;
   dist::Communicator* comm_;
