@@ -4,6 +4,7 @@
 
 #include <set>
 
+#include "absl/strings/str_cat.h"
 #include "config/job_config.h"
 
 namespace rlforge {
@@ -93,12 +94,23 @@ TEST(AlgorithmRegistryTest, AnotherAlgorithmsSectionIsAnError) {
   EXPECT_FALSE(LoadJobText("job: {algorithm: grpo}\ncritic: {lr: 1e-3}\n", "t.yaml").ok());
 }
 
-TEST(AlgorithmRegistryTest, CountsThatNothingHonoursYetAreRefused) {
-  LoadedJob engines = LoadJobText("job: {algorithm: dpo}\nrollout: {workers: 2}\n", "t.yaml");
-  ASSERT_EQ(engines.errors.size(), 1u) << Errors(engines);
-  EXPECT_EQ(engines.errors[0].key, "rollout.workers");
+TEST(AlgorithmRegistryTest, EngineFleetsUpTo64AreAcceptedForEveryLmJob) {
+  for (const char* algo : {"grpo", "lm_ppo", "dpo"}) {
+    for (int workers : {2, 3, 64}) {
+      LoadedJob j = LoadJobText(
+          absl::StrCat("job: {algorithm: ", algo, "}\nrollout: {workers: ", workers, "}\n"),
+          "t.yaml");
+      EXPECT_TRUE(j.errors.empty()) << algo << " " << workers << ": " << Errors(j);
+    }
+  }
+  LoadedJob big = LoadJobText("job: {algorithm: dpo}\nrollout: {workers: 65}\n", "t.yaml");
+  ASSERT_EQ(big.errors.size(), 1u) << Errors(big);
+  EXPECT_EQ(big.errors[0].key, "rollout.workers");
+  EXPECT_NE(big.errors[0].ToString().find("at most 64 rollout engines"), std::string::npos)
+      << Errors(big);
+  EXPECT_NE(big.errors[0].ToString().find("got 65"), std::string::npos) << Errors(big);
   // Control PPO runs many rollout workers; reward workers scale for every LM job.
-  EXPECT_TRUE(LoadJobText("job: {algorithm: ppo}\nrollout: {workers: 2}\n", "t.yaml").ok());
+  EXPECT_TRUE(LoadJobText("job: {algorithm: ppo}\nrollout: {workers: 65}\n", "t.yaml").ok());
   EXPECT_TRUE(LoadJobText("job: {algorithm: grpo}\nreward: {workers: 3}\n", "t.yaml").ok());
 }
 

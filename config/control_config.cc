@@ -72,8 +72,11 @@ std::shared_ptr<const Schema> SimSection() {
 std::shared_ptr<const Schema> RolloutSection() {
   SchemaBuilder<RolloutOptions> b("Rollout workers: step envs with the current policy.");
   b.Int("workers", &RolloutOptions::workers,
-        "Rollout worker processes (language-model jobs: 1 engine for now; other values are "
-        "refused).").Min(1).Max(1024);
+        "Rollout worker processes (language-model jobs: engines, at most 64; each iteration's "
+        "prompts are dealt to them as whole groups by outstanding tokens, with the same "
+        "samples for a seed whatever their number).")
+      .Min(1)
+      .Max(1024);
   b.Bool("external", &RolloutOptions::external,
          "Do not start the workers; wait for them to join with `rlforge actor --role rollout`.");
   b.Int("steps_per_iteration", &RolloutOptions::steps_per_iteration,

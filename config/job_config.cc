@@ -16,6 +16,9 @@ namespace rlforge {
 
 namespace {
 
+// Engines a language-model job's fleet may hold (rollout.workers).
+constexpr int64_t kMaxLmEngines = 64;
+
 using config::Schema;
 using config::SchemaBuilder;
 
@@ -216,10 +219,11 @@ std::shared_ptr<const Schema> BuildJobSchema() {
     const bool lm =
         c.job.algorithm != nullptr && (c.job.algorithm->family == AlgorithmFamily::kLmRl ||
                                        c.job.algorithm->family == AlgorithmFamily::kDpo);
-    if (lm && c.rollout.workers != 1) {
+    if (lm && c.rollout.workers > kMaxLmEngines) {
       ctx.Error("rollout.workers",
-                absl::StrCat("language-model jobs generate on one rollout engine for now (the "
-                             "engine fleet is not built yet), got ",
+                absl::StrCat("language-model jobs run at most ", kMaxLmEngines,
+                             " rollout engines (each holds a copy of the policy and loads every "
+                             "version), got ",
                              c.rollout.workers));
     }
     if (c.job.algorithm != nullptr && c.job.algorithm->family == AlgorithmFamily::kEcho &&

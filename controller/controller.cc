@@ -171,6 +171,30 @@ absl::Status Controller::CauseOf(const absl::Status& failed) {
   return failed;
 }
 
+absl::StatusOr<std::pair<size_t, WorkOutcome>> Controller::AwaitAny(
+    const std::vector<uint64_t>& work_ids) {
+  if (work_ids.empty()) return absl::InvalidArgumentError("AwaitAny of no work");
+  for (uint64_t id : work_ids) {
+    if (!pending_.count(id)) return absl::NotFoundError(absl::StrCat("unknown work id ", id));
+  }
+  while (true) {
+    for (size_t k = 0; k < work_ids.size(); ++k) {
+      const Pending& p = pending_.at(work_ids[k]);
+      if (!p.done) continue;
+      if (!p.outcome.result.ok()) {
+        absl::Status failed =
+            absl::AbortedError(absl::StrCat("work ", work_ids[k], " failed on ", p.outcome.actor_id,
+                                            ": ", p.outcome.result.error()));
+        if (work_ids.size() > 1) failed = CauseOf(failed);
+        for (uint64_t given_up : work_ids) pending_.erase(given_up);
+        return failed;
+      }
+      return std::make_pair(k, std::move(pending_.extract(work_ids[k]).mapped().outcome));
+    }
+    RETURN_IF_ERROR(Pump(options_.poll_ms));
+  }
+}
+
 absl::StatusOr<WorkOutcome> Controller::Await(uint64_t work_id) {
   ASSIGN_OR_RETURN(auto all, AwaitAll({work_id}));
   return std::move(all[0]);

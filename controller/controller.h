@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -101,6 +102,10 @@ class Controller {
   // up on all of `work_ids`.
   absl::StatusOr<std::vector<WorkOutcome>> AwaitAll(const std::vector<uint64_t>& work_ids);
   absl::StatusOr<WorkOutcome> Await(uint64_t work_id);
+  // Serves until one of `work_ids` has a result and returns it with its index in `work_ids`
+  // (the earliest such index when several are done); the others stay pending. A failed work
+  // fails the call as AwaitAll does, giving up on all of `work_ids`.
+  absl::StatusOr<std::pair<size_t, WorkOutcome>> AwaitAny(const std::vector<uint64_t>& work_ids);
 
   // One round of serving: waits up to timeout_ms for input, handles all of it,
   // then checks health. Non-OK means the job must stop.

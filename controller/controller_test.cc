@@ -353,6 +353,38 @@ TEST_F(ControllerTest, APeersFailureWaitsBrieflyToNameTheActorThatDied) {
   EXPECT_NE(msg.find("killed by signal 9"), std::string::npos) << msg;
   EXPECT_NE(msg.find("then work " + std::to_string(*b) + " failed on echo-1"), std::string::npos)
       << msg;
+TEST_F(ControllerTest, AwaitAnyReturnsTheFirstResultAndLeavesTheRestPending) {
+  RegisterTwo();
+  proto::WorkRequest req;
+  req.mutable_echo();
+  auto a = controller().Submit("echo-0", req, {});
+  auto b = controller().Submit("echo-1", req, {});
+  ASSERT_TRUE(a.ok() && b.ok());
+  SendResult("p1", "echo-1", *b, true);
+  auto first = controller().AwaitAny({*a, *b});
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->first, 1u);
+  EXPECT_EQ(first->second.actor_id, "echo-1");
+  // echo-0's work is still awaited; echo-1's is no longer known.
+  EXPECT_EQ(controller().AwaitAny({*b}).status().code(), absl::StatusCode::kNotFound);
+  SendResult("p0", "echo-0", *a, true);
+  auto second = controller().AwaitAny({*a});
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(second->first, 0u);
+  EXPECT_EQ(second->second.actor_id, "echo-0");
+}
+
+TEST_F(ControllerTest, AwaitAnyFailsNamingTheActorOfAFailedWork) {
+  RegisterTwo();
+  auto a = controller().Submit("echo-0", proto::WorkRequest{}, {});
+  auto b = controller().Submit("echo-1", proto::WorkRequest{}, {});
+  ASSERT_TRUE(a.ok() && b.ok());
+  SendResult("p1", "echo-1", *b, false, "out of KV blocks");
+  auto out = controller().AwaitAny({*a, *b});
+  ASSERT_FALSE(out.ok());
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kAborted);
+  EXPECT_NE(out.status().message().find("failed on echo-1: out of KV blocks"), std::string::npos)
+      << out.status();
 }
 
 TEST_F(ControllerTest, OverdueWorkNamesTheActor) {

@@ -29,34 +29,62 @@ FakeScript FakeLmRollout::Generate() {
 
 FakeScript FakeLmRollout::LoadWeights() {
   return [this](const FakeWork& w) {
-    version_ = w.request.load_weights().weights().version();
-    return WeightsReply(version_, w.request.load_weights().weights().location());
+    Engine& e = engines_[w.actor_id];
+    const int64_t v = w.request.load_weights().weights().version();
+    auto frozen = frozen_.find(w.actor_id);
+    e.version = frozen == frozen_.end() ? v : std::min(v, frozen->second);
+    FakeReply r = WeightsReply(e.version, w.request.load_weights().weights().location());
+    r.tensors.clear();
+    return r;
   };
+}
+
+int64_t FakeLmRollout::version() const {
+  if (answering_ != nullptr) return answering_->version;
+  int64_t lowest = 0;
+  bool any = false;
+  for (const auto& [id, e] : engines_) {
+    lowest = any ? std::min(lowest, e.version) : e.version;
+    any = true;
+  }
+  return lowest;
+}
+
+int64_t FakeLmRollout::version(const std::string& actor_id) const {
+  auto it = engines_.find(actor_id);
+  return it == engines_.end() ? 0 : it->second.version;
 }
 
 FakeReply FakeLmRollout::Answer(const FakeWork& w) {
   ++calls_;
+  Engine& e = engines_[w.actor_id];
   const proto::LmGenerate& p = w.request.lm_generate();
   auto queued = GroupsFromFrames(w.tensors, false, 0);
   if (!queued.ok())
     return FakeReply::Fail(absl::StrCat("bad prompts: ", queued.status().message()));
   for (LmGroup& g : *queued) {
-    prompts_.push_back(PromptText(tok_, g.prompt));
-    queue_.push_back(std::move(g));
+    const std::string text = PromptText(tok_, g.prompt);
+    const uint64_t seed = RequestSeed(p.seed(), g.request_id);
+    prompts_.push_back(text);
+    queued_.push_back({w.actor_id, g.request_id, text, p.seed(), seed});
+    e.queue.emplace_back(std::move(g), seed);
   }
   const size_t take =
-      std::min<size_t>(queue_.size(), static_cast<size_t>(std::max<int64_t>(1, p.min_groups())));
+      std::min<size_t>(e.queue.size(), static_cast<size_t>(std::max<int64_t>(1, p.min_groups())));
   std::vector<LmGroup> chunk;
   double tokens = 0;
+  answering_ = &e;
   for (size_t k = 0; k < take; ++k) {
-    LmGroup g;
+    std::pair<LmGroup, uint64_t> q;
     if (reverse_) {
-      g = std::move(queue_.back());
-      queue_.pop_back();
+      q = std::move(e.queue.back());
+      e.queue.pop_back();
     } else {
-      g = std::move(queue_.front());
-      queue_.pop_front();
+      q = std::move(e.queue.front());
+      e.queue.pop_front();
     }
+    LmGroup g = std::move(q.first);
+    group_seed_ = q.second;
     const std::string prompt = PromptText(tok_, g.prompt);
     for (int64_t j = 0; j < p.n(); ++j) {
       LmSample s;
@@ -67,15 +95,16 @@ FakeReply FakeLmRollout::Answer(const FakeWork& w) {
         s.stopped = true;
       }
       s.logprobs.assign(s.tokens.size(), -0.5f);
-      s.versions.assign(s.tokens.size(), version_);
+      s.versions.assign(s.tokens.size(), e.version);
       tokens += static_cast<double>(s.tokens.size());
       g.samples.push_back(std::move(s));
     }
     chunk.push_back(std::move(g));
   }
+  answering_ = nullptr;
   if (filter_) filter_(chunk);
   FakeReply r = FakeReply::Ok();
-  r.result.set_policy_version(version_);
+  r.result.set_policy_version(e.version);
   (*r.result.mutable_metrics())["generated_tokens"] = tokens;
   (*r.result.mutable_metrics())["generate_s"] = 0.25;
   (*r.result.mutable_metrics())["preemptions"] = 1;

@@ -1,7 +1,9 @@
 // Scripts that play the actors of language-model jobs for FakeActors (test-only).
 //
-// LmGenerate prompts (token ids) -> FakeLmRollout: queue -> Responder(prompt text) ->
-//   response tokens (as SFT writes them) -> chunks of >= min_groups finished groups
+// LmGenerate prompts (token ids) -> FakeLmRollout: the engine's queue -> Responder(prompt
+//   text) -> response tokens (as SFT writes them) -> chunks of >= min_groups finished groups
+// One FakeLmRollout plays every rollout actor of a job (an engine fleet): each actor has a
+// queue and a version of its own.
 // ScoreTask samples -> ScoreScript: one scripted reward -> ScoreResult
 //
 // A fake works in text: it decodes the prompts it receives and encodes the responses a test
@@ -11,6 +13,7 @@
 
 #include <deque>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -32,7 +35,7 @@ class FakeLmRollout {
                 Responder respond);
 
   // Scripts for FakeActors::On(role, kLmGenerate / kLoadWeights, ...). LoadWeights makes the
-  // fake serve that version; every sampled token carries it.
+  // engine that gets it serve that version (and ack it); every token it samples carries it.
   FakeScript Generate();
   FakeScript LoadWeights();
 
@@ -41,24 +44,49 @@ class FakeLmRollout {
   void set_reverse_order(bool reverse) { reverse_ = reverse; }
   // Edits every chunk before it is sent (e.g. to repeat a request id).
   void set_chunk_filter(std::function<void(std::vector<LmGroup>&)> f) { filter_ = std::move(f); }
+  // Engine `actor_id` ignores loads past `version`: it stays there and acks it (a lagging
+  // engine).
+  void Freeze(const std::string& actor_id, int64_t version) { frozen_[actor_id] = version; }
 
-  int64_t version() const { return version_; }
-  // Every prompt text queued, in order.
+  // Inside a Responder: the version of the engine answering. Otherwise the lowest version any
+  // engine serves.
+  int64_t version() const;
+  int64_t version(const std::string& actor_id) const;
+  // Inside a Responder: the sampling seed of the group being answered, RequestSeed of the
+  // LmGenerate's seed and the group's request id, as an engine derives it.
+  uint64_t group_seed() const { return group_seed_; }
+  // Every prompt text queued, in order (all engines).
   const std::vector<std::string>& prompts() const { return prompts_; }
-  // The LmGenerate calls answered so far.
+  // Every group queued, in order (all engines).
+  struct Queued {
+    std::string actor_id;
+    int64_t request_id = 0;
+    std::string prompt;
+    uint64_t request_seed = 0;  // LmGenerate.seed
+    uint64_t group_seed = 0;
+  };
+  const std::vector<Queued>& queued() const { return queued_; }
+  // The LmGenerate calls answered so far (all engines).
   int64_t calls() const { return calls_; }
 
  private:
+  struct Engine {
+    std::deque<std::pair<LmGroup, uint64_t>> queue;  // with each group's seed
+    int64_t version = 0;
+  };
   FakeReply Answer(const FakeWork& w);
 
   const models::Tokenizer& tok_;
   const models::PromptTemplate& tmpl_;
   Responder respond_;
-  std::deque<LmGroup> queue_;
+  std::map<std::string, Engine> engines_;  // by actor id
+  const Engine* answering_ = nullptr;
+  std::map<std::string, int64_t> frozen_;
   std::vector<std::string> prompts_;
+  std::vector<Queued> queued_;
+  uint64_t group_seed_ = 0;
   bool reverse_ = false;
   std::function<void(std::vector<LmGroup>&)> filter_;
-  int64_t version_ = 0;
   int64_t calls_ = 0;
 };
 

@@ -17,18 +17,18 @@ namespace rlforge {
 
 namespace {
 
-// Language-model jobs generate on one engine until the engine fleet exists (config refuses
-// rollout.workers > 1 for them).
-absl::StatusOr<std::string> OneRollout(const Controller& ctl) {
-  std::vector<std::string> ids = ctl.actors().IdsOfRole("rollout");
-  if (ids.size() != 1) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "a language-model job needs exactly one rollout worker, the job has ", ids.size()));
-  }
-  return ids.front();
-}
+// One engine's part of a GenerateAndScore call.
+struct EngineStream {
+  size_t engine = 0;          // index in the fleet
+  std::vector<size_t> share;  // example indices dealt to it, ascending
+  size_t received = 0;        // groups back so far
+  double busy_s = 0;          // its reported generation seconds
+};
 
 }  // namespace
+
+LmLoop::LmLoop(JobContext& ctx, const TaskText& text)
+    : ctx_(ctx), text_(text), fleet_(ctx.controller().actors().IdsOfRole("rollout")) {}
 
 std::vector<int32_t> TaskText::Encode(const std::string& system, const std::string& prompt) const {
   return models::EncodePrompt(*tokenizer, *tmpl, system, prompt);
@@ -100,12 +100,29 @@ absl::StatusOr<Scored> LmLoop::GenerateAndScore(const std::vector<PromptExample>
   Controller& ctl = ctx_.controller();
   const JobConfig& c = ctx_.config();
   const int64_t n = p.n;
+  const size_t count = examples.size();
   const Stopwatch t0;
-  std::vector<LmGroup> prompts(examples.size());
-  for (size_t i = 0; i < examples.size(); ++i) {
+  // Request ids are positions in `examples` whatever engine gets them: each group's seed
+  // (RequestSeed) and place in the batch follow from them alone.
+  std::vector<LmGroup> prompts(count);
+  std::vector<int64_t> cost(count);
+  for (size_t i = 0; i < count; ++i) {
     prompts[i].request_id = static_cast<int64_t>(i);
     prompts[i].prompt = text_.Encode(c.data.system_prompt, examples[i].prompt);
+    cost[i] = static_cast<int64_t>(prompts[i].prompt.size()) + n * p.max_tokens;
   }
+  ASSIGN_OR_RETURN(const std::vector<size_t> current, fleet_.Current());
+  const std::vector<std::vector<size_t>> shares = DealByTokens(cost, current.size());
+  std::vector<EngineStream> streams;
+  std::vector<int> stream_of(count, -1);  // which stream each example was dealt to
+  for (size_t k = 0; k < current.size(); ++k) {
+    if (shares[k].empty()) continue;
+    for (size_t i : shares[k]) stream_of[i] = static_cast<int>(streams.size());
+    streams.push_back({current[k], shares[k], 0, 0});
+  }
+  const std::vector<std::string> rewarders = ctl.actors().IdsOfRole("reward");
+  if (rewarders.empty()) return absl::FailedPreconditionError("the job has no reward worker");
+
   proto::WorkRequest gen;
   proto::LmGenerate* lg = gen.mutable_lm_generate();
   lg->set_n(n);
@@ -114,45 +131,69 @@ absl::StatusOr<Scored> LmLoop::GenerateAndScore(const std::vector<PromptExample>
   lg->set_top_k(p.top_k);
   lg->set_max_tokens(p.max_tokens);
   lg->set_seed(p.seed);
-  lg->set_min_groups(std::min<int64_t>(p.stream_groups, static_cast<int64_t>(examples.size())));
-  std::vector<TensorFrame> frames = GroupsToFrames(prompts, false);
+  // In flight: one LmGenerate per engine still owing groups (the first carries its share,
+  // each later one asks for the next chunk).
+  std::vector<uint64_t> waiting;
+  std::vector<size_t> waiting_stream;
+  for (size_t s = 0; s < streams.size(); ++s) {
+    std::vector<LmGroup> share;
+    for (size_t i : streams[s].share) share.push_back(prompts[i]);
+    proto::WorkRequest first = gen;
+    first.mutable_lm_generate()->set_min_groups(
+        std::min<int64_t>(p.stream_groups, static_cast<int64_t>(share.size())));
+    ASSIGN_OR_RETURN(uint64_t id, ctl.Submit(fleet_.id(streams[s].engine), std::move(first),
+                                             GroupsToFrames(share, false)));
+    waiting.push_back(id);
+    waiting_stream.push_back(s);
+  }
 
   Scored out;
   out.examples = examples;
-  out.groups.resize(examples.size());
-  out.rewards.assign(examples.size() * n, std::nan(""));
-  size_t received = 0;
+  out.groups.resize(count);
+  out.rewards.assign(count * n, std::nan(""));
+  std::vector<bool> arrived(count, false);
   std::vector<std::pair<uint64_t, std::vector<int64_t>>> scoring;  // work id, request ids
-  double gen_tokens = 0, gen_busy = 0, reward_busy = 0;
-  ASSIGN_OR_RETURN(const std::string rollout, OneRollout(ctl));
-  const std::vector<std::string> rewarders = ctl.actors().IdsOfRole("reward");
-  if (rewarders.empty()) return absl::FailedPreconditionError("the job has no reward worker");
   std::vector<std::string> scored_by;  // the reward worker of each scoring request
-  ASSIGN_OR_RETURN(uint64_t gen_id, ctl.Submit(rollout, gen, std::move(frames)));
-  while (true) {
-    ASSIGN_OR_RETURN(WorkOutcome o, ctl.Await(gen_id));
+  double gen_tokens = 0;
+  while (!waiting.empty()) {
+    ASSIGN_OR_RETURN(auto ready, ctl.AwaitAny(waiting));
+    WorkOutcome& o = ready.second;
+    EngineStream& st = streams[waiting_stream[ready.first]];
+    const std::string& engine = fleet_.id(st.engine);
+    waiting.erase(waiting.begin() + static_cast<std::ptrdiff_t>(ready.first));
+    waiting_stream.erase(waiting_stream.begin() + static_cast<std::ptrdiff_t>(ready.first));
+    RETURN_IF_ERROR(fleet_.CheckReply(st.engine, o.result.policy_version()));
     ASSIGN_OR_RETURN(std::vector<LmGroup> chunk, GroupsFromFrames(o.tensors, true, n));
     gen_tokens += o.result.metrics().at("generated_tokens");
-    gen_busy += o.result.metrics().at("generate_s");
+    st.busy_s += o.result.metrics().at("generate_s");
     for (const auto& [k, v] : o.result.metrics()) {
       if (k == "preemptions") out.metrics["engine_preemptions"] += v;
     }
-    received += chunk.size();
-    const bool more = received < examples.size();
-    if (more) {  // ask for the next chunk before scoring this one: both run at once
+    st.received += chunk.size();
+    if (chunk.empty() || st.received > st.share.size()) {
+      return absl::InternalError(absl::StrCat(engine, " returned ", chunk.size(), " groups with ",
+                                              st.share.size() + chunk.size() - st.received,
+                                              " of its share outstanding"));
+    }
+    if (st.received < st.share.size()) {  // ask for its next chunk before scoring this one
       proto::WorkRequest next = gen;
-      ASSIGN_OR_RETURN(gen_id, ctl.Submit(rollout, next, GroupsToFrames({}, false)));
+      next.mutable_lm_generate()->set_min_groups(
+          std::min<int64_t>(p.stream_groups, static_cast<int64_t>(st.share.size() - st.received)));
+      ASSIGN_OR_RETURN(uint64_t id, ctl.Submit(engine, std::move(next), GroupsToFrames({}, false)));
+      waiting.push_back(id);
+      waiting_stream.push_back(static_cast<size_t>(&st - streams.data()));
     }
     proto::WorkRequest score;
     std::vector<reward::Sample> samples;
     std::vector<int64_t> ids;
     for (LmGroup& grp : chunk) {
       const int64_t id = grp.request_id;
-      if (id < 0 || id >= static_cast<int64_t>(examples.size()) ||
-          !out.groups[id].samples.empty()) {
+      if (id < 0 || id >= static_cast<int64_t>(count) || arrived[id] ||
+          &streams[stream_of[id]] != &st) {
         return absl::InternalError(
-            absl::StrCat("rollout returned unknown or repeated request ", id));
+            absl::StrCat(engine, " returned unknown or repeated request ", id));
       }
+      arrived[id] = true;
       ids.push_back(id);
       for (const LmSample& s : grp.samples) {
         reward::Sample rs;
@@ -170,8 +211,12 @@ absl::StatusOr<Scored> LmLoop::GenerateAndScore(const std::vector<PromptExample>
     ASSIGN_OR_RETURN(uint64_t sid, ctl.Submit(scorer, std::move(score)));
     scoring.push_back({sid, std::move(ids)});
     scored_by.push_back(scorer);
-    if (!more) break;
   }
+
+  // Per reward, each sample's score by its place in the batch: the sums run in example
+  // order, so they do not depend on how chunks arrived.
+  std::map<std::string, std::vector<double>> by_reward;
+  double reward_busy = 0;
   for (size_t q = 0; q < scoring.size(); ++q) {
     const auto& [sid, ids] = scoring[q];
     ASSIGN_OR_RETURN(WorkOutcome o, ctl.Await(sid));
@@ -189,22 +234,39 @@ absl::StatusOr<Scored> LmLoop::GenerateAndScore(const std::vector<PromptExample>
       }
     }
     for (const auto& pr : scores.rewards) {
-      double sum = 0, sq = 0;
+      std::vector<double>& v = by_reward[pr.name];
+      v.resize(count * n, 0.0);
       for (size_t k = 0; k < ids.size(); ++k) {
-        for (int64_t j = 0; j < n; ++j) {
-          const double v = pr.scores[k * n + j].value;
-          sum += v;
-          sq += v * v;
-        }
+        for (int64_t j = 0; j < n; ++j) v[ids[k] * n + j] = pr.scores[k * n + j].value;
       }
-      out.metrics["reward/" + pr.name + "/sum"] += sum;
-      out.metrics["reward/" + pr.name + "/sumsq"] += sq;
     }
     // The reward worker's busy time (reward/reward_role.cc).
     auto busy = o.result.metrics().find("reward/time_s");
     reward_busy += busy == o.result.metrics().end() ? 0 : busy->second;
   }
-  out.timings["generate_s"] = gen_busy;
+  for (const auto& [name, values] : by_reward) {
+    double sum = 0, sq = 0;
+    for (double v : values) {
+      sum += v;
+      sq += v * v;
+    }
+    out.metrics["reward/" + name + "/sum"] = sum;
+    out.metrics["reward/" + name + "/sumsq"] = sq;
+  }
+  double busiest = 0;
+  for (const EngineStream& st : streams) busiest = std::max(busiest, st.busy_s);
+  for (size_t e = 0; e < fleet_.size(); ++e) {
+    const std::string prefix = absl::StrCat("rollout/", e, "/");
+    out.metrics[prefix + "version"] = static_cast<double>(fleet_.version(e));
+    out.metrics[prefix + "groups"] = 0;
+    out.timings[prefix + "generate_s"] = 0;
+  }
+  for (const EngineStream& st : streams) {
+    const std::string prefix = absl::StrCat("rollout/", st.engine, "/");
+    out.metrics[prefix + "groups"] = static_cast<double>(st.share.size());
+    out.timings[prefix + "generate_s"] = st.busy_s;
+  }
+  out.timings["generate_s"] = busiest;
   out.timings["reward_s"] = reward_busy;
   out.timings["rollout_wall_s"] = t0.Seconds();
   out.metrics["generated_tokens"] = gen_tokens;
@@ -244,14 +306,38 @@ absl::Status LmLoop::SyncWeights(const proto::WeightsReady& weights,
                                  std::vector<TensorFrame> tensors) {
   proto::WorkRequest load;
   *load.mutable_load_weights()->mutable_weights() = weights;
-  std::vector<TensorFrame> inline_weights;
+  TensorFrame* inline_weights = nullptr;
   for (auto& t : tensors) {
-    if (t.name() == "weights") inline_weights.push_back(std::move(t));
+    if (t.name() == "weights") inline_weights = &t;
   }
   Controller& ctl = ctx_.controller();
-  ASSIGN_OR_RETURN(const std::string rollout, OneRollout(ctl));
-  ASSIGN_OR_RETURN(uint64_t id, ctl.Submit(rollout, std::move(load), std::move(inline_weights)));
-  return ctl.Await(id).status();
+  if (fleet_.size() == 0) return absl::FailedPreconditionError("the job has no rollout worker");
+  // Every engine loads every version, lagging ones included, so each can catch up.
+  std::vector<uint64_t> ids;
+  for (size_t e = 0; e < fleet_.size(); ++e) {
+    std::vector<TensorFrame> frames;
+    if (inline_weights != nullptr) {
+      const TensorFrame& w = *inline_weights;
+      frames.push_back(e + 1 == fleet_.size()
+                           ? std::move(*inline_weights)
+                           : TensorFrame::Copy(w.name(), w.dtype(), w.shape(), w.data()));
+    }
+    ASSIGN_OR_RETURN(uint64_t id, ctl.Submit(fleet_.id(e), load, std::move(frames)));
+    ids.push_back(id);
+  }
+  ASSIGN_OR_RETURN(std::vector<WorkOutcome> acks, ctl.AwaitAll(ids));
+  fleet_.Require(weights.version());
+  for (size_t e = 0; e < fleet_.size(); ++e) {
+    const int64_t served = acks[e].result.policy_version();
+    fleet_.Served(e, served);
+    if (served != weights.version()) {
+      spdlog::warn(
+          "{} serves policy version {} after loading version {}: it generates nothing "
+          "until it serves the current version",
+          fleet_.id(e), served, weights.version());
+    }
+  }
+  return absl::OkStatus();
 }
 
 std::vector<RoleRequirement> LmRoles(const JobConfig& c) {

@@ -1,10 +1,11 @@
-// The controller's side of language-model jobs with a rollout engine (the kLmRl and kDpo
+// The controller's side of language-model jobs with rollout engines (the kLmRl and kDpo
 // families): prompts in, scored samples out, and held-out evaluation.
 //
-// examples -> TaskText::Encode -> the rollout worker (LmGenerate; groups stream back in
-//   chunks) -> the reward workers score each chunk as it arrives (chunks dealt round-robin
-//   over reward.workers, overlapping the next chunk's generation)
-//   -> Scored {groups, rewards, per-reward sums}
+// examples -> TaskText::Encode -> EngineFleet deal (whole groups, by outstanding tokens)
+//   -> one LmGenerate per engine (groups stream back in chunks, engines in parallel)
+//   -> the reward workers score each chunk as it arrives (chunks dealt round-robin over
+//   reward.workers, overlapping generation) -> Scored {groups, rewards, per-reward sums},
+//   reassembled in example order: the same batch whatever rollout.workers is
 //
 // Not thread-safe: one algorithm's loop drives it. The controller does not load libtorch;
 // everything here is token ids and text.
@@ -20,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "config/job_config.h"
 #include "controller/algorithm.h"
+#include "controller/engine_fleet.h"
 #include "data/arith_task.h"
 #include "models/chat_template.h"
 #include "models/tokenizer.h"
@@ -67,18 +69,23 @@ struct Scored {
   std::vector<LmGroup> groups;  // in example order
   std::vector<double> rewards;  // [G * n], total reward per sample
   std::vector<PromptExample> examples;
-  std::map<std::string, double> metrics;  // reward/<name>/sum and /sumsq, generated_tokens, ...
-  std::map<std::string, double> timings;  // generate_s, reward_s, rollout_wall_s
+  // reward/<name>/sum and /sumsq, generated_tokens, engine_preemptions, and per engine i of
+  // the fleet rollout/<i>/version (the version it serves) and rollout/<i>/groups (dealt).
+  std::map<std::string, double> metrics;
+  // generate_s (the busiest engine's generation seconds: the fleet's generation time),
+  // rollout/<i>/generate_s per engine, reward_s, rollout_wall_s.
+  std::map<std::string, double> timings;
 };
 
 class LmLoop {
  public:
-  // `ctx` and `text` must outlive the loop.
-  LmLoop(JobContext& ctx, const TaskText& text) : ctx_(ctx), text_(text) {}
+  // `ctx` and `text` must outlive the loop. The rollout workers registered now are the fleet.
+  LmLoop(JobContext& ctx, const TaskText& text);
 
-  // Generates p.n answers to each example on the rollout worker and scores them chunk by
-  // chunk on the reward workers. A sample a reward worker could not score is an error naming
-  // the prompt and the worker.
+  // Generates p.n answers to each example on the engines serving the current version (the
+  // examples dealt as whole groups) and scores them chunk by chunk on the reward workers. A
+  // failed engine fails the call naming it; so does a sample a reward worker could not score
+  // (naming the prompt and the worker).
   absl::StatusOr<Scored> GenerateAndScore(const std::vector<PromptExample>& examples,
                                           const SamplingParams& p);
 
@@ -91,12 +98,16 @@ class LmLoop {
   absl::Status EvaluateStart(int64_t max_tokens, uint64_t seed);
 
   // Sends the trainer's WeightsReady (with its inline "weights" frame, when any) to every
-  // rollout worker and waits until they serve that version.
+  // rollout engine and waits for all their acks. From then on only engines that serve that
+  // version generate; one whose ack reports an older version sits out (and is warned of).
   absl::Status SyncWeights(const proto::WeightsReady& weights, std::vector<TensorFrame> tensors);
+
+  const EngineFleet& fleet() const { return fleet_; }
 
  private:
   JobContext& ctx_;
   const TaskText& text_;
+  EngineFleet fleet_;
 };
 
 // The actors a kLmRl or kDpo job starts: trainer.ranks trainers, rollout.workers rollout

@@ -378,7 +378,8 @@ TEST_P(LmLoopTest, RepeatedRequestIdFromTheRolloutIsAnError) {
   };
   absl::Status s = Run(config);
   EXPECT_EQ(s.code(), absl::StatusCode::kInternal) << s;
-  EXPECT_NE(s.message().find("rollout returned unknown or repeated request 0"), std::string::npos)
+  EXPECT_NE(s.message().find(Id("rollout") + " returned unknown or repeated request 0"),
+            std::string::npos)
       << s;
   EXPECT_TRUE(actors_->Received(Task::kGrpoTrain).empty());
 }
@@ -390,7 +391,8 @@ TEST_P(LmLoopTest, UnknownRequestIdFromTheRolloutIsAnError) {
     return rollout_->Generate()(w);
   };
   absl::Status s = Run(config);
-  EXPECT_NE(s.message().find("rollout returned unknown or repeated request 99"), std::string::npos)
+  EXPECT_NE(s.message().find(Id("rollout") + " returned unknown or repeated request 99"),
+            std::string::npos)
       << s;
   EXPECT_TRUE(ctx_->records.empty());
 }

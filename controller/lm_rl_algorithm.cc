@@ -4,6 +4,7 @@
 #include <cmath>
 #include <map>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
 #include "common/logging.h"
@@ -85,6 +86,9 @@ absl::Status LmRlAlgorithm::Run(JobContext& ctx) {
     rec.metrics["policy_version_lag"] = static_cast<double>(lag);
     rec.metrics["engine_preemptions"] = s.metrics["engine_preemptions"];
     for (const auto& [k, v] : s.timings) rec.timings[k] = v;
+    for (const auto& [k, v] : s.metrics) {
+      if (absl::StartsWith(k, "rollout/")) rec.metrics[k] = v;  // per engine: version, groups
+    }
     rec.timings["generate_tokens_per_s"] = s.metrics["generated_tokens"] / s.timings["generate_s"];
 
     // Train.

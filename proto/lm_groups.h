@@ -27,6 +27,13 @@ struct LmGroup {
   std::vector<LmSample> samples;
 };
 
+// The sampling seed of group `request_id` of a generation request seeded with `seed`: a
+// function of the two alone, so a group's samples are the same whichever engine of a fleet
+// generates it and wherever it sits in that engine's share.
+inline uint64_t RequestSeed(uint64_t seed, int64_t request_id) {
+  return seed ^ (static_cast<uint64_t>(request_id) * 0x9E3779B97F4A7C15ull);
+}
+
 // Prompts only (a generation request) when `with_samples` is false.
 std::vector<TensorFrame> GroupsToFrames(const std::vector<LmGroup>& groups, bool with_samples);
 // Reads frames written by GroupsToFrames; `n` samples per group when with_samples. Every size

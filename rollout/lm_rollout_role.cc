@@ -1,5 +1,7 @@
 #include "rollout/lm_rollout_role.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
 #include "common/exceptions.h"
@@ -36,7 +38,9 @@ absl::StatusOr<std::unique_ptr<Role>> LmRolloutRole::Create(const JobConfig& con
         " starts from a checkpoint (e.g. the SFT stage's runs/<name>/checkpoints/step_<N>)"));
   }
   std::unique_ptr<LmRolloutRole> role(new LmRolloutRole());
-  SetComputeThreads(config.trainer.threads, config.trainer.ranks);
+  // In synchronous mode the engines generate at once while the trainer waits: they share the
+  // host's cores (trainer.threads: 0) as the trainer ranks do.
+  SetComputeThreads(config.trainer.threads, std::max(config.trainer.ranks, config.rollout.workers));
   RETURN_IF_ERROR(CallCatching([&]() -> absl::Status {
     ASSIGN_OR_RETURN(role->tokenizer_, models::LoadTokenizer(config.model.path));
     ASSIGN_OR_RETURN(models::Transformer model,
@@ -81,7 +85,7 @@ absl::StatusOr<WorkReply> LmRolloutRole::Generate(const proto::LmGenerate& task,
     r.params.top_p = task.top_p();
     r.params.top_k = task.top_k();
     r.params.max_tokens = task.max_tokens();
-    r.params.seed = task.seed() ^ (static_cast<uint64_t>(p.request_id) * 0x9E3779B97F4A7C15ull);
+    r.params.seed = RequestSeed(task.seed(), p.request_id);
     r.params.stop_token_ids = {tokenizer_->eos_id()};
     RETURN_IF_ERROR(engine_->Submit(std::move(r)));
   }

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "nlohmann/json.hpp"
 #include "tests/job_process.h"
@@ -96,6 +97,91 @@ TEST(GrpoTest, ArithJobRaisesHeldOutAccuracyAndSyncsWeightsEveryIteration) {
   EXPECT_GT(m[100]["metrics"]["policy_version"].get<double>(), 50);
 }
 
+// `config` with its `exact` reward replaced by a length penalty, written to `path`: a
+// seconds-long SFT model never answers correctly, and all-zero rewards leave nothing to learn.
+std::string WithLengthReward(const std::string& config, const std::string& path) {
+  std::string text = ReadFile(config);
+  const std::string exact = "kind: exact_answer\n      params:\n        extract: full\n";
+  const size_t at = text.find(exact);
+  EXPECT_NE(at, std::string::npos) << config << "'s reward section changed";
+  if (at != std::string::npos) {
+    text.replace(at, exact.size(),
+                 "kind: length_penalty\n      params:\n        max_length: 4\n        buffer: 3\n");
+  }
+  std::ofstream(path) << text;
+  return path;
+}
+
+// configs/grpo_arith.yaml on two engines (rollout.workers=2) against one, from the same
+// start and seed: each group's seed follows from its request id alone and the controller
+// reassembles the batch in prompt order, so the samples, rewards, updates and held-out
+// accuracy agree step for step; only the per-engine figures differ. (A length penalty gives
+// the seconds-long SFT model's groups rewards that differ, so every iteration updates.)
+TEST(GrpoTest, TwoEnginesGiveTheSameRunAsOne) {
+  std::string root = FreshDir("grpo_fleet");
+  const std::string base = SftCheckpoint(root);
+  const std::string config = WithLengthReward(Grpo(), root + "/grpo_length.yaml");
+  std::vector<std::vector<nlohmann::json>> runs;
+  for (const std::string workers : {"1", "2"}) {
+    auto [code, out] = RunRlforge(
+        {"run", config, "job.run_root=" + root, "trainer.lr=1e-3", "job.name=w" + workers,
+         "job.seed=3", "model.path=" + base, "job.iterations=3", "grpo.prompts_per_iteration=6",
+         "grpo.eval_every=0", "grpo.eval_examples=16", "rollout.workers=" + workers},
+        300);
+    ASSERT_EQ(code, 0) << out;
+    auto m = ReadMetricsJsonl(root + "/w" + workers);
+    ASSERT_EQ(m.size(), 4u) << out;
+    runs.push_back(m);
+  }
+  // What the samples decide (tokens, rewards, held-out answers) is equal bit for bit. The
+  // engines' logprobs of those tokens are not: an engine's batched matmuls round in another
+  // order when its batch holds 3 groups instead of 6 (float32 noise, ~1e-7, the size of the
+  // engine-trainer logprob_mismatch), and the trainer's ratios carry that into its figures.
+  const std::set<std::string> exact = {"reward_mean",        "reward/exact/mean",
+                                       "reward/exact/std",   "response_length",
+                                       "stopped_fraction",   "degenerate_groups",
+                                       "groups",             "policy_version",
+                                       "policy_version_lag", "heldout_accuracy",
+                                       "heldout_examples",   "heldout_reward/exact/mean",
+                                       "heldout_reward/exact/std"};
+  for (int step = 0; step <= 3; ++step) {
+    const auto& one = runs[0][step]["metrics"];
+    const auto& two = runs[1][step]["metrics"];
+    for (const auto& [k, v] : one.items()) {
+      if (k.rfind("rollout/", 0) == 0 || k == "engine_preemptions") continue;
+      ASSERT_TRUE(two.contains(k)) << k << " at step " << step;
+      const double a = v.get<double>(), b = two[k].get<double>();
+      if (exact.contains(k)) {
+        EXPECT_EQ(a, b) << k << " at step " << step;
+      } else {
+        EXPECT_NEAR(a, b, 1e-5 * std::abs(a) + 1e-6) << k << " at step " << step;
+      }
+    }
+    for (const auto& [k, v] : two.items()) {
+      EXPECT_TRUE(one.contains(k) || k.rfind("rollout/", 0) == 0) << k << " at step " << step;
+    }
+  }
+  ASSERT_TRUE(runs[1][3]["metrics"].contains("heldout_accuracy"));
+  EXPECT_GT(runs[1][1]["metrics"]["reward/exact/std"].get<double>(), 0);
+  EXPECT_EQ(runs[1][3]["metrics"]["policy_version"].get<double>(), 3) << "every iteration updates";
+  for (int step = 1; step <= 3; ++step) {
+    const auto& r = runs[1][step]["metrics"];
+    const auto& t = runs[1][step]["timings"];
+    const double served =
+        step == 1 ? 0 : runs[1][step - 1]["metrics"]["policy_version"].get<double>();
+    for (int e = 0; e < 2; ++e) {
+      const std::string p = "rollout/" + std::to_string(e) + "/";
+      EXPECT_EQ(r[p + "groups"].get<double>(), 3) << p << " at step " << step;
+      EXPECT_EQ(r[p + "version"].get<double>(), served) << p << " at step " << step;
+      EXPECT_GT(t[p + "generate_s"].get<double>(), 0) << p << " at step " << step;
+    }
+    EXPECT_EQ(runs[0][step]["metrics"]["rollout/0/groups"].get<double>(), 6);
+  }
+  for (const char* log : {"/w2/logs/rollout-0.log", "/w2/logs/rollout-1.log"}) {
+    EXPECT_TRUE(std::filesystem::exists(root + log)) << log;
+  }
+}
+
 // configs/rloo_arith.yaml and drgrpo_arith.yaml as committed (shortened), with two reward
 // workers sharing the scoring: the same processes as GRPO, another advantage estimator.
 class GrpoVariantTest : public ::testing::TestWithParam<std::string> {};
@@ -148,17 +234,7 @@ TEST(GrpoTest, MissingStartingCheckpointIsAClearError) {
 // configs/ppo_arith.yaml with `exact` replaced by a length penalty: a seconds-long SFT model
 // never answers correctly, and all-zero rewards would leave the critic nothing to learn.
 std::string PpoWithLengthReward(const std::string& root) {
-  std::string text = ReadFile(Ppo());
-  const std::string exact = "kind: exact_answer\n      params:\n        extract: full\n";
-  const size_t at = text.find(exact);
-  EXPECT_NE(at, std::string::npos) << "configs/ppo_arith.yaml's reward section changed";
-  if (at != std::string::npos) {
-    text.replace(at, exact.size(),
-                 "kind: length_penalty\n      params:\n        max_length: 4\n        buffer: 3\n");
-  }
-  const std::string path = root + "/ppo_length.yaml";
-  std::ofstream(path) << text;
-  return path;
+  return WithLengthReward(Ppo(), root + "/ppo_length.yaml");
 }
 
 TEST(LmPpoTest, CriticJobTrainsValueModelThenPolicy) {

@@ -1,0 +1,322 @@
+// The LM loops over an engine fleet (rollout.workers: M) against scripted fakes: the same
+// batch, seeds and held-out accuracy whatever M; whole groups dealt by tokens; an engine that
+// lags the current version sits out; a failing engine is named. No process, socket or sleep.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <tuple>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "controller/algorithm.h"
+#include "controller/fake_actors.h"
+#include "controller/fake_lm_actors.h"
+
+namespace rlforge::testing {
+namespace {
+
+using Task = proto::WorkRequest::TaskCase;
+
+bool Easy(const std::string& answer) { return std::stoi(answer) < 10; }
+
+struct Job {
+  JobConfig config;
+  std::unique_ptr<FakeActors> actors;
+  std::unique_ptr<FakeLmRollout> rollout;
+  std::unique_ptr<FakeJobContext> ctx;
+  absl::Status status;
+
+  std::string Engine(size_t i) const { return actors->Ids("rollout").at(i); }
+  // (LmGenerate seed, request id, prompt, group seed) of every group queued, sorted.
+  std::vector<std::tuple<uint64_t, int64_t, std::string, uint64_t>> Queued() const {
+    std::vector<std::tuple<uint64_t, int64_t, std::string, uint64_t>> q;
+    for (const auto& g : rollout->queued()) {
+      q.emplace_back(g.request_seed, g.request_id, g.prompt, g.group_seed);
+    }
+    std::sort(q.begin(), q.end());
+    return q;
+  }
+};
+
+// A record's metrics without those that depend on the deal: the per-engine ones
+// (rollout/<i>/...) and the engines' preemption count (here one per chunk streamed).
+std::map<std::string, double> FleetFree(const std::map<std::string, double>& m) {
+  std::map<std::string, double> out;
+  for (const auto& [k, v] : m) {
+    if (!absl::StartsWith(k, "rollout/") && k != "engine_preemptions") out[k] = v;
+  }
+  return out;
+}
+
+class EngineFleetLoopTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = FreshTestDir();
+    WriteTokenizerCheckpoint(root_ + "/model");
+    auto tok = models::LoadTokenizer(root_ + "/model");
+    ASSERT_TRUE(tok.ok()) << tok.status();
+    tok_ = std::move(*tok);
+  }
+
+  // grpo: 6 prompts x 2 samples per iteration, streamed 2 groups at a time, 3 iterations;
+  // 5 held-out prompts at the start and after every iteration. dpo: 3 pairs per iteration,
+  // 4 iterations, the same held-out prompts every 2 iterations.
+  JobConfig Config(const std::string& algorithm, int workers) {
+    return TestConfig(absl::StrCat(
+        "job: {algorithm: ", algorithm, ", seed: 1, iterations: ", algorithm == "dpo" ? 4 : 3,
+        "}\n", "model: {path: ", root_, "/model}\n",
+        "data: {source: arithmetic, min_digits: 1, max_digits: 2, ops: ['+']}\n",
+        "controller: {request_timeout_s: 30}\n", "rollout: {workers: ", workers, "}\n",
+        algorithm == "dpo"
+            ? "dpo: {pairs_per_iteration: 3, eval_every: 2, eval_examples: 5, max_new_tokens: 6}\n"
+            : "grpo: {prompts_per_iteration: 6, group_size: 2, max_new_tokens: 6, eval_every: 1, "
+              "eval_examples: 5, stream_groups: 2}\n"));
+  }
+
+  // Sampled: sample j is right when bit j of its group's seed is set or the answer is easy,
+  // so a group sampled under another seed answers otherwise. Greedy (evaluation): right when
+  // the answer is easy, or always from version 2 on.
+  static std::string Respond(const FakeLmRollout& r, const std::string& prompt,
+                             const proto::LmGenerate& p, int64_t j) {
+    const std::string answer = PlainAnswer(prompt);
+    const bool right = p.temperature() > 0 ? ((r.group_seed() >> j) & 1) != 0 || Easy(answer)
+                                           : Easy(answer) || r.version() >= 2;
+    return right ? answer : answer + "1";
+  }
+
+  // Runs `algorithm` on `workers` engines. `script` may replace scripts (before Start);
+  // `started` may script the fakes by actor id (after Start, before the loop runs).
+  std::unique_ptr<Job> Run(const std::string& algorithm, int workers,
+                           const std::function<void(Job&)>& script = nullptr,
+                           const std::function<void(Job&)>& started = nullptr) {
+    auto job = std::make_unique<Job>();
+    job->config = Config(algorithm, workers);
+    auto algo = CreateAlgorithm(job->config);
+    EXPECT_TRUE(algo.ok()) << algo.status();
+    if (!algo.ok()) {
+      job->status = algo.status();
+      return job;
+    }
+    job->actors = std::make_unique<FakeActors>(job->config);
+    job->actors->AddRoles((*algo)->Roles());
+    Job* j = job.get();
+    job->rollout = std::make_unique<FakeLmRollout>(
+        *tok_, tmpl_, [j](const std::string& prompt, const proto::LmGenerate& p, int64_t s) {
+          return Respond(*j->rollout, prompt, p, s);
+        });
+    job->actors->On("rollout", Task::kLmGenerate, job->rollout->Generate());
+    job->actors->On("rollout", Task::kLoadWeights, job->rollout->LoadWeights());
+    job->actors->On("reward", Task::kScore, ScoreScript([](const reward::Sample& s) {
+                      return reward::SampleScore::Ok(s.response == s.answer ? 1.0 : 0.0);
+                    }));
+    job->actors->On("trainer", Task::kGrpoTrain, [](const FakeWork& w) {
+      return WeightsReply(w.request.grpo_train().step(), "inline");
+    });
+    job->actors->On("trainer", Task::kDpoTrain,
+                    [](const FakeWork& w) { return WeightsReply(w.request.dpo_train().step()); });
+    if (script) script(*job);
+    job->status = job->actors->Start();
+    if (!job->status.ok()) return job;
+    if (started) started(*job);
+    const std::string dir = absl::StrCat(root_, "/run", runs_++);
+    std::filesystem::create_directories(dir);
+    job->ctx = std::make_unique<FakeJobContext>(*job->actors, job->config, dir);
+    job->status = (*algo)->Run(*job->ctx);
+    return job;
+  }
+
+  // Every train request and record of `fleet` equals `one`'s (per-engine metrics aside), and
+  // every group was queued with the same request id, prompt and seed.
+  void ExpectSameRun(const Job& one, const Job& fleet) {
+    for (Task t : {Task::kGrpoTrain, Task::kDpoTrain}) {
+      auto a = one.actors->Received(t), b = fleet.actors->Received(t);
+      ASSERT_EQ(a.size(), b.size());
+      for (size_t k = 0; k < a.size(); ++k) EXPECT_TRUE(SameWork(*a[k], *b[k])) << "train " << k;
+    }
+    ASSERT_EQ(one.ctx->records.size(), fleet.ctx->records.size());
+    for (size_t k = 0; k < one.ctx->records.size(); ++k) {
+      EXPECT_EQ(FleetFree(one.ctx->records[k].metrics), FleetFree(fleet.ctx->records[k].metrics))
+          << "record " << k;
+    }
+    EXPECT_EQ(one.Queued(), fleet.Queued());
+  }
+
+  std::string root_;
+  int runs_ = 0;
+  std::unique_ptr<models::Tokenizer> tok_;
+  models::PromptTemplate tmpl_ = *models::PromptTemplate::Create("none");
+};
+
+TEST_F(EngineFleetLoopTest, TwoAndThreeEnginesGiveTheSameBatchesSeedsAndAccuracyAsOne) {
+  auto one = Run("grpo", 1);
+  ASSERT_TRUE(one->status.ok()) << one->status;
+  ASSERT_EQ(one->actors->Received(Task::kGrpoTrain).size(), 3u);
+  // The seeds matter: the fake's samples follow them, and the iterations' rewards differ.
+  for (int workers : {2, 3}) {
+    SCOPED_TRACE(absl::StrCat(workers, " engines"));
+    auto fleet = Run("grpo", workers);
+    ASSERT_TRUE(fleet->status.ok()) << fleet->status;
+    ExpectSameRun(*one, *fleet);
+    // Every engine generated in every iteration and evaluation.
+    for (size_t i = 0; i < static_cast<size_t>(workers); ++i) {
+      int64_t gens = 0;
+      for (const FakeWork* w : fleet->actors->Received(Task::kLmGenerate)) {
+        gens += w->actor_id == fleet->Engine(i);
+      }
+      EXPECT_GE(gens, 7) << fleet->Engine(i) << ": 3 iterations and 4 evaluations";
+    }
+  }
+}
+
+TEST_F(EngineFleetLoopTest, GroupsAreDealtWholeByTokensAndEachEngineIsTimed) {
+  auto one = Run("grpo", 1);
+  auto fleet = Run("grpo", 3);
+  ASSERT_TRUE(one->status.ok()) << one->status;
+  ASSERT_TRUE(fleet->status.ok()) << fleet->status;
+  // Each request carrying prompts carries an engine's whole share: 2 of an iteration's 6
+  // groups (their costs differ by a prompt token or two, far less than a group's 12 sampled
+  // tokens), 1 or 2 of the 5 held-out prompts.
+  int64_t dealt = 0;
+  for (const FakeWork* w : fleet->actors->Received(Task::kLmGenerate)) {
+    auto groups = GroupsFromFrames(w->tensors, false, 0);
+    ASSERT_TRUE(groups.ok());
+    if (groups->empty()) continue;
+    const bool sampled = w->request.lm_generate().temperature() > 0;
+    EXPECT_GE(groups->size(), sampled ? 2u : 1u);
+    EXPECT_LE(groups->size(), 2u);
+    dealt += static_cast<int64_t>(groups->size());
+  }
+  EXPECT_EQ(dealt, 3 * 6 + 4 * 5) << "each group dealt once";
+  for (int64_t step = 1; step <= 3; ++step) {
+    const IterationRecord& r = fleet->ctx->records[step];
+    for (int i = 0; i < 3; ++i) {
+      const std::string p = absl::StrCat("rollout/", i, "/");
+      EXPECT_EQ(r.metrics.at(p + "groups"), 2);
+      EXPECT_EQ(r.metrics.at(p + "version"), static_cast<double>(step - 1));
+      EXPECT_EQ(r.timings.at(p + "generate_s"), 0.25) << "one chunk of 2 groups";
+      EXPECT_FALSE(r.metrics.contains(p + "generate_s"));
+    }
+    // The fleet's generation time is its busiest engine's; one engine streams 3 chunks.
+    EXPECT_EQ(r.timings.at("generate_s"), 0.25);
+    EXPECT_EQ(one->ctx->records[step].timings.at("generate_s"), 0.75);
+    EXPECT_EQ(one->ctx->records[step].metrics.at("rollout/0/groups"), 6);
+  }
+}
+
+TEST_F(EngineFleetLoopTest, EngineLaggingAVersionIsNeverGivenANewerIterationsPrompts) {
+  auto one = Run("grpo", 1);
+  ASSERT_TRUE(one->status.ok()) << one->status;
+  // rollout-1 loads versions 1 but not 2 or 3: it acks version 1 from then on.
+  auto fleet = Run("grpo", 2, nullptr, [](Job& j) { j.rollout->Freeze(j.Engine(1), 1); });
+  ASSERT_TRUE(fleet->status.ok()) << fleet->status;
+  ExpectSameRun(*one, *fleet);
+  const std::string lagging = fleet->Engine(1);
+  bool behind = false;
+  int64_t gens_before = 0;
+  for (const FakeWork& w : fleet->actors->received()) {
+    if (w.actor_id != lagging) continue;
+    if (w.request.has_load_weights() && w.request.load_weights().weights().version() >= 2) {
+      behind = true;
+    }
+    if (w.request.has_lm_generate()) {
+      EXPECT_FALSE(behind) << lagging << " was given prompts while it served version 1";
+      ++gens_before;
+    }
+  }
+  EXPECT_TRUE(behind);
+  EXPECT_GT(gens_before, 0) << "it took part while it was current";
+  EXPECT_EQ(fleet->rollout->version(lagging), 1);
+  // Iteration 3 (version 2): rollout-0 generates the whole batch.
+  const IterationRecord& r = fleet->ctx->records[3];
+  EXPECT_EQ(r.metrics.at("rollout/0/groups"), 6);
+  EXPECT_EQ(r.metrics.at("rollout/0/version"), 2);
+  EXPECT_EQ(r.metrics.at("rollout/1/groups"), 0);
+  EXPECT_EQ(r.metrics.at("rollout/1/version"), 1);
+  EXPECT_EQ(r.timings.at("rollout/1/generate_s"), 0);
+}
+
+TEST_F(EngineFleetLoopTest, ReplyMadeWithAnOldVersionIsAnErrorNamingTheEngine) {
+  // rollout-1 acks every load but keeps generating with version 1.
+  auto fleet = Run("grpo", 2, [](Job& j) {
+    FakeLmRollout* r = j.rollout.get();
+    j.actors->On("rollout", Task::kLmGenerate, [r, &j](const FakeWork& w) {
+      FakeReply reply = r->Generate()(w);
+      if (w.actor_id == j.Engine(1) && r->version(w.actor_id) >= 2) {
+        reply.result.set_policy_version(1);
+      }
+      return reply;
+    });
+  });
+  EXPECT_EQ(fleet->status.code(), absl::StatusCode::kInternal) << fleet->status;
+  EXPECT_NE(fleet->status.message().find(fleet->Engine(1) +
+                                         " generated with policy version 1 where version 2 "
+                                         "is required"),
+            std::string::npos)
+      << fleet->status;
+  EXPECT_EQ(fleet->actors->Received(Task::kGrpoTrain).size(), 2u) << "no training after";
+}
+
+TEST_F(EngineFleetLoopTest, NoEngineAtTheCurrentVersionIsAnErrorNamingEach) {
+  auto fleet = Run("grpo", 2, nullptr, [](Job& j) {
+    j.rollout->Freeze(j.Engine(0), 1);
+    j.rollout->Freeze(j.Engine(1), 1);
+  });
+  EXPECT_EQ(fleet->status.code(), absl::StatusCode::kFailedPrecondition) << fleet->status;
+  EXPECT_NE(fleet->status.message().find(absl::StrCat("no rollout engine serves policy version 2 (",
+                                                      fleet->Engine(0), " serves 1, ",
+                                                      fleet->Engine(1), " serves 1)")),
+            std::string::npos)
+      << fleet->status;
+}
+
+TEST_F(EngineFleetLoopTest, FailedEngineIsNamed) {
+  auto fleet = Run("grpo", 3, [](Job& j) {
+    FakeLmRollout* r = j.rollout.get();
+    j.actors->On("rollout", Task::kLmGenerate, [r, &j](const FakeWork& w) {
+      if (w.actor_id == j.Engine(2))
+        return FakeReply::Fail("no free KV blocks for a 9-token prompt");
+      return r->Generate()(w);
+    });
+  });
+  EXPECT_EQ(fleet->status.code(), absl::StatusCode::kAborted) << fleet->status;
+  EXPECT_NE(fleet->status.message().find("failed on " + fleet->Engine(2) +
+                                         ": no free KV blocks for a 9-token prompt"),
+            std::string::npos)
+      << fleet->status;
+  EXPECT_TRUE(fleet->ctx == nullptr || fleet->ctx->records.empty());
+}
+
+TEST_F(EngineFleetLoopTest, EveryEngineLoadsEveryVersion) {
+  auto fleet = Run("grpo", 3);
+  ASSERT_TRUE(fleet->status.ok()) << fleet->status;
+  std::map<std::string, std::vector<int64_t>> loaded;
+  for (const FakeWork* w : fleet->actors->Received(Task::kLoadWeights)) {
+    loaded[w->actor_id].push_back(w->request.load_weights().weights().version());
+    const TensorFrame* bytes = w->Tensor("weights");
+    ASSERT_NE(bytes, nullptr) << w->actor_id << ": each engine gets the inline bytes";
+    EXPECT_EQ(bytes->ToVector<float>()[0],
+              static_cast<float>(w->request.load_weights().weights().version()));
+  }
+  ASSERT_EQ(loaded.size(), 3u);
+  for (const auto& [id, versions] : loaded) {
+    EXPECT_EQ(versions, (std::vector<int64_t>{1, 2, 3})) << id;
+  }
+}
+
+TEST_F(EngineFleetLoopTest, DpoEvaluatesAcrossTheFleetAsOnOneEngine) {
+  auto one = Run("dpo", 1);
+  auto fleet = Run("dpo", 3);
+  ASSERT_TRUE(one->status.ok()) << one->status;
+  ASSERT_TRUE(fleet->status.ok()) << fleet->status;
+  ExpectSameRun(*one, *fleet);
+  const auto& r = fleet->ctx->records;
+  ASSERT_EQ(r.size(), 5u);
+  EXPECT_LT(r[0].metrics.at("heldout_accuracy"), 1.0) << "the test needs hard prompts";
+  EXPECT_EQ(r[4].metrics.at("heldout_accuracy"), 1.0);
+}
+
+}  // namespace
+}  // namespace rlforge::testing
