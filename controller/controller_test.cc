@@ -353,6 +353,8 @@ TEST_F(ControllerTest, APeersFailureWaitsBrieflyToNameTheActorThatDied) {
   EXPECT_NE(msg.find("killed by signal 9"), std::string::npos) << msg;
   EXPECT_NE(msg.find("then work " + std::to_string(*b) + " failed on echo-1"), std::string::npos)
       << msg;
+}
+
 TEST_F(ControllerTest, AwaitAnyReturnsTheFirstResultAndLeavesTheRestPending) {
   RegisterTwo();
   proto::WorkRequest req;
