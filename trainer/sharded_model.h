@@ -115,7 +115,8 @@ class ShardedModel {
   void BeforeLayer(int64_t layer);
   size_t LayerUnit(int64_t layer) const { return static_cast<size_t>(layer) + 1; }
   absl::Status WaitAll();
-  bool resident() const { return comm_->size() == 1; }
+  // One rank computing in fp32: parameters and gradients live in the shard buffers.
+  bool resident() const { return comm_->size() == 1 && options_.compute_dtype == torch::kFloat32; }
   bool tied_ = false;  // tied embeddings: the embedding unit is the lm_head too
 
   models::Transformer model_;

@@ -188,15 +188,23 @@ TEST_P(ShardedModelTest, EachRankHoldsItsShareOfParametersGradientsAndOptimizerS
 
 INSTANTIATE_TEST_SUITE_P(Ranks, ShardedModelTest, ::testing::Values(2, 3));
 
-TEST(ShardedModelPrecisionTest, Bf16ComputeStaysNearFp32) {
+class ShardedModelPrecisionTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(ShardedModelPrecisionTest, Bf16ComputeStaysNearFp32) {
   torch::set_num_threads(1);
   ShardedModel::Options o;
   o.compute_dtype = torch::kBFloat16;
-  const TrainRun bf16 = Train(2, o), fp32 = Train(2, {});
+  const TrainRun bf16 = Train(GetParam(), o), fp32 = Train(GetParam(), {});
+  bool differs = false;
   for (size_t i = 0; i < fp32.losses.size(); ++i) {
     EXPECT_NEAR(bf16.losses[i], fp32.losses[i], 0.02 * fp32.losses[i]) << "step " << i;
+    differs = differs || bf16.losses[i] != fp32.losses[i];
   }
+  EXPECT_TRUE(differs) << "bf16 computed nothing in bf16";
 }
+
+// One rank too: bf16 is not the one-rank fp32 layout.
+INSTANTIATE_TEST_SUITE_P(Ranks, ShardedModelPrecisionTest, ::testing::Values(1, 2));
 
 TEST(ShardedModelGatherTest, GatherUnitsReturnsTheValuesItWasBuiltWith) {
   torch::set_num_threads(1);
