@@ -76,18 +76,27 @@ class CriticEstimator final : public AdvantageEstimator {
                        std::map<std::string, double>& out) override {
     kept_.clear();
     for (int64_t i = 0; i < static_cast<int64_t>(groups.size()); ++i) kept_.push_back(i);
-    // Every rank scores the whole batch (the advantages of every minibatch share need it).
+    // Each rank scores its share of the groups; the shares are summed into the whole
+    // batch's (every minibatch share's advantages need them).
     torch::NoGradGuard ng;
     ASSIGN_OR_RETURN(const GroupBatch full, PackGroups(groups));
+    const Share share = ShareOf(GroupCosts(groups), comm_->rank(), comm_->size());
+    ASSIGN_OR_RETURN(
+        const GroupBatch mine,
+        PackGroups(std::vector<LmGroup>(groups.begin() + share.begin, groups.begin() + share.end)));
+    const int64_t n = rewards.size(0) / std::max<int64_t>(1, groups.size());
+    const int64_t S = full.mask.size(0), R = full.mask.size(1);
     critic_->module()->eval();
     critic_->BeginForward();
-    old_values_ = Values(full) * full.mask;
+    const torch::Tensor my_values = Values(mine) * mine.mask;
     RETURN_IF_ERROR(critic_->EndForward());
+    ASSIGN_OR_RETURN(old_values_, AssembleRows(*comm_, my_values, share, n, S, R));
     torch::Tensor kl;
     double kl_mean = 0;
     if (reference_ != nullptr) {
       const Stopwatch r0;
-      ASSIGN_OR_RETURN(torch::Tensor ref_logp, ScoreTokenLogprobs(*reference_, full));
+      ASSIGN_OR_RETURN(const torch::Tensor my_ref, ScoreTokenLogprobs(*reference_, mine));
+      ASSIGN_OR_RETURN(torch::Tensor ref_logp, AssembleRows(*comm_, my_ref, share, n, S, R));
       out["reference_s"] += r0.Seconds();
       ASSIGN_OR_RETURN(kl, KlPenalty(full.old_logp, ref_logp, kl_estimator_));
       kl_mean = MaskedMean(kl, full.mask).item<double>();

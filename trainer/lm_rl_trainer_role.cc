@@ -18,13 +18,6 @@ void PutMetrics(const std::map<std::string, double>& m, WorkReply& reply) {
   for (const auto& [k, v] : m) (*reply.result.mutable_metrics())[k] = v;
 }
 
-// The work a group costs: its prompt once and every response token.
-int64_t GroupTokens(const LmGroup& g) {
-  int64_t n = static_cast<int64_t>(g.prompt.size());
-  for (const auto& s : g.samples) n += static_cast<int64_t>(s.tokens.size());
-  return n;
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Role>> LmRlTrainerRole::Create(const JobConfig& config,
@@ -124,9 +117,9 @@ absl::StatusOr<WorkReply> LmRlTrainerRole::Train(const proto::GrpoTrain& task,
   for (int64_t epoch = 0; epoch < g.epochs; ++epoch) {
     for (int64_t start = 0; start < kept_count; start += mb_groups) {
       const int64_t end = std::min(kept_count, start + mb_groups);
-      std::vector<int64_t> costs;
-      for (int64_t k = start; k < end; ++k) costs.push_back(GroupTokens(groups[kept[k]]));
-      const Share share = ShareOf(costs, comm.rank(), comm.size());
+      std::vector<LmGroup> candidates;
+      for (int64_t k = start; k < end; ++k) candidates.push_back(groups[kept[k]]);
+      const Share share = ShareOf(GroupCosts(candidates), comm.rank(), comm.size());
       std::vector<LmGroup> mb;
       std::vector<int64_t> rows;
       for (int64_t k = start + static_cast<int64_t>(share.begin);

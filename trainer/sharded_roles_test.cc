@@ -328,8 +328,9 @@ TEST_F(ShardedRolesTest, DrGrpoRanksMatchOneRank) {
   ExpectRanksAgree(LmRlYaml("drgrpo", 4, 2), LmRlRole(), 5, GrpoRequests(5, 4), {"loss"});
 }
 
-// lm_ppo: the critic scores the whole batch on every rank, then trains on each share; the
-// first iteration trains only the critic (no new version). Minibatches of 2, 2 and 1 groups.
+// lm_ppo: each rank scores its share of the batch with the critic and the reference (summed
+// into the whole batch's), then trains on each minibatch share; the first iteration trains
+// only the critic (no new version). Minibatches of 2, 2 and 1 groups.
 TEST_F(ShardedRolesTest, LmPpoRanksMatchOneRankPolicyAndCritic) {
   ExpectRanksAgree(LmRlYaml("lm_ppo", 2, 3), LmRlRole(), 5, GrpoRequests(5, 2),
                    {"loss", "value_loss"});

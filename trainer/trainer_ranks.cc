@@ -69,6 +69,30 @@ Share ShareOf(const std::vector<int64_t>& costs, int rank, int size) {
   return s;
 }
 
+std::vector<int64_t> GroupCosts(const std::vector<LmGroup>& groups) {
+  std::vector<int64_t> costs;
+  for (const LmGroup& g : groups) {
+    int64_t n = static_cast<int64_t>(g.prompt.size());
+    for (const auto& s : g.samples) n += static_cast<int64_t>(s.tokens.size());
+    costs.push_back(n);
+  }
+  return costs;
+}
+
+absl::StatusOr<torch::Tensor> AssembleRows(dist::Communicator& comm, const torch::Tensor& part,
+                                           const Share& share, int64_t group_size, int64_t rows,
+                                           int64_t width) {
+  if (comm.size() == 1 && part.size(0) == rows && part.size(1) == width) return part;
+  torch::Tensor whole = torch::zeros({rows, width}, part.options());
+  if (!share.weight_zero) {
+    whole.narrow(0, static_cast<int64_t>(share.begin) * group_size, part.size(0))
+        .narrow(1, 0, part.size(1))
+        .copy_(part);
+  }
+  RETURN_IF_ERROR(comm.AllReduceSum(whole)->Wait());
+  return whole;
+}
+
 absl::StatusOr<std::vector<double>> SumOverRanks(dist::Communicator& comm,
                                                  const std::vector<double>& values) {
   if (comm.size() == 1 || values.empty()) return values;

@@ -21,6 +21,7 @@
 #include "config/job_config.h"
 #include "dist/communicator.h"
 #include "proto/control.pb.h"
+#include "proto/lm_groups.h"
 #include "trainer/lm_losses.h"
 #include "trainer/sharded_model.h"
 
@@ -47,6 +48,16 @@ struct Share {
   bool weight_zero = false;
 };
 Share ShareOf(const std::vector<int64_t>& costs, int rank, int size);
+
+// The work each group costs: its prompt once and every response token.
+std::vector<int64_t> GroupCosts(const std::vector<LmGroup>& groups);
+
+// Per-token values [S_r, R_r] a rank computed for its share of a batch of groups (n samples
+// each; rows of groups share.begin..end) placed into the whole batch's [S, R] and summed over
+// the ranks: every rank gets the whole batch's values. A weight-zero share adds nothing.
+absl::StatusOr<torch::Tensor> AssembleRows(dist::Communicator& comm, const torch::Tensor& part,
+                                           const Share& share, int64_t group_size, int64_t rows,
+                                           int64_t width);
 
 // Elementwise sums over the group (values as doubles); fails naming the collective.
 absl::StatusOr<std::vector<double>> SumOverRanks(dist::Communicator& comm,
