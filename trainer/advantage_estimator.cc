@@ -81,9 +81,12 @@ class CriticEstimator final : public AdvantageEstimator {
     torch::NoGradGuard ng;
     ASSIGN_OR_RETURN(const GroupBatch full, PackGroups(groups));
     const Share share = ShareOf(GroupCosts(groups), comm_->rank(), comm_->size());
-    ASSIGN_OR_RETURN(
-        const GroupBatch mine,
-        PackGroups(std::vector<LmGroup>(groups.begin() + share.begin, groups.begin() + share.end)));
+    const bool whole = !share.weight_zero && share.begin == 0 && share.end == groups.size();
+    GroupBatch mine = full;  // one rank: its share is the batch, packed once
+    if (!whole) {
+      ASSIGN_OR_RETURN(mine, PackGroups(std::vector<LmGroup>(groups.begin() + share.begin,
+                                                             groups.begin() + share.end)));
+    }
     const int64_t n = rewards.size(0) / std::max<int64_t>(1, groups.size());
     const int64_t S = full.mask.size(0), R = full.mask.size(1);
     critic_->module()->eval();

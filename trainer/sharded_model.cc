@@ -80,7 +80,7 @@ absl::Status ShardedModel::Build() {
   units_.resize(static_cast<size_t>(layers) + 2);
   state_.clear();
   for (size_t u = 0; u < units_.size(); ++u) {
-    units_[u].name = u == 0                                ? "embed"
+    units_[u].name = u == 0                             ? "embed"
                      : u <= static_cast<size_t>(layers) ? absl::StrCat("layer ", u - 1)
                                                         : "head";
     state_.push_back(std::make_unique<UnitState>());
@@ -167,11 +167,7 @@ void ShardedModel::WaitGathered(size_t u) {
 void ShardedModel::Free(size_t u) {
   UnitState& s = *state_[u];
   if (resident() || !s.gathered) return;
-  if (s.gathering) {  // never free memory a collective still writes
-    absl::Status st = s.gathering->Wait();
-    s.gathering.reset();
-    if (!st.ok() && error_.ok()) error_ = st;
-  }
+  FinishGather(u);  // never free memory a collective still writes
   FreeStorage(s.full);
   s.gathered = false;
 }
@@ -237,16 +233,8 @@ void ShardedModel::PrepareGrads(size_t u) {
 void ShardedModel::ReduceGrads(size_t u) {
   UnitState& s = *state_[u];
   if (resident() || s.reduced || !options_.trainable) return;
-  for (auto& other : state_) {  // one reduction in flight: finish the earlier ones
-    if (other->reducing) {
-      absl::Status st = other->reducing->Wait();
-      other->reducing.reset();
-      if (!st.ok() && error_.ok()) error_ = st;
-      const size_t v = static_cast<size_t>(&other - &state_[0]);
-      shard_grad_.narrow(0, shard_offsets_[v], other->grad_part.numel()).add_(other->grad_part);
-      other->grad_full = other->grad_part = torch::Tensor();
-    }
-  }
+  // One reduction in flight: finish the earlier ones.
+  for (size_t v = 0; v < state_.size(); ++v) FinishReduce(v);
   const ShardUnit& unit = units_[u];
   if (!s.grad_full.defined()) {  // gradients autograd allocated (no PrepareGrads this pass)
     s.grad_full = torch::zeros({unit.padded}, torch::dtype(options_.compute_dtype));
@@ -264,21 +252,31 @@ void ShardedModel::ReduceGrads(size_t u) {
   s.reduced = true;
 }
 
+void ShardedModel::FinishGather(size_t u) {
+  UnitState& s = *state_[u];
+  if (!s.gathering) return;
+  absl::Status st = s.gathering->Wait();
+  s.gathering.reset();
+  if (!st.ok() && error_.ok()) error_ = st;
+}
+
+void ShardedModel::FinishReduce(size_t u) {
+  UnitState& s = *state_[u];
+  if (!s.reducing) return;
+  absl::Status st = s.reducing->Wait();
+  s.reducing.reset();
+  if (st.ok()) {
+    shard_grad_.narrow(0, shard_offsets_[u], s.grad_part.numel()).add_(s.grad_part);
+  } else if (error_.ok()) {
+    error_ = st;
+  }
+  s.grad_full = s.grad_part = torch::Tensor();
+}
+
 absl::Status ShardedModel::WaitAll() {
   for (size_t u = 0; u < state_.size(); ++u) {
-    UnitState& s = *state_[u];
-    if (s.gathering) {
-      absl::Status st = s.gathering->Wait();
-      s.gathering.reset();
-      if (!st.ok() && error_.ok()) error_ = st;
-    }
-    if (s.reducing) {
-      absl::Status st = s.reducing->Wait();
-      s.reducing.reset();
-      if (!st.ok() && error_.ok()) error_ = st;
-      if (st.ok()) shard_grad_.narrow(0, shard_offsets_[u], s.grad_part.numel()).add_(s.grad_part);
-      s.grad_full = s.grad_part = torch::Tensor();
-    }
+    FinishGather(u);
+    FinishReduce(u);
   }
   return error_;
 }

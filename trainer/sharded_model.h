@@ -114,6 +114,10 @@ class ShardedModel {
   torch::Tensor AfterLayer(int64_t layer, const torch::Tensor& out);
   void BeforeLayer(int64_t layer);
   size_t LayerUnit(int64_t layer) const { return static_cast<size_t>(layer) + 1; }
+  // Wait for u's all-gather / reduce-scatter in flight, if any (the latter's result is added
+  // into the gradient shard); a failure is kept in error_.
+  void FinishGather(size_t u);
+  void FinishReduce(size_t u);
   absl::Status WaitAll();
   // One rank computing in fp32: parameters and gradients live in the shard buffers.
   bool resident() const { return comm_->size() == 1 && options_.compute_dtype == torch::kFloat32; }
