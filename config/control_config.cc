@@ -149,10 +149,41 @@ std::shared_ptr<const Schema> PpoSection() {
 
 std::shared_ptr<const Schema> WeightsSection() {
   SchemaBuilder<WeightsOptions> b("How new policy weights reach rollout workers.");
-  b.Choice("transport", &WeightsOptions::transport, {"auto", "shm", "zmq"},
-           "shm: POSIX shared memory (same host); zmq: in ZeroMQ frames through the controller "
-           "(any host); auto: shm when every rollout worker shares the trainer's host.");
+  b.Choice("transport", &WeightsOptions::transport, {"auto", "shm", "gloo", "zmq"},
+           "shm: POSIX shared memory (same host); gloo: a broadcast group of trainer rank 0 and "
+           "the engines (language models; any host); zmq: in ZeroMQ frames through the "
+           "controller (any host; holds a whole copy there); auto: shm, or gloo for a language "
+           "model job with external rollout workers.");
+  b.Double("bucket_mb", &WeightsOptions::bucket_mb,
+           "Language models: the weight stream's bucket size in MiB (two buffers of it per "
+           "side; at least 1/64, i.e. 16 KiB).")
+      .Min(1.0 / 64)
+      .Max(16384);
+  b.Choice("dtype", &WeightsOptions::dtype, {"float32", "bfloat16"},
+           "Language models: the dtype weights travel in (bfloat16 halves the bytes; the engine "
+           "widens them back to its fp32 parameters).");
+  b.Choice("apply", &WeightsOptions::apply, {"in_place", "staged"},
+           "Language models: in_place writes each bucket into the engine's parameters as it "
+           "arrives (memory: model + 2 buckets; a failed load leaves it torn, serving nothing); "
+           "staged loads a whole version beside the model first (memory: 2 models; a failed "
+           "load leaves it serving the previous version).");
+  b.Double("timeout_s", &WeightsOptions::timeout_s,
+           "Language models: the longest wait for one bucket, publisher or engine.")
+      .Min(0.1);
   return b.Build();
+}
+
+// Control policies are a few hundred KB: one double-buffered segment, no buckets.
+void CheckControlWeights(const WeightsOptions& w, CheckContext& ctx) {
+  const WeightsOptions d;
+  if (w.transport == "gloo") {
+    ctx.Error("weights.transport", "gloo carries language models' weight streams; use shm or zmq");
+  }
+  const char* lm_only = "is for language-model jobs (a control policy moves in one piece)";
+  if (w.bucket_mb != d.bucket_mb) ctx.Error("weights.bucket_mb", lm_only);
+  if (w.dtype != d.dtype) ctx.Error("weights.dtype", lm_only);
+  if (w.apply != d.apply) ctx.Error("weights.apply", lm_only);
+  if (w.timeout_s != d.timeout_s) ctx.Error("weights.timeout_s", lm_only);
 }
 
 }  // namespace
@@ -168,6 +199,7 @@ void AddControlSections(SchemaBuilder<JobConfig>& b) {
     if (c.job.algorithm == nullptr || c.job.algorithm->family != AlgorithmFamily::kControlPpo) {
       return;
     }
+    CheckControlWeights(c.weights, ctx);
     if (c.sim.backend == "server" && c.env.num_envs % c.sim.servers_per_worker != 0) {
       ctx.Error("sim.servers_per_worker",
                 absl::StrCat("env.num_envs (", c.env.num_envs, ") must divide evenly among ",

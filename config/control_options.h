@@ -64,7 +64,19 @@ struct PpoOptions {
 };
 
 struct WeightsOptions {
-  std::string transport = "auto";  // auto | shm | zmq
+  std::string transport = "auto";  // auto | shm | gloo | zmq
+  // Language models' bucketed stream (weights/bucket_stream.h).
+  double bucket_mb = 256;
+  std::string dtype = "float32";   // float32 | bfloat16 on the wire
+  std::string apply = "in_place";  // in_place | staged (the engine's side)
+  double timeout_s = 120;          // longest wait for one bucket, either side
 };
+
+// What weights.transport means for a language-model job: "shm", "gloo" or "zmq" (auto: gloo
+// when the rollout workers are external, so possibly on other hosts; shm otherwise).
+inline std::string LmWeightTransport(const WeightsOptions& w, bool external_rollout) {
+  if (w.transport != "auto") return w.transport;
+  return external_rollout ? "gloo" : "shm";
+}
 
 }  // namespace rlforge

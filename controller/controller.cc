@@ -341,9 +341,11 @@ void Controller::HandleRegister(const std::string& peer, const proto::Envelope& 
   as->set_heartbeat_interval_ms(static_cast<uint32_t>(options_.heartbeat_interval_ms));
   as->set_heartbeat_misses(static_cast<uint32_t>(options_.heartbeat_misses));
   as->set_run_dir(options_.run_dir);
-  if (a->role == kTrainerRole) {
-    as->set_collective_timeout_s(options_.collective_timeout_s);
-    if (as->world_size() > 1) as->set_store_address(options_.trainer_store_address);
+  if (a->role == kTrainerRole) as->set_collective_timeout_s(options_.collective_timeout_s);
+  // The store is where trainer ranks meet, and where trainer rank 0 and the engines form the
+  // weight plane's broadcast group (weights.transport: gloo).
+  if (a->role == kTrainerRole || a->role == kRolloutRole) {
+    as->set_store_address(options_.trainer_store_address);
   }
   transport_->Send(peer, std::move(m)).IgnoreError();
 }

@@ -29,6 +29,7 @@ namespace rlforge {
 
 // The role whose ranks form one group (a sharded learner) meeting at a rendezvous store.
 inline constexpr char kTrainerRole[] = "trainer";
+inline constexpr char kRolloutRole[] = "rollout";
 
 struct WorkOutcome {
   std::string actor_id;

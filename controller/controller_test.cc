@@ -151,10 +151,11 @@ TEST_F(ControllerTest, ShardedTrainerRanksGetTheStoreAndTheCollectiveDeadline) {
   }
   const proto::Assignment& rollout = sent[2].second.envelope.assignment();
   EXPECT_EQ(rollout.actor_id(), "rollout-0");
-  EXPECT_EQ(rollout.store_address(), "") << "only the trainer ranks meet";
+  EXPECT_EQ(rollout.store_address(), "127.0.0.1:29517")
+      << "engines meet trainer rank 0 there for the weight plane's broadcast group";
 }
 
-TEST_F(ControllerTest, OneRankTrainerHasNoStoreToMeetAt) {
+TEST_F(ControllerTest, OneRankTrainerGetsTheJobsStoreForTheWeightGroup) {
   options_.trainer_store_address = "127.0.0.1:29517";
   controller().ExpectRole("trainer", 1, true);
   SendRegister("p0", "trainer", -1, "i0");
@@ -163,7 +164,7 @@ TEST_F(ControllerTest, OneRankTrainerHasNoStoreToMeetAt) {
   ASSERT_EQ(sent.size(), 1u);
   const proto::Assignment& a = sent[0].second.envelope.assignment();
   EXPECT_EQ(a.world_size(), 1);
-  EXPECT_EQ(a.store_address(), "");
+  EXPECT_EQ(a.store_address(), "127.0.0.1:29517");
   EXPECT_EQ(a.collective_timeout_s(), 60);
 }
 

@@ -102,7 +102,7 @@ absl::Status DpoAlgorithm::Run(JobContext& ctx) {
 
     if (it == iterations || (d.eval_every > 0 && it % d.eval_every == 0)) {
       const Stopwatch t_sync;
-      RETURN_IF_ERROR(loop.SyncWeights(trained.result.weights(), std::move(trained.tensors)));
+      RETURN_IF_ERROR(loop.SyncWeights(trainer, trained.result.weights(), std::move(trained.tensors), rec));
       rec.timings["weight_sync_s"] = t_sync.Seconds();
       RETURN_IF_ERROR(loop.Evaluate(d.max_new_tokens, seed, rec));
     }

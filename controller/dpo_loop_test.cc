@@ -54,6 +54,7 @@ class DpoLoopTest : public ::testing::Test {
     actors_->On("reward", Task::kScore, ScoreScript([](const reward::Sample& s) {
                   return reward::SampleScore::Ok(s.response == s.answer ? 1.0 : 0.0);
                 }));
+    actors_->On("trainer", Task::kPublishWeights, PublishReply);
     actors_->On("trainer", Task::kDpoTrain, [](const FakeWork& w) {
       FakeReply r = WeightsReply(w.request.dpo_train().step());
       (*r.result.mutable_metrics())["dpo/margin"] =
@@ -87,10 +88,13 @@ TEST_F(DpoLoopTest, TrainsEveryIterationAndSyncsOnlyToEvaluate) {
   ASSERT_TRUE(Run(Config()).ok());
   const std::string gen = Id("rollout") + " lm_generate", load = Id("rollout") + " load_weights";
   const std::string score = Id("reward") + " score", train = Id("trainer") + " dpo_train";
-  EXPECT_EQ(actors_->Log(), (std::vector<std::string>{gen, score, train, train, load, gen, score,
-                                                      train, train, load, gen, score}));
+  // The trainer streams the version while the engine loads it (weights.transport shm).
+  const std::string publish = Id("trainer") + " publish_weights";
+  EXPECT_EQ(actors_->Log(),
+            (std::vector<std::string>{gen, score, train, train, publish, load, gen, score, train,
+                                      train, publish, load, gen, score}));
   ASSERT_EQ(ctx_->records.size(), 5u);
-  EXPECT_EQ(ctx_->ends_at, (std::vector<size_t>{2, 3, 7, 8, 12}));
+  EXPECT_EQ(ctx_->ends_at, (std::vector<size_t>{2, 3, 8, 9, 14}));
   auto loads = actors_->Received(Task::kLoadWeights);
   ASSERT_EQ(loads.size(), 2u);
   EXPECT_EQ(loads[0]->request.load_weights().weights().version(), 2);

@@ -112,6 +112,7 @@ class EngineFleetLoopTest : public ::testing::Test {
     job->actors->On("reward", Task::kScore, ScoreScript([](const reward::Sample& s) {
                       return reward::SampleScore::Ok(s.response == s.answer ? 1.0 : 0.0);
                     }));
+    job->actors->On("trainer", Task::kPublishWeights, PublishReply);
     job->actors->On("trainer", Task::kGrpoTrain, [](const FakeWork& w) {
       return WeightsReply(w.request.grpo_train().step(), "inline");
     });

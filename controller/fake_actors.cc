@@ -281,4 +281,10 @@ FakeReply WeightsReply(int64_t version, const std::string& location) {
   return r;
 }
 
+FakeReply PublishReply(const FakeWork&) {
+  FakeReply r = FakeReply::Ok();
+  (*r.result.mutable_metrics())["publish_s"] = 0.001;
+  return r;
+}
+
 }  // namespace rlforge::testing

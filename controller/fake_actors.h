@@ -165,5 +165,7 @@ JobConfig TestConfig(const std::string& yaml);
 
 // A WorkResult's weights for `version` (location "inline" carries a "weights" frame).
 FakeReply WeightsReply(int64_t version, const std::string& location = "shm:/fake");
+// A trainer rank's answer to PublishWeights (the stream itself is the engines' business).
+FakeReply PublishReply(const FakeWork& w);
 
 }  // namespace rlforge::testing

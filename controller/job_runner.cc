@@ -223,6 +223,15 @@ absl::Status StartTrainerStore(Controller& controller, const RunDirectory& dir,
   }
 }
 
+// Several trainer ranks meet at the store; so do trainer rank 0 and the engines of a language
+// model job whose weights travel by gloo broadcast.
+bool NeedsStore(const Controller& controller, const JobConfig& config) {
+  if (controller.actors().CountOfRole(kTrainerRole) > 1) return true;
+  const AlgorithmFamily f = config.job.algorithm->family;
+  return (f == AlgorithmFamily::kLmRl || f == AlgorithmFamily::kDpo) &&
+         LmWeightTransport(config.weights, config.rollout.external) == "gloo";
+}
+
 int ExitCodeFor(const absl::Status& s, const std::atomic<int>* stop) {
   if (s.ok()) return 0;
   if (s.code() == absl::StatusCode::kCancelled && stop != nullptr && stop->load() != 0) {
@@ -291,8 +300,8 @@ int RunJob(const JobConfig& config, const RunOptions& options) {
   // The dashboard reads a copy of the run that the loop refreshes (at most every 200 ms).
   dashboard::RunState run_state(RealClock::Get(), static_cast<size_t>(config.dashboard.max_points),
                                 static_cast<size_t>(config.dashboard.max_samples));
-  run_state.SetInfo({dir->name(), config.job.algorithm->name, co.job_id, dir->path(), ShownConfig(config),
-                     config.job.iterations});
+  run_state.SetInfo({dir->name(), config.job.algorithm->name, co.job_id, dir->path(),
+                     ShownConfig(config), config.job.iterations});
   status_file.set_state(&run_state);
   ActorMetrics actor_metrics;
   controller.set_metrics_sink([&](const std::string& actor, const proto::Metrics& m) {
@@ -337,7 +346,7 @@ int RunJob(const JobConfig& config, const RunOptions& options) {
   status_file.Write("starting", "");
   std::string connect = LocalConnectAddress((*transport)->endpoint());
   absl::Status status =
-      controller.actors().CountOfRole(kTrainerRole) > 1
+      NeedsStore(controller, config)
           ? StartTrainerStore(controller, *dir, options, config.controller.register_timeout_s)
           : absl::OkStatus();
   auto actor_spec = [&](const ActorInfo& a) {

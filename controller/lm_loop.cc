@@ -9,6 +9,7 @@
 #include "common/clock.h"
 #include "common/logging.h"
 #include "common/status.h"
+#include "common/timing_keys.h"
 #include "data/jsonl_dataset.h"
 #include "reward/reward_role.h"
 #include "reward/verifiers.h"
@@ -302,39 +303,62 @@ absl::Status LmLoop::EvaluateStart(int64_t max_tokens, uint64_t seed) {
   return ctx_.EndIteration(rec);
 }
 
-absl::Status LmLoop::SyncWeights(const proto::WeightsReady& weights,
-                                 std::vector<TensorFrame> tensors) {
-  proto::WorkRequest load;
-  *load.mutable_load_weights()->mutable_weights() = weights;
-  TensorFrame* inline_weights = nullptr;
-  for (auto& t : tensors) {
-    if (t.name() == "weights") inline_weights = &t;
-  }
+absl::Status LmLoop::SyncWeights(TrainerGroup& trainer, const proto::WeightsReady& announced,
+                                 std::vector<TensorFrame> tensors, IterationRecord& rec) {
   Controller& ctl = ctx_.controller();
   if (fleet_.size() == 0) return absl::FailedPreconditionError("the job has no rollout worker");
-  // Every engine loads every version, lagging ones included, so each can catch up.
-  std::vector<uint64_t> ids;
+  proto::WorkRequest load;
+  *load.mutable_load_weights()->mutable_weights() = announced;
+  const TensorFrame* inline_weights = nullptr;
+  for (const TensorFrame& t : tensors) {
+    if (t.name() == "weights") inline_weights = &t;
+  }
+  // Engines that serve the version already (a step that did not update the policy) skip it;
+  // lagging ones load it too, so each can catch up.
+  std::vector<size_t> loaders;
   for (size_t e = 0; e < fleet_.size(); ++e) {
+    if (fleet_.version(e) != announced.version()) loaders.push_back(e);
+  }
+  fleet_.Require(announced.version());
+  if (loaders.empty()) return absl::OkStatus();
+  const bool streamed = announced.location() != "inline";
+  if (streamed) {
+    proto::WorkRequest publish;
+    publish.mutable_publish_weights()->set_readers(static_cast<int32_t>(loaders.size()));
+    RETURN_IF_ERROR(trainer.Submit(std::move(publish)));
+  }
+  std::vector<uint64_t> ids;
+  for (size_t e : loaders) {
     std::vector<TensorFrame> frames;
     if (inline_weights != nullptr) {
       const TensorFrame& w = *inline_weights;
-      frames.push_back(e + 1 == fleet_.size()
-                           ? std::move(*inline_weights)
-                           : TensorFrame::Copy(w.name(), w.dtype(), w.shape(), w.data()));
+      frames.push_back(TensorFrame::Copy(w.name(), w.dtype(), w.shape(), w.data()));
     }
     ASSIGN_OR_RETURN(uint64_t id, ctl.Submit(fleet_.id(e), load, std::move(frames)));
     ids.push_back(id);
   }
-  ASSIGN_OR_RETURN(std::vector<WorkOutcome> acks, ctl.AwaitAll(ids));
-  fleet_.Require(weights.version());
-  for (size_t e = 0; e < fleet_.size(); ++e) {
-    const int64_t served = acks[e].result.policy_version();
+  std::vector<WorkOutcome> acks;
+  if (streamed) {
+    ASSIGN_OR_RETURN(auto outcomes, trainer.AwaitWith(ids));
+    SplitTimingsFromMetrics(outcomes.first.result.metrics(), rec.timings, rec.metrics);
+    acks = std::move(outcomes.second);
+  } else {
+    ASSIGN_OR_RETURN(acks, ctl.AwaitAll(ids));
+  }
+  for (size_t i = 0; i < loaders.size(); ++i) {
+    const size_t e = loaders[i];
+    const int64_t served = acks[i].result.policy_version();
     fleet_.Served(e, served);
-    if (served != weights.version()) {
+    const auto& m = acks[i].result.metrics();
+    const std::string prefix = absl::StrCat("rollout/", e, "/");
+    if (m.count("weight_gbps")) rec.metrics[prefix + "weight_gbps"] = m.at("weight_gbps");
+    if (m.count("weight_read_s")) rec.timings[prefix + "weight_read_s"] = m.at("weight_read_s");
+    if (m.count("load_s")) rec.timings[prefix + "weight_load_s"] = m.at("load_s");
+    if (served != announced.version()) {
       spdlog::warn(
           "{} serves policy version {} after loading version {}: it generates nothing "
           "until it serves the current version",
-          fleet_.id(e), served, weights.version());
+          fleet_.id(e), served, announced.version());
     }
   }
   return absl::OkStatus();

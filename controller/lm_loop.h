@@ -22,6 +22,7 @@
 #include "config/job_config.h"
 #include "controller/algorithm.h"
 #include "controller/engine_fleet.h"
+#include "controller/trainer_group.h"
 #include "data/arith_task.h"
 #include "models/chat_template.h"
 #include "models/tokenizer.h"
@@ -97,10 +98,15 @@ class LmLoop {
   // Step 0 of metrics.jsonl: the starting policy's held-out evaluation.
   absl::Status EvaluateStart(int64_t max_tokens, uint64_t seed);
 
-  // Sends the trainer's WeightsReady (with its inline "weights" frame, when any) to every
-  // rollout engine and waits for all their acks. From then on only engines that serve that
+  // Brings every rollout engine to the version the trainer's step announced (`announced`,
+  // with its inline "weights" frame on the zmq path): inline, each engine loads the frame;
+  // otherwise the trainer ranks get PublishWeights while every engine gets LoadWeights, and
+  // the stream flows between them. Waits for all. From then on only engines that serve that
   // version generate; one whose ack reports an older version sits out (and is warned of).
-  absl::Status SyncWeights(const proto::WeightsReady& weights, std::vector<TensorFrame> tensors);
+  // Into rec: rollout/<i>/weight_load_s, weight_read_s (timings) and weight_gbps per engine;
+  // publish_s and weight_stream_bytes (the trainer's side) when streamed.
+  absl::Status SyncWeights(TrainerGroup& trainer, const proto::WeightsReady& announced,
+                           std::vector<TensorFrame> tensors, IterationRecord& rec);
 
   const EngineFleet& fleet() const { return fleet_; }
 

@@ -73,6 +73,7 @@ class LmLoopTest : public ::testing::TestWithParam<std::string> {
     actors_->On("reward", Task::kScore, ScoreScript([](const reward::Sample& s) {
                   return reward::SampleScore::Ok(s.response == s.answer ? 1.0 : 0.0);
                 }));
+    actors_->On("trainer", Task::kPublishWeights, PublishReply);
     actors_->On("trainer", Task::kGrpoTrain, [](const FakeWork& w) {
       FakeReply r = WeightsReply(w.request.grpo_train().step(), "inline");
       (*r.result.mutable_metrics())["loss"] =

@@ -105,7 +105,7 @@ absl::Status LmRlAlgorithm::Run(JobContext& ctx) {
 
     // Weight sync.
     const Stopwatch t_sync;
-    RETURN_IF_ERROR(loop.SyncWeights(trained.result.weights(), std::move(trained.tensors)));
+    RETURN_IF_ERROR(loop.SyncWeights(trainer, trained.result.weights(), std::move(trained.tensors), rec));
     version = trained.result.weights().version();
     rec.timings["weight_sync_s"] = t_sync.Seconds();
     rec.metrics["policy_version"] = static_cast<double>(version);

@@ -55,6 +55,21 @@ absl::StatusOr<WorkOutcome> TrainerGroup::Await() {
   return std::move(outcomes.front());
 }
 
+absl::StatusOr<std::pair<WorkOutcome, std::vector<WorkOutcome>>> TrainerGroup::AwaitWith(
+    const std::vector<uint64_t>& others) {
+  if (in_flight_.empty()) {
+    return absl::FailedPreconditionError("no trainer request in flight to await");
+  }
+  std::vector<uint64_t> ids = std::move(in_flight_);
+  in_flight_.clear();
+  const size_t ranks = ids.size();
+  ids.insert(ids.end(), others.begin(), others.end());
+  ASSIGN_OR_RETURN(std::vector<WorkOutcome> outcomes, controller_->AwaitAll(ids));
+  std::vector<WorkOutcome> rest(std::make_move_iterator(outcomes.begin() + ranks),
+                                std::make_move_iterator(outcomes.end()));
+  return std::make_pair(std::move(outcomes.front()), std::move(rest));
+}
+
 absl::StatusOr<WorkOutcome> TrainerGroup::Run(proto::WorkRequest request,
                                               std::vector<TensorFrame> tensors) {
   RETURN_IF_ERROR(Submit(std::move(request), std::move(tensors)));

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -29,6 +30,10 @@ class TrainerGroup {
   absl::Status Submit(proto::WorkRequest request, std::vector<TensorFrame> tensors = {});
   // Serves until every rank answered the request in flight; returns rank 0's outcome.
   absl::StatusOr<WorkOutcome> Await();
+  // Await, together with `others` (work submitted to other actors that runs alongside, e.g.
+  // engines loading the weights the ranks stream): rank 0's outcome and the others', in order.
+  absl::StatusOr<std::pair<WorkOutcome, std::vector<WorkOutcome>>> AwaitWith(
+      const std::vector<uint64_t>& others);
   // Submit, then Await.
   absl::StatusOr<WorkOutcome> Run(proto::WorkRequest request,
                                   std::vector<TensorFrame> tensors = {});

@@ -43,7 +43,7 @@ struct LlmEngine::Sequence {
 };
 
 struct LlmEngine::PendingUpdate {
-  std::function<void(models::Transformer&)> apply;
+  std::function<absl::Status(models::Transformer&)> apply;
   int64_t version = 0;
 };
 
@@ -140,29 +140,36 @@ std::vector<FinishedGroup> LlmEngine::TakeFinished() {
   return out;
 }
 
-void LlmEngine::RequestWeightUpdate(std::function<void(models::Transformer&)> apply,
+void LlmEngine::RequestWeightUpdate(std::function<absl::Status(models::Transformer&)> apply,
                                     int64_t version) {
   pending_update_ = std::make_unique<PendingUpdate>();
   pending_update_->apply = std::move(apply);
   pending_update_->version = version;
 }
 
-void LlmEngine::MaybeApplyWeightUpdate() {
-  if (!pending_update_) return;
+absl::Status LlmEngine::MaybeApplyWeightUpdate() {
+  if (!pending_update_) return absl::OkStatus();
   if (options_.weight_update == "drain") {
     for (const auto& g : groups_) {
-      if (g->started) return;  // in flight on the old weights: let it finish
+      if (g->started) return absl::OkStatus();  // in flight on the old weights: let it finish
     }
   } else {
     // recompute: every in-flight sequence drops its KV and recomputes it.
     while (!running_.empty()) Preempt(running_.back());
   }
+  const std::unique_ptr<PendingUpdate> update = std::move(pending_update_);
+  absl::Status applied;
   {
     torch::NoGradGuard no_grad;
-    pending_update_->apply(model_);
+    applied = update->apply(model_);
   }
-  version_ = pending_update_->version;
-  pending_update_.reset();
+  if (!applied.ok()) {
+    torn_ = absl::StrCat("a failed update to version ", update->version, " left the weights torn");
+    return applied;
+  }
+  torn_.clear();
+  version_ = update->version;
+  return absl::OkStatus();
 }
 
 void LlmEngine::Preempt(Sequence* seq) {
@@ -232,7 +239,11 @@ bool LlmEngine::Schedule(std::vector<Sequence*>& batch, std::vector<int64_t>& ch
 }
 
 absl::Status LlmEngine::Step() {
-  MaybeApplyWeightUpdate();
+  if (absl::Status s = MaybeApplyWeightUpdate(); !s.ok()) return s;
+  if (!torn_.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("engine: ", torn_, "; it serves nothing until a whole version loads"));
+  }
   std::vector<Sequence*> batch;
   std::vector<int64_t> chunk;
   if (!Schedule(batch, chunk)) {

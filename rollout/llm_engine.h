@@ -105,10 +105,15 @@ class LlmEngine {
   int64_t num_running() const { return static_cast<int64_t>(running_.size()); }
 
   // New weights for version `version`: `apply` writes them into the model. It
-  // runs inside a later Step(), when the update mode allows.
-  void RequestWeightUpdate(std::function<void(models::Transformer&)> apply, int64_t version);
+  // runs inside a later Step(), when the update mode allows. An `apply` that fails part way
+  // (a weight stream cut or corrupted while written in place) leaves the engine torn: that
+  // Step and every later one fail, until an update succeeds.
+  void RequestWeightUpdate(std::function<absl::Status(models::Transformer&)> apply,
+                           int64_t version);
   bool weight_update_pending() const { return pending_update_ != nullptr; }
   int64_t policy_version() const { return version_; }
+  // Why the weights are torn ("" when they are a whole version).
+  const std::string& torn() const { return torn_; }
 
   const EngineStats& stats() const { return stats_; }
   const BlockManager& blocks() const { return blocks_; }
@@ -119,7 +124,7 @@ class LlmEngine {
   struct Group;
   struct PendingUpdate;
 
-  void MaybeApplyWeightUpdate();
+  absl::Status MaybeApplyWeightUpdate();
   bool Schedule(std::vector<Sequence*>& batch, std::vector<int64_t>& chunk);
   void Preempt(Sequence* seq);
   absl::Status RunModel(const std::vector<Sequence*>& batch, const std::vector<int64_t>& chunk);
@@ -137,6 +142,7 @@ class LlmEngine {
   std::vector<BlockCopy> pending_copies_;
   std::vector<FinishedGroup> finished_;
   std::unique_ptr<PendingUpdate> pending_update_;
+  std::string torn_;
   EngineStats stats_;
   int64_t admission_counter_ = 0;
 };

@@ -285,7 +285,12 @@ TEST(LlmEngine, DrainFinishesInFlightOnTheOldVersion) {
   Transformer old_model = TinyModel(6);
   auto old_greedy = NaiveGreedy(old_model, a.prompt, 10, -1);
   torch::manual_seed(60);
-  engine.RequestWeightUpdate([](Transformer& model) { Perturb(model); }, 2);
+  engine.RequestWeightUpdate(
+      [](Transformer& model) {
+        Perturb(model);
+        return absl::OkStatus();
+      },
+      2);
   GenerationRequest b = a;
   b.id = 2;
   ASSERT_TRUE(engine.Submit(b).ok());
@@ -316,7 +321,12 @@ TEST(LlmEngine, RecomputeTakesNewWeightsMidSequence) {
   ASSERT_TRUE(engine.Submit(a).ok());
   for (int i = 0; i < 4; ++i) ASSERT_TRUE(engine.Step().ok());  // prefill + 3 decodes
   torch::manual_seed(70);
-  engine.RequestWeightUpdate([](Transformer& model) { Perturb(model); }, 2);
+  engine.RequestWeightUpdate(
+      [](Transformer& model) {
+        Perturb(model);
+        return absl::OkStatus();
+      },
+      2);
   auto done = RunAll(engine);
   const auto& smp = done[1].samples[0];
   ASSERT_EQ(smp.tokens.size(), 10u);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
 #include "common/exceptions.h"
@@ -38,6 +39,8 @@ absl::StatusOr<std::unique_ptr<Role>> LmRolloutRole::Create(const JobConfig& con
         " starts from a checkpoint (e.g. the SFT stage's runs/<name>/checkpoints/step_<N>)"));
   }
   std::unique_ptr<LmRolloutRole> role(new LmRolloutRole());
+  role->config_ = &config;
+  role->assignment_ = assignment;
   // In synchronous mode the engines generate at once while the trainer waits: they share the
   // host's cores (trainer.threads: 0) as the trainer ranks do.
   SetComputeThreads(config.trainer.threads, std::max(config.trainer.ranks, config.rollout.workers));
@@ -49,7 +52,9 @@ absl::StatusOr<std::unique_ptr<Role>> LmRolloutRole::Create(const JobConfig& con
     EngineSettings s = EngineSettingsFor(config.engine, model->config());
     const models::Tokenizer* tok = role->tokenizer_.get();
     s.detokenize = [tok](const std::vector<int32_t>& ids) { return tok->Decode(ids); };
-    role->flat_.resize(static_cast<size_t>(FlatSize(*model)));
+    role->layout_hash_ = LayoutHash(*model);
+    if (config.weights.apply == "staged")
+      role->staged_.resize(static_cast<size_t>(FlatSize(*model)));
     role->engine_ = std::make_unique<LlmEngine>(model, s, 0);
     return absl::OkStatus();
   }));
@@ -120,26 +125,112 @@ absl::StatusOr<WorkReply> LmRolloutRole::Generate(const proto::LmGenerate& task,
   return reply;
 }
 
+std::vector<Destination> ParameterDestinations(torch::nn::Module& model, float* staged) {
+  std::vector<Destination> out;
+  for (const auto& p : model.named_parameters()) {
+    torch::Tensor t = p.value();
+    out.push_back({p.key(), t.sizes().vec(), staged != nullptr ? staged : t.data_ptr<float>()});
+    if (staged != nullptr) staged += t.numel();
+  }
+  return out;
+}
+
+absl::StatusOr<BucketSource*> LmRolloutRole::SourceFor(const proto::WeightsReady& w,
+                                                       const std::vector<TensorFrame>& tensors) {
+  const std::string& where = w.location();
+  const double timeout = config_->weights.timeout_s;
+  if (where == "inline") {
+    const TensorFrame* f = FindFrame(tensors, "weights");
+    if (f == nullptr || f->nbytes() != w.manifest().total_bytes()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "inline weights missing or of the wrong size (", f == nullptr ? 0 : f->nbytes(),
+          " bytes, the manifest says ", w.manifest().total_bytes(), ")"));
+    }
+    inline_sums_.assign(w.bucket_checksums().begin(), w.bucket_checksums().end());
+    inline_ = std::make_unique<MemorySource>(w.manifest(), static_cast<const char*>(f->data()),
+                                             inline_sums_);
+    return inline_.get();
+  }
+  if (absl::StartsWith(where, "shm-ring:")) {
+    if (ring_ == nullptr) {
+      ASSIGN_OR_RETURN(ring_, ShmRingSource::Open(where, timeout));
+    }
+    return ring_.get();
+  }
+  if (where == absl::StrCat("gloo:", kWeightGroup)) {
+    if (broadcast_ == nullptr) {
+      dist::GroupOptions g;
+      g.store_address = assignment_.store_address();
+      g.name = kWeightGroup;
+      g.rank = assignment_.rank() + 1;
+      g.size = static_cast<int>(config_->rollout.workers) + 1;
+      g.timeout_s = timeout;
+      ASSIGN_OR_RETURN(weight_group_, dist::ConnectGroup(g));
+      broadcast_ =
+          std::make_unique<GlooBroadcastSource>(weight_group_.get(), w.manifest().bucket_bytes());
+    }
+    if (broadcast_->bucket_bytes() != w.manifest().bucket_bytes()) {
+      return absl::FailedPreconditionError("the weight stream's bucket size changed");
+    }
+    return broadcast_.get();
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown weight location '", where, "'"));
+}
+
+absl::StatusOr<ReadStats> LmRolloutRole::ReadInto(const proto::WeightsReady& w,
+                                                  BucketSource& source,
+                                                  std::vector<Destination> targets) {
+  const std::string& who = assignment_.actor_id();
+  ASSIGN_OR_RETURN(std::vector<float*> dest, MatchDestinations(w.manifest(), targets, who));
+  return ReadVersion(w.manifest(), w.version(), source, dest, who);
+}
+
 absl::StatusOr<WorkReply> LmRolloutRole::Load(const proto::LoadWeights& load,
                                               const std::vector<TensorFrame>& tensors) {
   const Stopwatch timer;
   const proto::WeightsReady& w = load.weights();
-  const uint64_t layout = LayoutHash(*engine_->model());
-  if (w.location() == "inline") {
-    const TensorFrame* f = FindFrame(tensors, "weights");
-    if (f == nullptr || f->nbytes() != flat_.size() * sizeof(float)) {
-      return absl::InvalidArgumentError("inline weights missing or of the wrong size");
-    }
-    std::memcpy(flat_.data(), f->data(), f->nbytes());
-  } else {
-    RETURN_IF_ERROR(reader_.Read(w, layout, flat_.data()));
+  if (w.layout_hash() != layout_hash_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(assignment_.actor_id(), ": weight version ", w.version(),
+                     " is for another model layout (trainer and rollout configs differ)"));
   }
-  engine_->RequestWeightUpdate(
-      [this](models::Transformer& model) { LoadFlat(*model, flat_.data()); }, w.version());
-  // Idle engine: a step with nothing to run applies the update now.
-  if (!engine_->HasUnfinished()) RETURN_IF_ERROR(engine_->Step());
+  ASSIGN_OR_RETURN(BucketSource * source, SourceFor(w, tensors));
+  ReadStats stats;
+  if (!staged_.empty()) {
+    // Whole and verified before the engine sees it: a failure leaves the previous version.
+    ASSIGN_OR_RETURN(
+        stats, ReadInto(w, *source, ParameterDestinations(*engine_->model(), staged_.data())));
+    engine_->RequestWeightUpdate(
+        [this](models::Transformer& model) {
+          LoadFlat(*model, staged_.data());
+          return absl::OkStatus();
+        },
+        w.version());
+  } else {
+    engine_->RequestWeightUpdate(
+        [&](models::Transformer& model) -> absl::Status {
+          ASSIGN_OR_RETURN(stats, ReadInto(w, *source, ParameterDestinations(*model)));
+          return absl::OkStatus();
+        },
+        w.version());
+  }
+  // Between steps: an idle engine applies it at once; a draining one finishes its started
+  // groups on the old weights first (they stay queued for the next lm_generate).
+  while (engine_->weight_update_pending()) {
+    absl::Status s = engine_->Step();
+    if (!s.ok() && staged_.empty() && !engine_->torn().empty()) {
+      return absl::Status(s.code(), absl::StrCat(s.message(), "; ", assignment_.actor_id(),
+                                                 "'s weights are torn (weights.apply: in_place): "
+                                                 "it serves nothing until a whole version loads"));
+    }
+    RETURN_IF_ERROR(s);
+  }
   WorkReply reply;
-  (*reply.result.mutable_metrics())["load_s"] = timer.Seconds();
+  auto& m = *reply.result.mutable_metrics();
+  m["load_s"] = timer.Seconds();
+  m["weight_read_s"] = stats.seconds;
+  m["weight_bytes"] = static_cast<double>(stats.bytes);
+  m["weight_gbps"] = stats.gb_per_s();
   return reply;
 }
 

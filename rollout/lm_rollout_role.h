@@ -1,8 +1,11 @@
 // LmRolloutRole: the rollout worker of language-model jobs (GRPO).
 //
 // LmGenerate (new prompts) -> LlmEngine (continuous batching) -> finished groups, returned
-// in chunks of at least min_groups as they complete; LoadWeights -> shared memory -> the
-// engine takes the new version between steps.
+// in chunks of at least min_groups as they complete; LoadWeights -> the weight stream
+// (weights/bucket_stream.h: shm ring, gloo broadcast or an inline frame), read bucket by bucket
+// between engine steps: in place into the parameters (weights.apply: in_place; a failed load
+// leaves the engine torn, serving nothing) or into a staged copy applied once whole (staged;
+// a failed load leaves it on the previous version).
 //
 // The tokenizer and model come from model.path (a Hugging Face checkpoint, e.g. the SFT
 // stage's output); the engine from the `engine:` section. Stop: the tokenizer's eos.
@@ -14,7 +17,9 @@
 #include "actors/role.h"
 #include "models/tokenizer.h"
 #include "rollout/llm_engine.h"
-#include "weights/weight_sync.h"
+#include "weights/bucket_stream.h"
+#include "weights/gloo_plane.h"
+#include "weights/shm_ring.h"
 
 namespace rlforge {
 
@@ -25,6 +30,7 @@ class LmRolloutRole final : public Role {
   absl::StatusOr<WorkReply> Handle(const proto::WorkRequest& request,
                                    std::vector<TensorFrame> tensors) override;
   int64_t policy_version() const override { return engine_->policy_version(); }
+  LlmEngine& engine() { return *engine_; }
 
  private:
   LmRolloutRole() = default;
@@ -33,11 +39,29 @@ class LmRolloutRole final : public Role {
   absl::StatusOr<WorkReply> Load(const proto::LoadWeights& load,
                                  const std::vector<TensorFrame>& tensors);
 
+  // Where version w's buckets come from (the ring or group is opened on first use).
+  absl::StatusOr<BucketSource*> SourceFor(const proto::WeightsReady& w,
+                                          const std::vector<TensorFrame>& tensors);
+  // Reads w into the parameters (or the staged copy) the manifest names.
+  absl::StatusOr<ReadStats> ReadInto(const proto::WeightsReady& w, BucketSource& source,
+                                     std::vector<Destination> targets);
+
+  const JobConfig* config_ = nullptr;
+  proto::Assignment assignment_;
   std::unique_ptr<models::Tokenizer> tokenizer_;
   std::unique_ptr<LlmEngine> engine_;
-  std::vector<float> flat_;
-  WeightReader reader_;
+  uint64_t layout_hash_ = 0;
+  std::vector<float> staged_;  // weights.apply: staged only
+  std::unique_ptr<ShmRingSource> ring_;
+  std::unique_ptr<dist::Communicator> weight_group_;
+  std::unique_ptr<GlooBroadcastSource> broadcast_;
+  std::unique_ptr<MemorySource> inline_;
+  std::vector<uint64_t> inline_sums_;
 };
+
+// The fp32 parameters of `model` (or views of `staged`, laid out in the same order) as the
+// weight stream's destinations.
+std::vector<Destination> ParameterDestinations(torch::nn::Module& model, float* staged = nullptr);
 
 // Engine settings from the `engine:` section, the pool sized for `model`.
 EngineSettings EngineSettingsFor(const EngineOptions& options,

@@ -117,17 +117,33 @@ std::string WithLengthReward(const std::string& config, const std::string& path)
 // reassembles the batch in prompt order, so the samples, rewards, updates and held-out
 // accuracy agree step for step; only the per-engine figures differ. (A length penalty gives
 // the seconds-long SFT model's groups rewards that differ, so every iteration updates.)
-TEST(GrpoTest, TwoEnginesGiveTheSameRunAsOne) {
+// One engine with the whole weight stream in one bucket through the shm ring; two engines
+// with 16 KiB buckets through the ring; three engines with 16 KiB buckets over the gloo
+// broadcast group. Every run samples the same.
+TEST(GrpoTest, TwoAndThreeEnginesGiveTheSameRunAsOne) {
   std::string root = FreshDir("grpo_fleet");
   const std::string base = SftCheckpoint(root);
   const std::string config = WithLengthReward(Grpo(), root + "/grpo_length.yaml");
   std::vector<std::vector<nlohmann::json>> runs;
-  for (const std::string workers : {"1", "2"}) {
-    auto [code, out] = RunRlforge(
-        {"run", config, "job.run_root=" + root, "trainer.lr=1e-3", "job.name=w" + workers,
-         "job.seed=3", "model.path=" + base, "job.iterations=3", "grpo.prompts_per_iteration=6",
-         "grpo.eval_every=0", "grpo.eval_examples=16", "rollout.workers=" + workers},
-        300);
+  const std::vector<std::vector<std::string>> planes = {
+      {"weights.transport=shm"},
+      {"weights.transport=shm", "weights.bucket_mb=0.015625"},
+      {"weights.transport=gloo", "weights.bucket_mb=0.015625"}};
+  for (const std::string workers : {"1", "2", "3"}) {
+    std::vector<std::string> args = {"run",
+                                     config,
+                                     "job.run_root=" + root,
+                                     "trainer.lr=1e-3",
+                                     "job.name=w" + workers,
+                                     "job.seed=3",
+                                     "model.path=" + base,
+                                     "job.iterations=3",
+                                     "grpo.prompts_per_iteration=6",
+                                     "grpo.eval_every=0",
+                                     "grpo.eval_examples=16",
+                                     "rollout.workers=" + workers};
+    for (const std::string& a : planes[runs.size()]) args.push_back(a);
+    auto [code, out] = RunRlforge(args, 300);
     ASSERT_EQ(code, 0) << out;
     auto m = ReadMetricsJsonl(root + "/w" + workers);
     ASSERT_EQ(m.size(), 4u) << out;
@@ -137,47 +153,63 @@ TEST(GrpoTest, TwoEnginesGiveTheSameRunAsOne) {
   // engines' logprobs of those tokens are not: an engine's batched matmuls round in another
   // order when its batch holds 3 groups instead of 6 (float32 noise, ~1e-7, the size of the
   // engine-trainer logprob_mismatch), and the trainer's ratios carry that into its figures.
-  const std::set<std::string> exact = {"reward_mean",        "reward/exact/mean",
-                                       "reward/exact/std",   "response_length",
-                                       "stopped_fraction",   "degenerate_groups",
-                                       "groups",             "policy_version",
-                                       "policy_version_lag", "heldout_accuracy",
-                                       "heldout_examples",   "heldout_reward/exact/mean",
+  const std::set<std::string> exact = {"reward_mean",
+                                       "reward/exact/mean",
+                                       "reward/exact/std",
+                                       "response_length",
+                                       "stopped_fraction",
+                                       "degenerate_groups",
+                                       "groups",
+                                       "policy_version",
+                                       "policy_version_lag",
+                                       "heldout_accuracy",
+                                       "heldout_examples",
+                                       "heldout_reward/exact/mean",
                                        "heldout_reward/exact/std"};
   for (int step = 0; step <= 3; ++step) {
-    const auto& one = runs[0][step]["metrics"];
-    const auto& two = runs[1][step]["metrics"];
-    for (const auto& [k, v] : one.items()) {
-      if (k.rfind("rollout/", 0) == 0 || k == "engine_preemptions") continue;
-      ASSERT_TRUE(two.contains(k)) << k << " at step " << step;
-      const double a = v.get<double>(), b = two[k].get<double>();
-      if (exact.contains(k)) {
-        EXPECT_EQ(a, b) << k << " at step " << step;
-      } else {
-        EXPECT_NEAR(a, b, 1e-5 * std::abs(a) + 1e-6) << k << " at step " << step;
+    for (size_t run = 1; run < runs.size(); ++run) {
+      const auto& one = runs[0][step]["metrics"];
+      const auto& two = runs[run][step]["metrics"];
+      for (const auto& [k, v] : one.items()) {
+        if (k.rfind("rollout/", 0) == 0 || k == "engine_preemptions") continue;
+        ASSERT_TRUE(two.contains(k)) << k << " at step " << step;
+        const double a = v.get<double>(), b = two[k].get<double>();
+        if (exact.contains(k)) {
+          EXPECT_EQ(a, b) << k << " at step " << step;
+        } else {
+          EXPECT_NEAR(a, b, 1e-5 * std::abs(a) + 1e-6) << k << " at step " << step;
+        }
       }
-    }
-    for (const auto& [k, v] : two.items()) {
-      EXPECT_TRUE(one.contains(k) || k.rfind("rollout/", 0) == 0) << k << " at step " << step;
+      for (const auto& [k, v] : two.items()) {
+        EXPECT_TRUE(one.contains(k) || k.rfind("rollout/", 0) == 0) << k << " at step " << step;
+      }
     }
   }
   ASSERT_TRUE(runs[1][3]["metrics"].contains("heldout_accuracy"));
   EXPECT_GT(runs[1][1]["metrics"]["reward/exact/std"].get<double>(), 0);
   EXPECT_EQ(runs[1][3]["metrics"]["policy_version"].get<double>(), 3) << "every iteration updates";
   for (int step = 1; step <= 3; ++step) {
-    const auto& r = runs[1][step]["metrics"];
-    const auto& t = runs[1][step]["timings"];
-    const double served =
-        step == 1 ? 0 : runs[1][step - 1]["metrics"]["policy_version"].get<double>();
-    for (int e = 0; e < 2; ++e) {
-      const std::string p = "rollout/" + std::to_string(e) + "/";
-      EXPECT_EQ(r[p + "groups"].get<double>(), 3) << p << " at step " << step;
-      EXPECT_EQ(r[p + "version"].get<double>(), served) << p << " at step " << step;
-      EXPECT_GT(t[p + "generate_s"].get<double>(), 0) << p << " at step " << step;
+    for (int engines = 2; engines <= 3; ++engines) {
+      const auto& r = runs[engines - 1][step]["metrics"];
+      const auto& t = runs[engines - 1][step]["timings"];
+      const double served =
+          step == 1 ? 0 : runs[engines - 1][step - 1]["metrics"]["policy_version"].get<double>();
+      for (int e = 0; e < engines; ++e) {
+        const std::string p = "rollout/" + std::to_string(e) + "/";
+        EXPECT_EQ(r[p + "groups"].get<double>(), 6 / engines) << p << " at step " << step;
+        EXPECT_EQ(r[p + "version"].get<double>(), served) << p << " at step " << step;
+        EXPECT_GT(t[p + "generate_s"].get<double>(), 0) << p << " at step " << step;
+        // The version this iteration trained reached every engine through the stream.
+        EXPECT_GT(r[p + "weight_gbps"].get<double>(), 0) << p << " at step " << step;
+        EXPECT_GT(t[p + "weight_load_s"].get<double>(), 0) << p << " at step " << step;
+      }
+      EXPECT_GT(r["weight_stream_bytes"].get<double>(), 16384 * 2) << "several buckets";
+      EXPECT_GT(t["publish_s"].get<double>(), 0);
     }
     EXPECT_EQ(runs[0][step]["metrics"]["rollout/0/groups"].get<double>(), 6);
   }
-  for (const char* log : {"/w2/logs/rollout-0.log", "/w2/logs/rollout-1.log"}) {
+  for (const char* log : {"/w2/logs/rollout-0.log", "/w2/logs/rollout-1.log",
+                          "/w3/logs/rollout-2.log", "/w3/logs/trainer-store.log"}) {
     EXPECT_TRUE(std::filesystem::exists(root + log)) << log;
   }
 }

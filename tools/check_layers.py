@@ -16,8 +16,8 @@ import sys
 LEVELS = [
     ["common"],
     ["proto", "config"],
-    ["launch", "data", "weights", "dist", "dashboard", "models"],
-    ["sim_bridge"],
+    ["launch", "data", "dist", "dashboard", "models"],
+    ["sim_bridge", "weights"],
     ["actors"],
     ["reward", "rollout", "trainer"],
     ["controller"],

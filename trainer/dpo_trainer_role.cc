@@ -32,7 +32,10 @@ absl::StatusOr<WorkReply> DpoTrainerRole::Handle(const proto::WorkRequest& reque
                                                  std::vector<TensorFrame> tensors) {
   return CallCatching([&]() -> absl::StatusOr<WorkReply> {
     if (request.task_case() == proto::WorkRequest::kDpoTrain) return Train(tensors);
-    return absl::InvalidArgumentError("the dpo trainer takes dpo_train work");
+    if (request.task_case() == proto::WorkRequest::kPublishWeights) {
+      return state_->Stream(request.publish_weights().readers());
+    }
+    return absl::InvalidArgumentError("the dpo trainer takes dpo_train and publish_weights work");
   });
 }
 
@@ -106,7 +109,7 @@ absl::StatusOr<WorkReply> DpoTrainerRole::Train(const std::vector<TensorFrame>& 
   }
   policy.module()->eval();
   const double train_s = timer.Seconds();
-  ASSIGN_OR_RETURN(WorkReply reply, state_->PublishNewVersion());
+  ASSIGN_OR_RETURN(WorkReply reply, state_->AnnounceNewVersion());
   out["pairs"] = static_cast<double>(pairs.size());
   out["update_s"] = train_s;
   out["weight_bytes"] = static_cast<double>(state_->weight_bytes());

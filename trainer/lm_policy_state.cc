@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/clock.h"
 #include "common/exceptions.h"
 #include "common/status.h"
 #include "models/actor_critic.h"
@@ -127,18 +128,25 @@ absl::StatusOr<std::unique_ptr<LmPolicyState>> LmPolicyState::Create(
   return CallCatching([&]() -> absl::StatusOr<std::unique_ptr<LmPolicyState>> {
     s->optimizer_ = std::make_unique<FlatAdamW>(s->policy_->shard_data(), s->policy_->shard_grad(),
                                                 AdamWOptions(config.trainer, config.trainer.lr));
-    models::Transformer& m = s->policy_->module();
-    for (const auto& p : m->named_parameters()) {
-      s->flat_offset_[p.key()] = s->flat_numel_;
-      s->flat_numel_ += p.value().numel();
+    s->layout_hash_ = LayoutHash(*s->policy_->module());
+    std::vector<TensorSpec> specs;  // in the order GatherUnits streams them
+    for (const ShardUnit& u : s->policy_->units()) {
+      for (const ShardedParam& p : u.params) specs.push_back({p.name, p.shape});
     }
-    s->layout_hash_ = LayoutHash(*m);
-    if (s->comm_->rank() == 0 && config.weights.transport != "zmq") {
-      std::string name = absl::StrCat("rlforge-w-", getpid(), "-", assignment.actor_id());
-      ASSIGN_OR_RETURN(
-          WeightPublisher p,
-          WeightPublisher::Create(name, static_cast<size_t>(s->weight_bytes()), s->layout_hash_));
-      s->publisher_.emplace(std::move(p));
+    const WeightsOptions& w = config.weights;
+    const uint64_t bucket = static_cast<uint64_t>(w.bucket_mb * 1048576.0) / 64 * 64;
+    s->manifest_ = MakeManifest(specs, w.dtype, bucket);
+    s->store_address_ = assignment.store_address();
+    const std::string transport = LmWeightTransport(w, config.rollout.external);
+    if (transport == "zmq") {
+      s->location_ = "inline";
+    } else if (transport == "gloo") {
+      s->location_ = absl::StrCat("gloo:", kWeightGroup);
+    } else if (s->comm_->rank() == 0) {
+      std::string name = absl::StrCat("/rlforge-w-", getpid(), "-", assignment.actor_id());
+      ASSIGN_OR_RETURN(s->ring_,
+                       ShmRingSink::Create(name, s->manifest_.bucket_bytes(), w.timeout_s));
+      s->location_ = s->ring_->location();
     }
     return std::move(s);
   });
@@ -159,37 +167,96 @@ double LmPolicyState::Step(double max_grad_norm) {
   return norm;
 }
 
-absl::StatusOr<WorkReply> LmPolicyState::PublishNewVersion() {
+absl::StatusOr<WorkReply> LmPolicyState::AnnounceNewVersion() {
   ++version_;
-  return Publish();
+  return Announce();
 }
 
-absl::StatusOr<WorkReply> LmPolicyState::Publish() {
-  const bool leader = comm_->rank() == 0;
-  std::vector<float> inline_flat;
-  float* out = nullptr;
-  if (leader && publisher_) {
-    out = reinterpret_cast<float*>(publisher_->BeginWrite(version_));
-  } else if (leader) {
-    inline_flat.resize(static_cast<size_t>(flat_numel_));
-    out = inline_flat.data();
-  }
+absl::Status LmPolicyState::GatherInto(BucketWriter* writer) {
+  absl::Status first;
   RETURN_IF_ERROR(policy_->GatherUnits([&](const ShardUnit& unit, const torch::Tensor& flat) {
-    if (out == nullptr) return absl::OkStatus();
+    if (writer == nullptr || !first.ok()) return absl::OkStatus();
     for (const ShardedParam& p : unit.params) {
-      std::memcpy(out + flat_offset_.at(p.name), flat.data_ptr<float>() + p.offset,
-                  static_cast<size_t>(p.numel) * sizeof(float));
+      first = writer->Append(p.name, flat.data_ptr<float>() + p.offset, p.numel);
+      if (!first.ok()) break;
     }
     return absl::OkStatus();
   }));
+  return first;
+}
+
+absl::StatusOr<WorkReply> LmPolicyState::Announce() {
+  const bool leader = comm_->rank() == 0;
+  WorkReply reply;
+  proto::WeightsReady* ready = reply.result.mutable_weights();
+  ready->set_version(version_);
+  ready->set_location(location_);
+  ready->set_layout_hash(layout_hash_);
+  ready->set_nbytes(manifest_.total_bytes());
+  *ready->mutable_manifest() = manifest_;
+  if (location_ != "inline") return reply;
+  std::optional<TensorFrame> frame;
+  std::optional<MemorySink> sink;
+  std::optional<BucketWriter> writer;
+  if (leader) {
+    frame = TensorFrame::Allocate("weights", proto::U8,
+                                  {static_cast<int64_t>(manifest_.total_bytes())});
+    sink.emplace(manifest_, static_cast<char*>(frame->data()));
+    writer.emplace(manifest_, *sink, version_);
+  }
+  RETURN_IF_ERROR(GatherInto(leader ? &*writer : nullptr));
+  if (!leader) return reply;
+  ASSIGN_OR_RETURN(std::vector<uint64_t> sums, writer->Finish());
+  for (uint64_t c : sums) ready->add_bucket_checksums(c);
+  reply.tensors.push_back(std::move(*frame));
+  return reply;
+}
+
+absl::StatusOr<BucketSink*> LmPolicyState::Sink(int readers) {
+  if (ring_ != nullptr) {
+    ring_->set_readers(readers);
+    return ring_.get();
+  }
+  if (broadcast_ == nullptr) {
+    dist::GroupOptions g;
+    g.store_address = store_address_;
+    g.name = kWeightGroup;
+    g.rank = 0;
+    g.size = readers + 1;
+    g.timeout_s = config_.weights.timeout_s;
+    ASSIGN_OR_RETURN(weight_group_, dist::ConnectGroup(g));
+    broadcast_ = std::make_unique<GlooBroadcastSink>(weight_group_.get(), manifest_.bucket_bytes());
+  }
+  if (weight_group_->size() != readers + 1) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the weight group formed with ", weight_group_->size() - 1, " engines; ",
+                     readers, " asked to load now (a gloo weight group does not change members)"));
+  }
+  return broadcast_.get();
+}
+
+absl::StatusOr<WorkReply> LmPolicyState::Stream(int readers) {
+  if (location_ == "inline") {
+    return absl::FailedPreconditionError(
+        "publish_weights on the inline path (weights.transport: zmq): the step's reply carries "
+        "the weights");
+  }
+  const Stopwatch timer;
+  const bool leader = comm_->rank() == 0;
+  std::optional<BucketWriter> writer;
+  if (leader) {
+    ASSIGN_OR_RETURN(BucketSink * sink, Sink(readers));
+    writer.emplace(manifest_, *sink, version_);
+  }
+  RETURN_IF_ERROR(GatherInto(leader ? &*writer : nullptr));
   WorkReply reply;
   if (!leader) return reply;
-  if (publisher_) {
-    *reply.result.mutable_weights() = publisher_->EndWrite(version_);
-  } else {
-    *reply.result.mutable_weights() = InlineWeights(version_, inline_flat, layout_hash_);
-    reply.tensors.push_back(TensorFrame::FromVector("weights", inline_flat));
-  }
+  ASSIGN_OR_RETURN(std::vector<uint64_t> sums, writer->Finish());
+  ASSIGN_OR_RETURN(reply, Announce());
+  for (uint64_t c : sums) reply.result.mutable_weights()->add_bucket_checksums(c);
+  auto& m = *reply.result.mutable_metrics();
+  m["publish_s"] = timer.Seconds();
+  m["weight_stream_bytes"] = static_cast<double>(manifest_.total_bytes());
   return reply;
 }
 

@@ -1,10 +1,12 @@
 // LmPolicyState: what every language-model learner role holds: the trainer ranks' group, the
 // policy loaded from model.path sharded over them, AdamW over this rank's shard, and (rank 0)
-// the publisher that hands each new version to rollout workers.
+// the weight plane's publishing end (weights/bucket_stream.h).
 //
-// model.path -> sharded policy (version 0) -> [role's updates] -> ++version -> Publish():
-//   gathered unit by unit -> rank 0 writes each into shared memory (one host; never a
-//   second full copy) or into an inline "weights" frame (weights.transport: zmq)
+// model.path -> sharded policy (version 0) -> [role's updates] -> ++version -> Announce():
+//   the step's reply names the version, where it will stream and its manifest ->
+//   PublishWeights -> Stream(readers): gathered unit by unit, rank 0 packs each tensor into
+//   the bucket stream (shm ring or gloo broadcast) while the engines load it; never a second
+//   full copy. weights.transport zmq: Announce packs the stream into an inline frame itself.
 //
 // Also the padded [B, T] batch the learners score sequences with. One thread; owned by its role.
 #pragma once
@@ -25,7 +27,9 @@
 #include "proto/lm_groups.h"
 #include "trainer/flat_adamw.h"
 #include "trainer/sharded_model.h"
-#include "weights/weight_sync.h"
+#include "weights/bucket_stream.h"
+#include "weights/gloo_plane.h"
+#include "weights/shm_ring.h"
 
 namespace rlforge {
 
@@ -83,13 +87,16 @@ class LmPolicyState {
   double NextLearningRate(int64_t total_steps);
   // Clip by the global norm over ranks, step; returns the norm before clipping.
   double Step(double max_grad_norm);
-  // Marks a new version (after the role's updates) and publishes it. Every rank calls it:
-  // the full weights are gathered unit by unit and rank 0 streams them into the weight
-  // transport; only rank 0's reply carries them.
-  absl::StatusOr<WorkReply> PublishNewVersion();
-  // Publishes the current version again (e.g. no update this time).
-  absl::StatusOr<WorkReply> Publish();
-  int64_t weight_bytes() const { return flat_numel_ * static_cast<int64_t>(sizeof(float)); }
+  // Marks a new version (after the role's updates) and announces it. Every rank calls it.
+  absl::StatusOr<WorkReply> AnnounceNewVersion();
+  // The current version's WeightsReady (version, location, manifest; rank 0's reply). On the
+  // inline path the weights are gathered and packed into a "weights" frame here.
+  absl::StatusOr<WorkReply> Announce();
+  // PublishWeights: the current version to `readers` engines loading it now. Every rank
+  // gathers unit by unit; rank 0 streams. Rank 0's reply: the WeightsReady with every bucket's
+  // checksum; metrics publish_s, weight_stream_bytes.
+  absl::StatusOr<WorkReply> Stream(int readers);
+  int64_t weight_bytes() const { return static_cast<int64_t>(manifest_.total_bytes()); }
 
  private:
   explicit LmPolicyState(const JobConfig& config) : config_(config) {}
@@ -98,9 +105,17 @@ class LmPolicyState {
   std::unique_ptr<dist::Communicator> comm_;  // outlives the models that use it
   std::unique_ptr<ShardedModel> policy_;
   std::unique_ptr<FlatAdamW> optimizer_;
-  std::optional<WeightPublisher> publisher_;
-  std::map<std::string, int64_t> flat_offset_;  // parameter -> offset in the weight layout
-  int64_t flat_numel_ = 0;
+  // Gathers every unit and appends its tensors to `writer` (rank 0; null elsewhere). The
+  // first failure of the writer is returned after the gather: the ranks stay in step.
+  absl::Status GatherInto(BucketWriter* writer);
+  absl::StatusOr<BucketSink*> Sink(int readers);  // rank 0's, made on first use
+
+  std::string location_;  // "shm-ring:/...", "gloo:weights" or "inline"
+  std::string store_address_;
+  proto::WeightManifest manifest_;
+  std::unique_ptr<ShmRingSink> ring_;
+  std::unique_ptr<dist::Communicator> weight_group_;  // rank 0 of the weight group (gloo)
+  std::unique_ptr<GlooBroadcastSink> broadcast_;
   uint64_t layout_hash_ = 0;
   int64_t version_ = 0;
   int64_t optimizer_steps_ = 0;

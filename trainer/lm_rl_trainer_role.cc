@@ -51,8 +51,11 @@ absl::StatusOr<WorkReply> LmRlTrainerRole::Handle(const proto::WorkRequest& requ
     if (request.task_case() == proto::WorkRequest::kGrpoTrain) {
       return Train(request.grpo_train(), tensors);
     }
-    return absl::InvalidArgumentError(
-        absl::StrCat("the ", config_.job.algorithm->name, " trainer takes grpo_train work"));
+    if (request.task_case() == proto::WorkRequest::kPublishWeights) {
+      return state_->Stream(request.publish_weights().readers());
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the ", config_.job.algorithm->name, " trainer takes grpo_train and publish_weights work"));
   });
 }
 
@@ -99,7 +102,7 @@ absl::StatusOr<WorkReply> LmRlTrainerRole::Train(const proto::GrpoTrain& task,
   out["groups"] = static_cast<double>(groups.size());
   const std::vector<int64_t>& kept = estimator_->kept_groups();
   if (kept.empty()) {  // nothing to learn from: same version, no step
-    ASSIGN_OR_RETURN(WorkReply reply, state_->Publish());
+    ASSIGN_OR_RETURN(WorkReply reply, state_->Announce());
     out["skipped_update"] = 1;
     PutMetrics(out, reply);
     return reply;
@@ -136,13 +139,11 @@ absl::StatusOr<WorkReply> LmRlTrainerRole::Train(const proto::GrpoTrain& task,
   module->eval();
   estimator_->SetTraining(false);
   out["update_s"] = t0.Seconds();
-  const Stopwatch p0;
   // A critic-only warm-up iteration leaves the policy as it was: same version.
   ASSIGN_OR_RETURN(WorkReply reply,
-                   update_policy ? state_->PublishNewVersion() : state_->Publish());
+                   update_policy ? state_->AnnounceNewVersion() : state_->Announce());
   Average(sums, updates, updates / g.epochs, out);
   if (!update_policy) out["critic_warmup"] = 1;
-  out["publish_s"] = p0.Seconds();
   out["weight_bytes"] = static_cast<double>(state_->weight_bytes());
   PutMetrics(out, reply);
   return reply;

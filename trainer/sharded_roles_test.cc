@@ -30,6 +30,7 @@
 #include "trainer/dpo_trainer_role.h"
 #include "trainer/lm_rl_trainer_role.h"
 #include "trainer/sft_trainer_role.h"
+#include "weights/bucket_stream.h"
 
 namespace rlforge {
 namespace {
@@ -101,7 +102,7 @@ Params ParamsOf(const models::Transformer& m) {
   return out;
 }
 
-// Splits a flat "weights" frame (the policy's named_parameters order) into tensors.
+// Reads the inline weight stream (the "weights" frame, by its manifest) into a fresh model.
 Params SplitWeights(const WorkReply& reply) {
   const TensorFrame* f = FindFrame(reply.tensors, "weights");
   EXPECT_NE(f, nullptr) << "rank 0's reply has no inline weights";
@@ -109,19 +110,22 @@ Params SplitWeights(const WorkReply& reply) {
   auto init = models::LoadHfModel(CheckpointDir());
   EXPECT_TRUE(init.ok()) << init.status();
   if (!init.ok()) return {};
-  Params out;
-  int64_t offset = 0;
-  const float* data = static_cast<const float*>(f->data());
+  std::vector<Destination> mine;
   for (const auto& p : (*init)->named_parameters()) {
-    const int64_t n = p.value().numel();
-    EXPECT_LE(offset + n, f->numel());
-    if (offset + n > f->numel()) return {};
-    out.emplace_back(
-        p.key(),
-        torch::from_blob(const_cast<float*>(data) + offset, {n}).view(p.value().sizes()).clone());
-    offset += n;
+    mine.push_back({p.key(), p.value().sizes().vec(), p.value().data_ptr<float>()});
   }
-  EXPECT_EQ(offset, f->numel());
+  const proto::WeightsReady& w = reply.result.weights();
+  auto dest = MatchDestinations(w.manifest(), mine, "test");
+  EXPECT_TRUE(dest.ok()) << dest.status();
+  if (!dest.ok()) return {};
+  const std::vector<uint64_t> sums(w.bucket_checksums().begin(), w.bucket_checksums().end());
+  MemorySource source(w.manifest(), static_cast<const char*>(f->data()), sums);
+  absl::Status read = ReadVersion(w.manifest(), w.version(), source, *dest, "test").status();
+  EXPECT_TRUE(read.ok()) << read;
+  Params out;
+  for (const auto& p : (*init)->named_parameters()) {
+    out.emplace_back(p.key(), p.value().detach().clone());
+  }
   return out;
 }
 

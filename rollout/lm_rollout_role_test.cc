@@ -1,0 +1,261 @@
+// The LM rollout worker's side of the weight plane: a version streamed through the shm ring
+// lands in the engine; a publisher killed mid-transfer leaves a staged engine on the previous
+// version (and serving) and an in-place one torn (and refusing work); a corrupted bucket is
+// refused naming the engine, the version and the bucket.
+#include "rollout/lm_rollout_role.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <thread>
+
+#include "config/job_config.h"
+#include "models/actor_critic.h"
+#include "models/hf_checkpoint.h"
+#include "models/tokenizer.h"
+#include "proto/lm_groups.h"
+#include "weights/shm_ring.h"
+
+namespace rlforge {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string TinyCheckpoint() {
+  static const std::string dir = [] {
+    const std::string d = ::testing::TempDir() + "rlforge_lm_rollout_role_ckpt";
+    fs::remove_all(d);
+    std::string alphabet;
+    for (char c = ' '; c <= '~'; ++c) alphabet.push_back(c);
+    auto tok = models::MakeCharTokenizer(alphabet);
+    EXPECT_TRUE(tok.ok());
+    models::TransformerConfig c;
+    c.vocab_size = (*tok)->vocab_size();
+    c.hidden_size = 16;
+    c.intermediate_size = 24;
+    c.num_hidden_layers = 2;
+    c.num_attention_heads = 2;
+    c.num_key_value_heads = 1;
+    c.head_dim = 8;
+    c.max_position_embeddings = 64;
+    c.bos_token_id = (*tok)->bos_id();
+    c.eos_token_id = (*tok)->eos_id();
+    torch::manual_seed(3);
+    models::Transformer m(c);
+    EXPECT_TRUE(models::SaveHfModel(m, d).ok());
+    EXPECT_TRUE(models::SaveTokenizer(**tok, d).ok());
+    return d;
+  }();
+  return dir;
+}
+
+struct Engine {
+  JobConfig config;
+  std::unique_ptr<Role> role;
+};
+
+Engine MakeEngine(const std::string& apply) {
+  Engine e;
+  LoadedJob j = LoadJobText("job: {algorithm: grpo}\nmodel: {path: " + TinyCheckpoint() +
+                                "}\nweights: {apply: " + apply + ", timeout_s: 20}\n",
+                            "test.yaml");
+  for (const auto& err : j.errors) ADD_FAILURE() << err.ToString();
+  e.config = j.config;
+  proto::Assignment a;
+  a.set_actor_id("rollout-1");
+  a.set_role("rollout");
+  a.set_rank(1);
+  a.set_world_size(2);
+  auto role = LmRolloutRole::Create(e.config, a);
+  EXPECT_TRUE(role.ok()) << role.status();
+  if (role.ok()) e.role = std::move(*role);
+  return e;
+}
+
+// The checkpoint's parameters, named, in module order: what a trainer streams.
+std::vector<std::pair<std::string, torch::Tensor>> TrainerWeights(float shift) {
+  auto m = models::LoadHfModel(TinyCheckpoint());
+  EXPECT_TRUE(m.ok());
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for (const auto& p : (*m)->named_parameters()) {
+    out.emplace_back(p.key(), p.value().detach().clone() + shift);
+  }
+  return out;
+}
+
+proto::WeightsReady Announce(const std::vector<std::pair<std::string, torch::Tensor>>& w,
+                             int64_t version, const std::string& location) {
+  std::vector<TensorSpec> specs;
+  for (const auto& [name, t] : w) specs.push_back({name, t.sizes().vec()});
+  proto::WeightsReady r;
+  r.set_version(version);
+  r.set_location(location);
+  *r.mutable_manifest() = MakeManifest(specs, "float32", 1024);
+  auto m = models::LoadHfModel(TinyCheckpoint());
+  r.set_layout_hash(LayoutHash(**m));
+  return r;
+}
+
+absl::Status Write(const proto::WeightsReady& r,
+                   const std::vector<std::pair<std::string, torch::Tensor>>& w, BucketSink& sink) {
+  BucketWriter writer(r.manifest(), sink, r.version());
+  for (const auto& [name, t] : w) {
+    if (absl::Status s = writer.Append(name, t.data_ptr<float>(), t.numel()); !s.ok()) return s;
+  }
+  return writer.Finish().status();
+}
+
+absl::StatusOr<WorkReply> Load(Role& role, const proto::WeightsReady& r,
+                               std::vector<TensorFrame> frames = {}) {
+  proto::WorkRequest req;
+  *req.mutable_load_weights()->mutable_weights() = r;
+  return role.Handle(req, std::move(frames));
+}
+
+absl::StatusOr<WorkReply> Generate(Role& role) {
+  proto::WorkRequest req;
+  proto::LmGenerate* g = req.mutable_lm_generate();
+  g->set_n(2);
+  g->set_temperature(1);
+  g->set_top_p(1);
+  g->set_max_tokens(4);
+  g->set_min_groups(1);
+  g->set_seed(5);
+  LmGroup p;
+  p.request_id = 1;
+  p.prompt = {3, 4, 5};
+  return role.Handle(req, GroupsToFrames({p}, false));
+}
+
+std::string RingName(const char* tag) {
+  return "/rlforge-test-role-" + std::to_string(getpid()) + tag;
+}
+
+TEST(LmRolloutRoleTest, VersionStreamedThroughTheRingLandsInTheEngine) {
+  Engine e = MakeEngine("in_place");
+  ASSERT_TRUE(e.role);
+  auto sink = ShmRingSink::Create(RingName("a"), 1024, 20);
+  ASSERT_TRUE(sink.ok());
+  (*sink)->set_readers(1);
+  const auto w = TrainerWeights(0.5f);
+  const proto::WeightsReady r = Announce(w, 1, (*sink)->location());
+  ASSERT_GT(BucketCount(r.manifest()), 4);
+  absl::Status written;
+  std::thread publisher([&] { written = Write(r, w, **sink); });
+  auto reply = Load(*e.role, r);
+  publisher.join();
+  ASSERT_TRUE(written.ok()) << written;
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_EQ(e.role->policy_version(), 1);
+  EXPECT_EQ(reply->result.metrics().at("weight_bytes"), r.manifest().total_bytes());
+  auto& engine = static_cast<LmRolloutRole&>(*e.role).engine();
+  size_t i = 0;
+  for (const auto& p : engine.model()->named_parameters()) {
+    ASSERT_EQ(p.key(), w[i].first);
+    EXPECT_TRUE(torch::equal(p.value(), w[i].second)) << p.key();
+    ++i;
+  }
+  EXPECT_EQ(i, w.size());
+  auto gen = Generate(*e.role);
+  ASSERT_TRUE(gen.ok()) << gen.status();
+}
+
+// A child process publishes bucket 0 of version 1, then is killed.
+absl::StatusOr<WorkReply> LoadFromDyingPublisher(Role& role, const std::string& name) {
+  const auto w = TrainerWeights(0.5f);
+  const proto::WeightsReady r = Announce(w, 1, "shm-ring:" + name);
+  int ready[2];
+  if (pipe(ready) != 0) return absl::InternalError("pipe");
+  const pid_t child = fork();
+  if (child == 0) {
+    auto sink = ShmRingSink::Create(name, r.manifest().bucket_bytes(), 20);
+    if (!sink.ok()) _exit(2);
+    (*sink)->set_readers(1);
+    auto buf = (*sink)->Acquire(1, 0);
+    std::memset(*buf, 0, r.manifest().bucket_bytes());
+    (*sink)
+        ->Commit(1, 0, r.manifest().bucket_bytes(),
+                 BucketChecksum(*buf, r.manifest().bucket_bytes()))
+        .IgnoreError();
+    (void)!write(ready[1], "x", 1);
+    pause();
+    _exit(0);
+  }
+  char c;
+  if (read(ready[0], &c, 1) != 1) return absl::InternalError("child publisher failed");
+  std::thread killer([child] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    kill(child, SIGKILL);
+    waitpid(child, nullptr, 0);
+  });
+  auto reply = Load(role, r);
+  killer.join();
+  shm_unlink(name.c_str());
+  return reply;
+}
+
+TEST(LmRolloutRoleTest, StagedEngineStaysOnThePreviousVersionWhenThePublisherDies) {
+  Engine e = MakeEngine("staged");
+  ASSERT_TRUE(e.role);
+  auto before = Generate(*e.role);
+  ASSERT_TRUE(before.ok()) << before.status();
+  auto reply = LoadFromDyingPublisher(*e.role, RingName("b"));
+  ASSERT_FALSE(reply.ok());
+  EXPECT_NE(reply.status().message().find("rollout-1 could not load weight version 1: bucket 1"),
+            std::string::npos)
+      << reply.status();
+  EXPECT_NE(reply.status().message().find("exited mid-transfer"), std::string::npos);
+  EXPECT_EQ(e.role->policy_version(), 0);
+  const auto start = TrainerWeights(0);
+  size_t i = 0;
+  for (const auto& p : static_cast<LmRolloutRole&>(*e.role).engine().model()->named_parameters()) {
+    EXPECT_TRUE(torch::equal(p.value(), start[i++].second)) << p.key() << " was overwritten";
+  }
+  auto after = Generate(*e.role);
+  ASSERT_TRUE(after.ok()) << "a staged engine keeps serving version 0: " << after.status();
+}
+
+TEST(LmRolloutRoleTest, InPlaceEngineIsTornAndRefusesWorkWhenThePublisherDies) {
+  Engine e = MakeEngine("in_place");
+  ASSERT_TRUE(e.role);
+  auto reply = LoadFromDyingPublisher(*e.role, RingName("c"));
+  ASSERT_FALSE(reply.ok());
+  EXPECT_NE(reply.status().message().find("rollout-1's weights are torn"), std::string::npos)
+      << reply.status();
+  auto after = Generate(*e.role);
+  ASSERT_FALSE(after.ok());
+  EXPECT_NE(after.status().message().find("torn"), std::string::npos) << after.status();
+}
+
+TEST(LmRolloutRoleTest, CorruptedInlineBucketIsRefusedNamingEngineVersionAndBucket) {
+  Engine e = MakeEngine("staged");
+  ASSERT_TRUE(e.role);
+  const auto w = TrainerWeights(0.25f);
+  proto::WeightsReady r = Announce(w, 3, "inline");
+  TensorFrame frame = TensorFrame::Allocate("weights", proto::U8,
+                                            {static_cast<int64_t>(r.manifest().total_bytes())});
+  MemorySink sink(r.manifest(), static_cast<char*>(frame.data()));
+  BucketWriter writer(r.manifest(), sink, 3);
+  for (const auto& [name, t] : w)
+    ASSERT_TRUE(writer.Append(name, t.data_ptr<float>(), t.numel()).ok());
+  auto sums = writer.Finish();
+  ASSERT_TRUE(sums.ok());
+  for (uint64_t s : *sums) r.add_bucket_checksums(s);
+  static_cast<char*>(frame.data())[1024 * 2 + 17] ^= 0x01;
+  std::vector<TensorFrame> frames;
+  frames.push_back(std::move(frame));
+  auto reply = Load(*e.role, r, std::move(frames));
+  ASSERT_FALSE(reply.ok());
+  EXPECT_NE(reply.status().message().find("rollout-1 refused weight version 3: bucket 2 of"),
+            std::string::npos)
+      << reply.status();
+  EXPECT_EQ(e.role->policy_version(), 0);
+}
+
+}  // namespace
+}  // namespace rlforge

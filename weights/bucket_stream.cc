@@ -1,0 +1,311 @@
+#include "weights/bucket_stream.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/clock.h"
+
+namespace rlforge {
+
+namespace {
+
+constexpr uint64_t kChunk = 1 << 20;  // bytes hashed (and unpacked) while hot in cache
+
+uint64_t Mix(uint64_t h) {
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdull;
+  h ^= h >> 33;
+  return h;
+}
+
+// One chunk: four independent lanes (no serial dependency between neighbouring words).
+uint64_t ChunkHash(const uint8_t* p, uint64_t size) {
+  uint64_t lane[4] = {0x9e3779b97f4a7c15ull, 0xc2b2ae3d27d4eb4full, 0x165667b19e3779f9ull,
+                      0x27d4eb2f165667c5ull};
+  uint64_t i = 0;
+  for (; i + 32 <= size; i += 32) {
+    for (int k = 0; k < 4; ++k) {
+      uint64_t w;
+      std::memcpy(&w, p + i + 8 * k, 8);
+      lane[k] = (lane[k] ^ w) * 0x9fb21c651e98df25ull;
+      lane[k] ^= lane[k] >> 31;
+    }
+  }
+  uint64_t h = size;
+  for (uint64_t l : lane) h = Mix(h ^ l);
+  for (; i < size; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
+  return Mix(h);
+}
+
+uint64_t Combine(const std::vector<uint64_t>& chunk_sums, uint64_t size) {
+  uint64_t h = Mix(size ^ 0x5bd1e995ull);
+  for (uint64_t c : chunk_sums) h = Mix(h ^ c) * 0x100000001b3ull;
+  return h;
+}
+
+uint64_t ElementSize(const std::string& dtype) { return dtype == "bfloat16" ? 2 : 4; }
+
+uint16_t ToBf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // NaN
+  u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even
+  return static_cast<uint16_t>(u >> 16);
+}
+
+void Pack(const float* src, int64_t n, const std::string& dtype, char* dst) {
+  if (dtype == "float32") {
+    std::memcpy(dst, src, static_cast<size_t>(n) * 4);
+    return;
+  }
+  auto* out = reinterpret_cast<uint16_t*>(dst);
+  for (int64_t i = 0; i < n; ++i) out[i] = ToBf16(src[i]);
+}
+
+void Unpack(const char* src, int64_t n, uint64_t esize, float* dst) {
+  if (esize == 4) {
+    std::memcpy(dst, src, static_cast<size_t>(n) * 4);
+    return;
+  }
+  const auto* in = reinterpret_cast<const uint16_t*>(src);
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t u = static_cast<uint32_t>(in[i]) << 16;
+    std::memcpy(dst + i, &u, 4);
+  }
+}
+
+// Copies stream bytes [lo, hi), found at `data` (stream offset `lo`), into the tensors.
+void UnpackRange(const proto::WeightManifest& m, uint64_t lo, uint64_t hi, const char* data,
+                 const std::vector<float*>& dest, uint64_t esize) {
+  const auto& ts = m.tensors();
+  // The last tensor starting at or before lo.
+  auto it =
+      std::upper_bound(ts.begin(), ts.end(), lo,
+                       [](uint64_t v, const proto::WeightTensor& t) { return v < t.offset(); });
+  size_t i = static_cast<size_t>(std::max<ptrdiff_t>(0, (it - ts.begin()) - 1));
+  for (; i < static_cast<size_t>(ts.size()) && ts[i].offset() < hi; ++i) {
+    const uint64_t a = std::max(lo, ts[i].offset());
+    const uint64_t b = std::min(hi, ts[i].offset() + ts[i].nbytes());
+    if (a >= b) continue;
+    Unpack(data + (a - lo), static_cast<int64_t>((b - a) / esize), esize,
+           dest[i] + (a - ts[i].offset()) / esize);
+  }
+}
+
+}  // namespace
+
+uint64_t BucketChecksum(const void* data, uint64_t size) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  std::vector<uint64_t> sums;
+  for (uint64_t at = 0; at < size; at += kChunk)
+    sums.push_back(ChunkHash(p + at, std::min(kChunk, size - at)));
+  return Combine(sums, size);
+}
+
+proto::WeightManifest MakeManifest(const std::vector<TensorSpec>& tensors, const std::string& dtype,
+                                   uint64_t bucket_bytes) {
+  proto::WeightManifest m;
+  m.set_dtype(dtype);
+  m.set_bucket_bytes(bucket_bytes);
+  uint64_t offset = 0;
+  for (const TensorSpec& t : tensors) {
+    proto::WeightTensor* w = m.add_tensors();
+    w->set_name(t.name);
+    int64_t numel = 1;
+    for (int64_t d : t.shape) {
+      w->add_shape(d);
+      numel *= d;
+    }
+    w->set_offset(offset);
+    w->set_nbytes(static_cast<uint64_t>(numel) * ElementSize(dtype));
+    offset += w->nbytes();
+  }
+  m.set_total_bytes(offset);
+  m.set_bucket_bytes(std::max<uint64_t>(64, std::min(bucket_bytes, (offset + 63) / 64 * 64)));
+  return m;
+}
+
+int64_t BucketCount(const proto::WeightManifest& m) {
+  return static_cast<int64_t>((m.total_bytes() + m.bucket_bytes() - 1) / m.bucket_bytes());
+}
+
+uint64_t BucketBytes(const proto::WeightManifest& m, int64_t bucket) {
+  const uint64_t begin = static_cast<uint64_t>(bucket) * m.bucket_bytes();
+  return std::min(m.bucket_bytes(), m.total_bytes() - begin);
+}
+
+absl::StatusOr<std::vector<float*>> MatchDestinations(const proto::WeightManifest& m,
+                                                      const std::vector<Destination>& mine,
+                                                      const std::string& who) {
+  if (m.dtype() != "float32" && m.dtype() != "bfloat16") {
+    return absl::InvalidArgumentError(absl::StrCat(who, ": the weight stream's dtype '", m.dtype(),
+                                                   "' is not float32 or bfloat16"));
+  }
+  if (m.bucket_bytes() == 0 || m.bucket_bytes() % 64 != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(who, ": bucket size ", m.bucket_bytes(), " is not a positive multiple of 64"));
+  }
+  std::map<std::string, const Destination*> by_name;
+  for (const Destination& d : mine) by_name[d.name] = &d;
+  std::vector<float*> out;
+  for (const proto::WeightTensor& t : m.tensors()) {
+    auto it = by_name.find(t.name());
+    if (it == by_name.end()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(who, ": the weight stream has tensor '", t.name(),
+                       "' that this model does not (trainer and rollout load different models)"));
+    }
+    const std::vector<int64_t> shape(t.shape().begin(), t.shape().end());
+    if (shape != it->second->shape) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          who, ": tensor '", t.name(), "' is [", absl::StrJoin(shape, ", "),
+          "] in the stream but [", absl::StrJoin(it->second->shape, ", "), "] in this model"));
+    }
+    out.push_back(it->second->data);
+    by_name.erase(it);
+  }
+  if (!by_name.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(who, ": this model's tensor '", by_name.begin()->first,
+                     "' is not in the weight stream (trainer and rollout load different models)"));
+  }
+  return out;
+}
+
+absl::StatusOr<char*> MemorySink::Acquire(int64_t version, int64_t bucket) {
+  (void)version;
+  return stream_ + static_cast<uint64_t>(bucket) * m_.bucket_bytes();
+}
+
+absl::StatusOr<BucketSource::Bucket> MemorySource::Next(int64_t version, int64_t bucket) {
+  (void)version;
+  if (bucket >= static_cast<int64_t>(checksums_.size())) {
+    return absl::DataLossError(absl::StrCat("no checksum was published for bucket ", bucket));
+  }
+  return Bucket{stream_ + static_cast<uint64_t>(bucket) * m_.bucket_bytes(),
+                BucketBytes(m_, bucket), checksums_[static_cast<size_t>(bucket)]};
+}
+
+BucketWriter::BucketWriter(const proto::WeightManifest& m, BucketSink& sink, int64_t version)
+    : m_(m), sink_(sink), version_(version), esize_(ElementSize(m.dtype())) {}
+
+absl::Status BucketWriter::Open() {
+  bucket_ = static_cast<int64_t>(cursor_ / m_.bucket_bytes());
+  absl::StatusOr<char*> buf = sink_.Acquire(version_, bucket_);
+  if (!buf.ok()) return buf.status();
+  buf_ = *buf;
+  hashed_ = 0;
+  chunk_sums_.clear();
+  return absl::OkStatus();
+}
+
+void BucketWriter::HashChunks(bool all) {
+  const uint64_t filled = cursor_ - static_cast<uint64_t>(bucket_) * m_.bucket_bytes();
+  while (filled - hashed_ >= kChunk || (all && hashed_ < filled)) {
+    const uint64_t n = std::min(kChunk, filled - hashed_);
+    chunk_sums_.push_back(ChunkHash(reinterpret_cast<const uint8_t*>(buf_ + hashed_), n));
+    hashed_ += n;
+  }
+}
+
+absl::Status BucketWriter::Commit() {
+  HashChunks(true);
+  const uint64_t sum = Combine(chunk_sums_, hashed_);
+  sums_.push_back(sum);
+  const int64_t bucket = bucket_;
+  bucket_ = -1;
+  return sink_.Commit(version_, bucket, hashed_, sum);
+}
+
+absl::Status BucketWriter::Append(const std::string& name, const float* data, int64_t numel) {
+  if (next_tensor_ >= static_cast<size_t>(m_.tensors_size()) ||
+      m_.tensors(static_cast<int>(next_tensor_)).name() != name) {
+    return absl::InternalError(
+        absl::StrCat("weight stream: tensor '", name, "' appended out of the manifest's order"));
+  }
+  const proto::WeightTensor& t = m_.tensors(static_cast<int>(next_tensor_++));
+  if (static_cast<uint64_t>(numel) * esize_ != t.nbytes()) {
+    return absl::InternalError(absl::StrCat("weight stream: tensor '", name, "' has ", numel,
+                                            " values, the manifest ", t.nbytes() / esize_));
+  }
+  int64_t done = 0;
+  while (done < numel) {
+    if (bucket_ < 0) {
+      if (absl::Status s = Open(); !s.ok()) return s;
+    }
+    const uint64_t end = static_cast<uint64_t>(bucket_ + 1) * m_.bucket_bytes();
+    const int64_t n =
+        std::min<int64_t>(numel - done, static_cast<int64_t>((end - cursor_) / esize_));
+    Pack(data + done, n, m_.dtype(),
+         buf_ + (cursor_ - static_cast<uint64_t>(bucket_) * m_.bucket_bytes()));
+    done += n;
+    cursor_ += static_cast<uint64_t>(n) * esize_;
+    HashChunks(false);
+    if (cursor_ == end) {
+      if (absl::Status s = Commit(); !s.ok()) return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<uint64_t>> BucketWriter::Finish() {
+  if (next_tensor_ != static_cast<size_t>(m_.tensors_size())) {
+    return absl::InternalError(absl::StrCat("weight stream: ", m_.tensors_size() - next_tensor_,
+                                            " tensors never appended"));
+  }
+  if (bucket_ >= 0) {
+    if (absl::Status s = Commit(); !s.ok()) return s;
+  }
+  if (absl::Status s = sink_.Drain(); !s.ok()) return s;
+  return sums_;
+}
+
+absl::StatusOr<ReadStats> ReadVersion(const proto::WeightManifest& m, int64_t version,
+                                      BucketSource& source, const std::vector<float*>& dest,
+                                      const std::string& who) {
+  const Stopwatch timer;
+  const uint64_t esize = ElementSize(m.dtype());
+  const int64_t count = BucketCount(m);
+  ReadStats stats;
+  if (absl::Status s = source.Begin(version, count); !s.ok()) {
+    return absl::Status(
+        s.code(), absl::StrCat(who, " could not load weight version ", version, ": ", s.message()));
+  }
+  for (int64_t b = 0; b < count; ++b) {
+    absl::StatusOr<BucketSource::Bucket> got = source.Next(version, b);
+    if (!got.ok()) {
+      return absl::Status(got.status().code(),
+                          absl::StrCat(who, " could not load weight version ", version, ": bucket ",
+                                       b, " of ", count, ": ", got.status().message()));
+    }
+    const uint64_t want = BucketBytes(m, b);
+    if (got->nbytes != want) {
+      return absl::DataLossError(absl::StrCat(who, " refused weight version ", version, ": bucket ",
+                                              b, " of ", count, " holds ", got->nbytes,
+                                              " bytes, the manifest says ", want));
+    }
+    const uint64_t base = static_cast<uint64_t>(b) * m.bucket_bytes();
+    std::vector<uint64_t> sums;
+    for (uint64_t at = 0; at < want; at += kChunk) {
+      const uint64_t n = std::min(kChunk, want - at);
+      sums.push_back(ChunkHash(reinterpret_cast<const uint8_t*>(got->data + at), n));
+      UnpackRange(m, base + at, base + at + n, got->data + at, dest, esize);
+    }
+    const uint64_t sum = Combine(sums, want);
+    if (sum != got->checksum) {
+      return absl::DataLossError(absl::StrCat(who, " refused weight version ", version, ": bucket ",
+                                              b, " of ", count, " failed its checksum (", sum,
+                                              " read, ", got->checksum, " published)"));
+    }
+    if (absl::Status s = source.Release(version, b); !s.ok()) return s;
+    stats.bytes += want;
+    ++stats.buckets;
+  }
+  stats.seconds = timer.Seconds();
+  return stats;
+}
+
+}  // namespace rlforge

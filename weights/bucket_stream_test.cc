@@ -1,0 +1,278 @@
+#include "weights/bucket_stream.h"
+
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <thread>
+
+#include "dist/local_group.h"
+#include "weights/gloo_plane.h"
+#include "weights/shm_ring.h"
+
+namespace rlforge {
+namespace {
+
+// A model of a few tensors whose sizes straddle bucket boundaries.
+struct Model {
+  std::vector<TensorSpec> specs;
+  std::vector<std::vector<float>> values;
+
+  explicit Model(uint32_t seed) {
+    specs = {{"embed", {37, 8}}, {"layer.0.w", {8, 8}}, {"layer.0.b", {8}}, {"head", {5, 8}}};
+    std::mt19937 gen(seed);
+    std::normal_distribution<float> d;
+    for (const TensorSpec& s : specs) {
+      int64_t n = 1;
+      for (int64_t x : s.shape) n *= x;
+      std::vector<float> v(static_cast<size_t>(n));
+      for (float& f : v) f = d(gen);
+      values.push_back(std::move(v));
+    }
+  }
+  std::vector<Destination> Destinations() {
+    std::vector<Destination> out;
+    for (size_t i = 0; i < specs.size(); ++i) {
+      out.push_back({specs[i].name, specs[i].shape, values[i].data()});
+    }
+    return out;
+  }
+  void Zero() {
+    for (auto& v : values) std::fill(v.begin(), v.end(), 0.f);
+  }
+};
+
+absl::StatusOr<std::vector<uint64_t>> Write(const proto::WeightManifest& m, Model& model,
+                                            BucketSink& sink, int64_t version) {
+  BucketWriter w(m, sink, version);
+  for (size_t i = 0; i < model.specs.size(); ++i) {
+    absl::Status s = w.Append(model.specs[i].name, model.values[i].data(),
+                              static_cast<int64_t>(model.values[i].size()));
+    if (!s.ok()) return s;
+  }
+  return w.Finish();
+}
+
+std::string ShmName(const char* tag) {
+  return "/rlforge-test-ring-" + std::to_string(getpid()) + tag;
+}
+
+TEST(BucketStreamTest, Float32RoundTripsExactlyThroughBucketsThatSplitTensors) {
+  Model src(1), dst(2);
+  const proto::WeightManifest m = MakeManifest(src.specs, "float32", 128);
+  EXPECT_EQ(m.total_bytes(), (37 * 8 + 64 + 8 + 40) * 4u);
+  EXPECT_EQ(BucketCount(m), static_cast<int64_t>((m.total_bytes() + 127) / 128));
+  std::vector<char> stream(m.total_bytes());
+  MemorySink sink(m, stream.data());
+  auto sums = Write(m, src, sink, 3);
+  ASSERT_TRUE(sums.ok()) << sums.status();
+  ASSERT_EQ(static_cast<int64_t>(sums->size()), BucketCount(m));
+  MemorySource source(m, stream.data(), *sums);
+  auto dest = MatchDestinations(m, dst.Destinations(), "engine rollout-0");
+  ASSERT_TRUE(dest.ok()) << dest.status();
+  auto stats = ReadVersion(m, 3, source, *dest, "engine rollout-0");
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(stats->bytes, m.total_bytes());
+  EXPECT_EQ(dst.values, src.values);
+}
+
+TEST(BucketStreamTest, Bfloat16RoundsToNearestEvenAndHalvesTheBytes) {
+  Model src(1), dst(2);
+  src.values[0][0] = 1.0f + 1.0f / 256;  // halfway between two bf16: rounds to even (1.0)
+  src.values[0][1] = 1.0f + 3.0f / 256;  // halfway: rounds up to even
+  src.values[0][2] = std::nanf("");
+  const proto::WeightManifest m = MakeManifest(src.specs, "bfloat16", 64);
+  EXPECT_EQ(m.total_bytes(), (37 * 8 + 64 + 8 + 40) * 2u);
+  std::vector<char> stream(m.total_bytes());
+  MemorySink sink(m, stream.data());
+  auto sums = Write(m, src, sink, 1);
+  ASSERT_TRUE(sums.ok());
+  MemorySource source(m, stream.data(), *sums);
+  auto dest = MatchDestinations(m, dst.Destinations(), "e");
+  ASSERT_TRUE(ReadVersion(m, 1, source, *dest, "e").ok());
+  EXPECT_EQ(dst.values[0][0], 1.0f);
+  EXPECT_EQ(dst.values[0][1], 1.0f + 4.0f / 256);
+  EXPECT_TRUE(std::isnan(dst.values[0][2]));
+  for (size_t t = 0; t < src.values.size(); ++t) {
+    for (size_t i = 3; i < src.values[t].size(); ++i) {
+      EXPECT_NEAR(dst.values[t][i], src.values[t][i], std::abs(src.values[t][i]) / 128);
+    }
+  }
+}
+
+TEST(BucketStreamTest, CorruptedBucketIsRefusedNamingEngineVersionAndBucket) {
+  Model src(1), dst(2);
+  const proto::WeightManifest m = MakeManifest(src.specs, "float32", 256);
+  std::vector<char> stream(m.total_bytes());
+  MemorySink sink(m, stream.data());
+  auto sums = Write(m, src, sink, 7);
+  ASSERT_TRUE(sums.ok());
+  stream[256 * 2 + 5] ^= 0x10;  // one bit of bucket 2
+  MemorySource source(m, stream.data(), *sums);
+  auto dest = MatchDestinations(m, dst.Destinations(), "rollout-1");
+  auto stats = ReadVersion(m, 7, source, *dest, "rollout-1");
+  ASSERT_FALSE(stats.ok());
+  EXPECT_EQ(stats.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(stats.status().message().find("rollout-1 refused weight version 7: bucket 2 of "),
+            std::string::npos)
+      << stats.status();
+}
+
+TEST(BucketStreamTest, ManifestOfAnotherModelIsRefusedNamingTheTensor) {
+  Model src(1), dst(2);
+  const proto::WeightManifest m = MakeManifest(src.specs, "float32", 256);
+  dst.specs[3].shape = {6, 8};
+  dst.values[3].resize(48);
+  auto d = MatchDestinations(m, dst.Destinations(), "rollout-0");
+  ASSERT_FALSE(d.ok());
+  EXPECT_NE(d.status().message().find("tensor 'head' is [5, 8] in the stream but [6, 8]"),
+            std::string::npos)
+      << d.status();
+  dst.specs[3].name = "lm_head";
+  d = MatchDestinations(m, dst.Destinations(), "rollout-0");
+  ASSERT_FALSE(d.ok());
+  EXPECT_NE(d.status().message().find("'head'"), std::string::npos) << d.status();
+}
+
+TEST(BucketStreamTest, WriterRefusesTensorsOutOfOrder) {
+  Model src(1);
+  const proto::WeightManifest m = MakeManifest(src.specs, "float32", 256);
+  std::vector<char> stream(m.total_bytes());
+  MemorySink sink(m, stream.data());
+  BucketWriter w(m, sink, 1);
+  EXPECT_FALSE(w.Append("head", src.values[3].data(), 40).ok());
+}
+
+// Two engines read every version from the ring while the publisher writes it, bucket by bucket
+// through two slots.
+TEST(ShmRingTest, TwoReadersGetEveryVersionThroughTwoSlots) {
+  Model src(1);
+  const proto::WeightManifest m = MakeManifest(src.specs, "float32", 192);
+  ASSERT_GT(BucketCount(m), 4);
+  auto sink = ShmRingSink::Create(ShmName("a"), m.bucket_bytes(), 20);
+  ASSERT_TRUE(sink.ok()) << sink.status();
+  (*sink)->set_readers(2);
+  for (int64_t version = 1; version <= 3; ++version) {
+    for (auto& v : src.values) {
+      for (float& f : v) f += 1;
+    }
+    std::vector<Model> engines = {Model(5), Model(6)};
+    std::vector<absl::Status> results(2);
+    std::vector<std::thread> readers;
+    for (int e = 0; e < 2; ++e) {
+      readers.emplace_back([&, e] {
+        auto source = ShmRingSource::Open((*sink)->location(), 20);
+        if (!source.ok()) {
+          results[e] = source.status();
+          return;
+        }
+        auto dest = MatchDestinations(m, engines[e].Destinations(), "e");
+        auto stats = ReadVersion(m, version, **source, *dest, "e");
+        results[e] = stats.status();
+      });
+    }
+    auto sums = Write(m, src, **sink, version);
+    for (auto& t : readers) t.join();
+    ASSERT_TRUE(sums.ok()) << sums.status();
+    for (int e = 0; e < 2; ++e) {
+      ASSERT_TRUE(results[e].ok()) << results[e];
+      EXPECT_EQ(engines[e].values, src.values) << "engine " << e << " version " << version;
+    }
+  }
+}
+
+TEST(ShmRingTest, PublisherKilledMidTransferIsReportedAtOnceNamingTheBucket) {
+  Model src(1), dst(2);
+  const proto::WeightManifest m = MakeManifest(src.specs, "float32", 128);
+  const std::string name = ShmName("b");
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t child = fork();
+  if (child == 0) {  // the publisher: commits bucket 0, then waits to be killed
+    auto sink = ShmRingSink::Create(name, m.bucket_bytes(), 20);
+    if (!sink.ok()) _exit(2);
+    (*sink)->set_readers(1);
+    auto buf = (*sink)->Acquire(4, 0);
+    std::memset(*buf, 0, m.bucket_bytes());
+    (*sink)->Commit(4, 0, m.bucket_bytes(), BucketChecksum(*buf, m.bucket_bytes())).IgnoreError();
+    (void)!write(ready[1], "x", 1);
+    pause();
+    _exit(0);
+  }
+  char c;
+  ASSERT_EQ(read(ready[0], &c, 1), 1);
+  auto source = ShmRingSource::Open("shm-ring:" + name, 20);
+  ASSERT_TRUE(source.ok()) << source.status();
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  auto dest = MatchDestinations(m, dst.Destinations(), "rollout-0");
+  auto stats = ReadVersion(m, 4, **source, *dest, "rollout-0");
+  ASSERT_FALSE(stats.ok());
+  EXPECT_NE(stats.status().message().find("rollout-0 could not load weight version 4: bucket 1 of"),
+            std::string::npos)
+      << stats.status();
+  EXPECT_NE(stats.status().message().find("exited mid-transfer"), std::string::npos)
+      << stats.status();
+  shm_unlink(name.c_str());
+}
+
+TEST(ShmRingTest, ReaderWithoutPublisherWaitsOnlyUntilItsDeadline) {
+  Model src(1), dst(2);
+  const proto::WeightManifest m = MakeManifest(src.specs, "float32", 128);
+  auto sink = ShmRingSink::Create(ShmName("c"), m.bucket_bytes(), 20);
+  ASSERT_TRUE(sink.ok());
+  auto source = ShmRingSource::Open((*sink)->location(), 0.2);
+  ASSERT_TRUE(source.ok());
+  auto dest = MatchDestinations(m, dst.Destinations(), "e");
+  auto stats = ReadVersion(m, 1, **source, *dest, "e");
+  EXPECT_EQ(stats.status().code(), absl::StatusCode::kDeadlineExceeded) << stats.status();
+}
+
+TEST(ShmRingTest, PublisherWaitsForAMissingReaderOnlyUntilItsDeadline) {
+  Model src(1);
+  const proto::WeightManifest m = MakeManifest(src.specs, "float32", 128);
+  auto sink = ShmRingSink::Create(ShmName("d"), m.bucket_bytes(), 0.2);
+  ASSERT_TRUE(sink.ok());
+  (*sink)->set_readers(1);
+  auto sums = Write(m, src, **sink, 1);  // nobody reads: the third bucket cannot be written
+  ASSERT_FALSE(sums.ok());
+  EXPECT_NE(sums.status().message().find("did not take bucket 0 of weight version 1 (0 of 1"),
+            std::string::npos)
+      << sums.status();
+}
+
+TEST(GlooPlaneTest, BroadcastGroupDeliversEveryBucketToEveryEngine) {
+  Model src(1);
+  const proto::WeightManifest m = MakeManifest(src.specs, "bfloat16", 64);
+  std::vector<Model> engines = {Model(5), Model(6)};
+  std::vector<absl::Status> results(3);
+  absl::Status run = dist::RunLocalGroup(3, [&](dist::Communicator& comm) {
+    const int r = comm.rank();
+    for (int64_t version = 1; version <= 2; ++version) {
+      if (r == 0) {
+        GlooBroadcastSink sink(&comm, m.bucket_bytes());
+        results[0] = Write(m, src, sink, version).status();
+      } else {
+        GlooBroadcastSource source(&comm, m.bucket_bytes());
+        auto dest = MatchDestinations(m, engines[r - 1].Destinations(), "e");
+        results[r] = ReadVersion(m, version, source, *dest, "e").status();
+      }
+    }
+  });
+  ASSERT_TRUE(run.ok()) << run;
+  for (const auto& s : results) EXPECT_TRUE(s.ok()) << s;
+  for (Model& e : engines) {
+    for (size_t t = 0; t < src.values.size(); ++t) {
+      for (size_t i = 0; i < src.values[t].size(); ++i) {
+        EXPECT_NEAR(e.values[t][i], src.values[t][i], std::abs(src.values[t][i]) / 128);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace rlforge
