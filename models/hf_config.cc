@@ -180,7 +180,7 @@ absl::Status ParseRopeScaling(const json& rp, const json& top, const std::string
 }
 
 // rope_theta, and rope_scaling or transformers-5's rope_parameters (which also holds
-// rope_theta). transformers reads rope_scaling when both are set: they must agree.
+// rope_theta). transformers reads only rope_scaling when both are set: they must agree.
 absl::Status ParseRope(const json& j, const std::string& origin, TransformerConfig* c) {
   RETURN_IF_ERROR(GetDouble(j, origin, "rope_theta", &c->rope_theta));
   auto given = [&](const char* key) {
@@ -193,8 +193,15 @@ absl::Status ParseRope(const json& j, const std::string& origin, TransformerConf
     if (b.is_object()) b.erase("rope_theta");
     if (a != b) return KeyError(origin, "rope_scaling", "disagrees with rope_parameters");
   }
-  if (scaling) RETURN_IF_ERROR(ParseRopeScaling(j["rope_scaling"], j, origin, "rope_scaling", c));
-  if (parameters) {
+  if (scaling) {
+    RETURN_IF_ERROR(ParseRopeScaling(j["rope_scaling"], j, origin, "rope_scaling", c));
+    const json& p = j.contains("rope_parameters") ? j["rope_parameters"] : json();
+    if (p.is_object() && p.contains("rope_theta") && p["rope_theta"] != c->rope_theta) {
+      return KeyError(
+          origin, "rope_parameters.rope_theta",
+          absl::StrCat("disagrees with the rope_theta read with rope_scaling, ", c->rope_theta));
+    }
+  } else if (parameters) {
     RETURN_IF_ERROR(ParseRopeScaling(j["rope_parameters"], j, origin, "rope_parameters", c));
   }
   const RopeType type = c->rope_scaling.type;

@@ -290,6 +290,11 @@ TEST(HfConfigTest, ErrorsNameTheKey) {
                    R"(, "rope_scaling": {"rope_type": "linear", "factor": 2.0},
                       "rope_parameters": {"rope_type": "linear", "factor": 4.0}})",
                "rope_scaling: disagrees with rope_parameters");
+  expect_error(R"({"architectures": ["LlamaForCausalLM"], )" + base +
+                   R"(, "rope_scaling": {"rope_type": "linear", "factor": 2.0},
+                      "rope_parameters": {"rope_type": "linear", "factor": 2.0,
+                                          "rope_theta": 5e5}})",
+               "rope_parameters.rope_theta: disagrees");
   expect_error(
       R"({"architectures": ["LlamaForCausalLM"], )" + base +
           R"(, "rope_parameters": {"rope_type": "default", "partial_rotary_factor": 0.5}})",
