@@ -44,10 +44,12 @@ absl::Status ValidateConfig(const TransformerConfig& c, const std::string& origi
     return absl::InvalidArgumentError(
         absl::StrCat(origin, ": ", key, ": expected a positive integer, got ", v));
   };
-  if (c.architecture != "LlamaForCausalLM" && c.architecture != "Qwen2ForCausalLM") {
-    return absl::InvalidArgumentError(
-        absl::StrCat(origin, ": architectures: expected LlamaForCausalLM or Qwen2ForCausalLM, got ",
-                     c.architecture));
+  if (c.architecture != "LlamaForCausalLM" && c.architecture != "Qwen2ForCausalLM" &&
+      c.architecture != "Qwen3ForCausalLM") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        origin,
+        ": architectures: expected LlamaForCausalLM, Qwen2ForCausalLM or Qwen3ForCausalLM, got ",
+        c.architecture));
   }
   for (auto [key, v] : {std::pair<const char*, int64_t>{"vocab_size", c.vocab_size},
                         {"hidden_size", c.hidden_size},
@@ -74,13 +76,19 @@ absl::Status ValidateConfig(const TransformerConfig& c, const std::string& origi
                                                    "positive, got ",
                                                    c.rope_theta, " and ", c.rms_norm_eps));
   }
-  return absl::OkStatus();
+  if (c.rope_scaling.type == RopeType::kDynamic && c.head_dim <= 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        origin, ": head_dim: dynamic RoPE needs a head_dim above 2, got ", c.head_dim));
+  }
+  return ValidateRopeScaling(c.rope_scaling, origin, "rope_scaling");
 }
 
 int64_t ParameterCount(const TransformerConfig& c) {
   int64_t h = c.hidden_size, d = c.head_dim;
   int64_t attn = h * c.num_attention_heads * d * 2 + h * c.num_key_value_heads * d * 2;
   if (c.attention_bias) attn += (c.num_attention_heads + 2 * c.num_key_value_heads) * d;
+  if (c.o_proj_bias()) attn += h;
+  if (c.qk_norm()) attn += 2 * d;
   int64_t layer = attn + 3 * h * c.intermediate_size + 2 * h;
   int64_t n = c.vocab_size * h + c.num_hidden_layers * layer + h;
   if (!c.tie_word_embeddings) n += c.vocab_size * h;
@@ -109,7 +117,12 @@ TransformerImpl::TransformerImpl(const TransformerConfig& config, bool value_hea
         attn->register_module("k_proj", MakeLinear(h, c.num_key_value_heads * d, c.attention_bias));
     l.v =
         attn->register_module("v_proj", MakeLinear(h, c.num_key_value_heads * d, c.attention_bias));
-    l.o = attn->register_module("o_proj", MakeLinear(c.num_attention_heads * d, h, false));
+    l.o =
+        attn->register_module("o_proj", MakeLinear(c.num_attention_heads * d, h, c.o_proj_bias()));
+    if (c.qk_norm()) {
+      l.q_norm = AddNorm(*attn, "q_norm", d);
+      l.k_norm = AddNorm(*attn, "k_norm", d);
+    }
     l.post_norm = AddNorm(*block, "post_attention_layernorm", h);
     auto mlp = block->register_module("mlp", std::make_shared<torch::nn::Module>());
     l.gate = mlp->register_module("gate_proj", MakeLinear(h, c.intermediate_size, false));
@@ -122,10 +135,7 @@ TransformerImpl::TransformerImpl(const TransformerConfig& config, bool value_hea
   if (!c.tie_word_embeddings)
     lm_head_ = register_module("lm_head", MakeLinear(h, c.vocab_size, false));
   if (value_head) value_head_ = register_module("value_head", MakeLinear(h, 1, true));
-  // As transformers: integer exponents, fp32 arithmetic.
-  inv_freq_ = 1.0 / torch::pow(torch::tensor(c.rope_theta, torch::kFloat32),
-                               torch::arange(0, d, 2, torch::kInt64).to(torch::kFloat32) /
-                                   static_cast<double>(d));
+  rope_ = RopeInverseFrequencies(c.rope_scaling, c.rope_theta, d);
 }
 
 torch::Tensor TransformerImpl::RmsNorm(const torch::Tensor& x, const torch::Tensor& weight) const {
@@ -138,11 +148,36 @@ torch::Tensor TransformerImpl::Mlp(const Layer& l, const torch::Tensor& x) const
   return Lin(l.down, torch::silu(Lin(l.gate, x)) * Lin(l.up, x));
 }
 
-std::pair<torch::Tensor, torch::Tensor> TransformerImpl::RopeTables(const torch::Tensor& positions,
-                                                                    torch::Dtype dtype) const {
-  auto freqs = positions.to(torch::kFloat32).unsqueeze(-1) * inv_freq_.to(positions.device());
+std::pair<torch::Tensor, torch::Tensor> TransformerImpl::RopeTables(
+    const torch::Tensor& positions, torch::Dtype dtype, const torch::Tensor& lengths) const {
+  const auto& c = config_;
+  auto inv_freq = c.rope_scaling.type == RopeType::kDynamic
+                      ? DynamicNtkInverseFrequencies(c.rope_scaling, c.rope_theta, c.head_dim,
+                                                     c.max_position_embeddings, lengths)
+                      : rope_.inv_freq.to(positions.device());
+  auto freqs = positions.to(torch::kFloat32).unsqueeze(-1) * inv_freq;
   auto emb = torch::cat({freqs, freqs}, -1);
-  return {emb.cos().to(dtype), emb.sin().to(dtype)};
+  return {(emb.cos() * rope_.attention_factor).to(dtype),
+          (emb.sin() * rope_.attention_factor).to(dtype)};
+}
+
+TransformerImpl::Qkv TransformerImpl::ProjectQkv(const Layer& l, const torch::Tensor& hn,
+                                                 const torch::Tensor& cos,
+                                                 const torch::Tensor& sin) const {
+  const auto& c = config_;
+  auto heads = [&](const torch::nn::Linear& proj, int64_t n) {
+    std::vector<int64_t> shape = hn.sizes().vec();
+    shape.back() = n;
+    shape.push_back(c.head_dim);
+    return Lin(proj, hn).view(shape);
+  };
+  auto q = heads(l.q, c.num_attention_heads);
+  auto k = heads(l.k, c.num_key_value_heads);
+  if (c.qk_norm()) {
+    q = RmsNorm(q, l.q_norm);
+    k = RmsNorm(k, l.k_norm);
+  }
+  return {ApplyRope(q, cos, sin), ApplyRope(k, cos, sin), heads(l.v, c.num_key_value_heads)};
 }
 
 torch::Tensor TransformerImpl::Hidden(const torch::Tensor& tokens, const torch::Tensor& positions,
@@ -154,9 +189,11 @@ torch::Tensor TransformerImpl::Hidden(const torch::Tensor& tokens, const torch::
   const int64_t g = nh / nkv;
   auto x = embed_(tokens);
   auto dtype = x.scalar_type();
-  auto [cos, sin] = RopeTables(positions, dtype);  // [B, T, d]
-  cos = cos.unsqueeze(1);
-  sin = sin.unsqueeze(1);
+  // Dynamic NTK scales for the longest sequence of the call, as transformers' forward does.
+  const bool dynamic = c.rope_scaling.type == RopeType::kDynamic;
+  auto [cos, sin] = RopeTables(positions, dtype, dynamic ? positions.max() + 1 : torch::Tensor());
+  cos = cos.unsqueeze(2);
+  sin = sin.unsqueeze(2);
   // Additive mask [B, 1, 1, T, T]: same segment and not in the future.
   auto same = segment_ids.unsqueeze(2) == segment_ids.unsqueeze(1);
   if (shared_segment.defined())
@@ -170,11 +207,10 @@ torch::Tensor TransformerImpl::Hidden(const torch::Tensor& tokens, const torch::
     const Layer& l = layers_[i];
     if (hooks_.before) hooks_.before(static_cast<int64_t>(i));
     auto hn = RmsNorm(x, l.input_norm);
-    auto q =
-        ApplyRope(Lin(l.q, hn).view({B, T, nh, d}).transpose(1, 2), cos, sin);  // [B, nh, T, d]
-    auto k =
-        ApplyRope(Lin(l.k, hn).view({B, T, nkv, d}).transpose(1, 2), cos, sin);  // [B, nkv, T, d]
-    auto v = Lin(l.v, hn).view({B, T, nkv, d}).transpose(1, 2);
+    Qkv qkv = ProjectQkv(l, hn, cos, sin);
+    auto q = qkv.q.transpose(1, 2);  // [B, nh, T, d]
+    auto k = qkv.k.transpose(1, 2);  // [B, nkv, T, d]
+    auto v = qkv.v.transpose(1, 2);
     auto qg = q.reshape({B, nkv, g, T, d});
     auto scores = torch::matmul(qg, k.unsqueeze(2).transpose(-1, -2)).to(torch::kFloat32) * scale;
     auto probs = torch::softmax(scores + mask, -1).to(dtype);
@@ -204,18 +240,19 @@ torch::Tensor TransformerImpl::HiddenIncremental(const torch::Tensor& tokens,
                                                  const AttendFn& attend) {
   const auto& c = config_;
   const int64_t N = tokens.size(0);
-  const int64_t nh = c.num_attention_heads, nkv = c.num_key_value_heads, d = c.head_dim;
+  const int64_t nh = c.num_attention_heads, d = c.head_dim;
   auto x = embed_(tokens);
-  auto [cos, sin] = RopeTables(positions, x.scalar_type());  // [N, d]
+  // Dynamic NTK: each token is rotated for the length it ends, position + 1, and its key
+  // keeps that rotation in the cache. That is what transformers does when it decodes one
+  // token at a time with a KV cache; a chunk it prefills in one call it scales for the
+  // chunk's end instead, as Hidden() does. Below max_position_embeddings all agree.
+  auto [cos, sin] = RopeTables(positions, x.scalar_type(), positions + 1);  // [N, d]
   cos = cos.unsqueeze(1);
   sin = sin.unsqueeze(1);
   for (size_t i = 0; i < layers_.size(); ++i) {
     const auto& l = layers_[i];
-    auto hn = RmsNorm(x, l.input_norm);
-    auto q = ApplyRope(Lin(l.q, hn).view({N, nh, d}), cos, sin);
-    auto k = ApplyRope(Lin(l.k, hn).view({N, nkv, d}), cos, sin);
-    auto v = Lin(l.v, hn).view({N, nkv, d});
-    auto out = attend(static_cast<int64_t>(i), q, k, v);
+    Qkv qkv = ProjectQkv(l, RmsNorm(x, l.input_norm), cos, sin);
+    auto out = attend(static_cast<int64_t>(i), qkv.q, qkv.k, qkv.v);
     x = x + Lin(l.o, out.reshape({N, nh * d}));
     x = x + Mlp(l, RmsNorm(x, l.post_norm));
   }

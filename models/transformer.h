@@ -1,4 +1,4 @@
-// Transformer: the decoder-only language model of the Llama / Qwen2 family.
+// Transformer: the decoder-only language model of the Llama / Qwen2 / Qwen3 family.
 //
 // tokens -> embed -> N x [RMSNorm -> GQA attention (RoPE) -> + -> RMSNorm -> SwiGLU -> +]
 //        -> RMSNorm -> hidden -> lm_head -> logits   (and value_head -> values, optional)
@@ -8,7 +8,8 @@
 //    keep packed sequences apart; positions restart per segment).
 //  - HiddenIncremental(): the rollout engine's step; new tokens of many sequences
 //    flattened to [N], attention delegated to a callback that owns the KV cache.
-// Parameter names are Hugging Face's exactly, so checkpoints map 1:1 (hf_checkpoint.h).
+// Qwen3 adds a per-head RMSNorm on q and k before RoPE (q_norm, k_norm); RoPE may be scaled
+// (rope.h). Parameter names are Hugging Face's exactly, so checkpoints map 1:1 (hf_checkpoint.h).
 // fp32 or bf16 (module.to(dtype)); norms and softmax are computed in fp32 as in
 // transformers. Not thread-safe; one owner.
 #pragma once
@@ -20,11 +21,13 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "models/rope.h"
 
 namespace rlforge::models {
 
 struct TransformerConfig {
-  std::string architecture = "LlamaForCausalLM";  // "LlamaForCausalLM" | "Qwen2ForCausalLM"
+  // "LlamaForCausalLM" | "Qwen2ForCausalLM" | "Qwen3ForCausalLM"
+  std::string architecture = "LlamaForCausalLM";
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;
@@ -34,18 +37,24 @@ struct TransformerConfig {
   int64_t head_dim = 0;  // hidden_size / num_attention_heads unless given
   int64_t max_position_embeddings = 0;
   double rope_theta = 10000;
+  RopeScaling rope_scaling;  // type kDefault: none
   double rms_norm_eps = 1e-6;
-  bool attention_bias = false;  // qkv bias (Qwen2: true)
+  bool attention_bias = false;  // q/k/v bias, and o_proj's but in Qwen2 (Qwen2: always true)
   bool tie_word_embeddings = false;
   int64_t bos_token_id = -1, eos_token_id = -1;
+
+  // Derived from the architecture, as transformers builds each one.
+  bool qk_norm() const { return architecture == "Qwen3ForCausalLM"; }
+  bool o_proj_bias() const { return attention_bias && architecture != "Qwen2ForCausalLM"; }
 };
 
 // Checks sizes and divisibility; the message names the key and value.
 absl::Status ValidateConfig(const TransformerConfig& config, const std::string& origin);
 
-// Parses a Hugging Face config.json (LlamaForCausalLM or Qwen2ForCausalLM). Features this
-// model does not implement (rope_scaling, sliding window, mlp_bias, activations other
-// than silu) are errors naming `origin` and the key, never silently ignored.
+// Parses a Hugging Face config.json (LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM).
+// RoPE scaling comes from rope_scaling or transformers-5's rope_parameters. Features this
+// model does not implement (other RoPE types, sliding window, mlp_bias, activations other
+// than silu, unknown RoPE keys) are errors naming `origin` and the key, never silently ignored.
 absl::StatusOr<TransformerConfig> ParseHfConfig(const std::string& config_json_text,
                                                 const std::string& origin);
 
@@ -102,17 +111,27 @@ class TransformerImpl : public torch::nn::Module {
   torch::Tensor ContiguousAttention(const torch::Tensor& q, const torch::Tensor& k,
                                     const torch::Tensor& v) const;
 
-  // (cos, sin) [..., head_dim] for int64 positions [...], in `dtype`.
-  std::pair<torch::Tensor, torch::Tensor> RopeTables(const torch::Tensor& positions,
-                                                     torch::Dtype dtype) const;
+  // (cos, sin) [..., head_dim] for int64 positions [...], in `dtype`, times the RoPE
+  // attention factor. Dynamic NTK scales for sequences of length `lengths` (int64,
+  // broadcastable to positions; required for it); other types ignore it.
+  std::pair<torch::Tensor, torch::Tensor> RopeTables(
+      const torch::Tensor& positions, torch::Dtype dtype,
+      const torch::Tensor& lengths = torch::Tensor()) const;
 
  private:
   struct Layer {
     torch::Tensor input_norm, post_norm;
+    torch::Tensor q_norm, k_norm;  // [head_dim], Qwen3 only
     torch::nn::Linear q{nullptr}, k{nullptr}, v{nullptr}, o{nullptr};
     torch::nn::Linear gate{nullptr}, up{nullptr}, down{nullptr};
   };
   torch::Tensor Mlp(const Layer& layer, const torch::Tensor& x) const;
+  // q [..., heads, d] and k [..., kv_heads, d] projected, normed (Qwen3) and rotated; v.
+  struct Qkv {
+    torch::Tensor q, k, v;
+  };
+  Qkv ProjectQkv(const Layer& layer, const torch::Tensor& hn, const torch::Tensor& cos,
+                 const torch::Tensor& sin) const;
   torch::Tensor RmsNorm(const torch::Tensor& x, const torch::Tensor& weight) const;
 
   TransformerConfig config_;
@@ -121,7 +140,7 @@ class TransformerImpl : public torch::nn::Module {
   torch::Tensor final_norm_;
   torch::nn::Linear lm_head_{nullptr};
   torch::nn::Linear value_head_{nullptr};
-  torch::Tensor inv_freq_;  // [head_dim / 2] fp32, not a parameter
+  RopeFrequencies rope_;  // inv_freq [head_dim / 2] fp32, not a parameter
   LayerHooks hooks_;
 };
 TORCH_MODULE(Transformer);

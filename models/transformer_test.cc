@@ -25,6 +25,17 @@ TransformerConfig Tiny(const std::string& arch) {
 
 torch::Tensor Arange(int64_t n) { return torch::arange(n, torch::kInt64); }
 
+// A model's parameter names, and its number of values in `count`.
+std::set<std::string> ParameterNames(const Transformer& m, int64_t* count) {
+  std::set<std::string> names;
+  *count = 0;
+  for (const auto& p : m->named_parameters()) {
+    names.insert(p.key());
+    *count += p.value().numel();
+  }
+  return names;
+}
+
 TEST(TransformerTest, ParameterNamesAreHuggingFaces) {
   Transformer llama(Tiny("LlamaForCausalLM"), /*value_head=*/true);
   std::set<std::string> names;
@@ -41,12 +52,8 @@ TEST(TransformerTest, ParameterNamesAreHuggingFaces) {
   EXPECT_EQ(names.count("model.layers.0.self_attn.q_proj.bias"), 0u);
 
   Transformer qwen(Tiny("Qwen2ForCausalLM"));
-  names.clear();
   int64_t count = 0;
-  for (const auto& p : qwen->named_parameters()) {
-    names.insert(p.key());
-    count += p.value().numel();
-  }
+  names = ParameterNames(qwen, &count);
   EXPECT_TRUE(names.count("model.layers.0.self_attn.q_proj.bias"));
   EXPECT_TRUE(names.count("model.layers.0.self_attn.v_proj.bias"));
   EXPECT_EQ(names.count("model.layers.0.self_attn.o_proj.bias"), 0u);
@@ -191,6 +198,66 @@ TEST(HfConfigTest, ParsesLlamaAndQwen2) {
   EXPECT_EQ(again->eos_token_id, 7);
 }
 
+TEST(HfConfigTest, ParsesQwen3WithTransformersDefaults) {
+  auto qwen3 = ParseHfConfig(R"({"model_type": "qwen3", "vocab_size": 100, "hidden_size": 64,
+      "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+      "num_key_value_heads": 2})",
+                             "qwen3.json");
+  ASSERT_TRUE(qwen3.ok()) << qwen3.status();
+  EXPECT_EQ(qwen3->architecture, "Qwen3ForCausalLM");
+  EXPECT_EQ(qwen3->head_dim, 128);  // Qwen3Config's default, not hidden_size / heads
+  EXPECT_EQ(qwen3->max_position_embeddings, 32768);
+  EXPECT_FALSE(qwen3->attention_bias);
+  EXPECT_TRUE(qwen3->qk_norm());
+  Transformer m(*qwen3);
+  int64_t count = 0;
+  std::set<std::string> names = ParameterNames(m, &count);
+  EXPECT_TRUE(names.count("model.layers.1.self_attn.q_norm.weight"));
+  EXPECT_TRUE(names.count("model.layers.1.self_attn.k_norm.weight"));
+  EXPECT_EQ(count, ParameterCount(m->config()));
+}
+
+TEST(HfConfigTest, RopeScalingWritesBackAsRead) {
+  const std::string base = R"("architectures": ["LlamaForCausalLM"], "vocab_size": 100,
+      "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+      "num_attention_heads": 8, "max_position_embeddings": 1024, "rope_theta": 500000.0)";
+  for (const std::string rope :
+       {R"("rope_scaling": {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0, "original_max_position_embeddings": 256})",
+        R"("rope_scaling": {"type": "linear", "factor": 2.0})",
+        R"("rope_parameters": {"rope_type": "dynamic", "factor": 3.0, "rope_theta": 1e4})",
+        R"("rope_scaling": {"type": "yarn", "factor": 4.0, "beta_fast": 16.0,
+            "mscale": 1.0, "mscale_all_dim": 0.5, "truncate": false})",
+        R"("rope_parameters": {"rope_type": "yarn", "original_max_position_embeddings": 256,
+            "attention_factor": 0.9, "beta_slow": 2.0})"}) {
+    auto c = ParseHfConfig("{" + base + ", " + rope + "}", "rope.json");
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_NE(c->rope_scaling.type, RopeType::kDefault) << rope;
+    auto again = ParseHfConfig(WriteHfConfig(*c, "float32"), "written");
+    ASSERT_TRUE(again.ok()) << again.status();
+    const RopeScaling &a = c->rope_scaling, &b = again->rope_scaling;
+    EXPECT_EQ(again->rope_theta, c->rope_theta) << rope;
+    EXPECT_EQ(b.type, a.type);
+    EXPECT_EQ(b.factor, a.factor) << rope;
+    EXPECT_EQ(b.original_max_position_embeddings, a.original_max_position_embeddings) << rope;
+    EXPECT_EQ(b.low_freq_factor, a.low_freq_factor);
+    EXPECT_EQ(b.high_freq_factor, a.high_freq_factor);
+    EXPECT_EQ(b.attention_factor, a.attention_factor);
+    EXPECT_EQ(b.beta_fast, a.beta_fast);
+    EXPECT_EQ(b.beta_slow, a.beta_slow);
+    EXPECT_EQ(b.mscale, a.mscale);
+    EXPECT_EQ(b.mscale_all_dim, a.mscale_all_dim);
+    EXPECT_EQ(b.truncate, a.truncate);
+  }
+  // YaRN without a factor takes max_position_embeddings / original_max_position_embeddings.
+  auto yarn = ParseHfConfig("{" + base +
+                                R"(, "rope_parameters": {"rope_type": "yarn",
+                                   "original_max_position_embeddings": 256}})",
+                            "yarn.json");
+  ASSERT_TRUE(yarn.ok()) << yarn.status();
+  EXPECT_EQ(yarn->rope_scaling.factor, 4.0);
+}
+
 TEST(HfConfigTest, ErrorsNameTheKey) {
   const std::string base = R"("vocab_size": 100, "hidden_size": 64, "intermediate_size": 128,
       "num_hidden_layers": 2, "num_attention_heads": 8)";
@@ -204,8 +271,37 @@ TEST(HfConfigTest, ErrorsNameTheKey) {
   expect_error(R"({"architectures": ["GPT2LMHeadModel"], )" + base + "}", "GPT2LMHeadModel");
   expect_error(R"({"architectures": ["LlamaForCausalLM"], "vocab_size": 100})", "hidden_size");
   expect_error(R"({"architectures": ["LlamaForCausalLM"], )" + base +
-                   R"(, "rope_scaling": {"type": "linear", "factor": 2.0}})",
-               "rope_scaling");
+                   R"(, "rope_scaling": {"type": "longrope", "factor": 2.0}})",
+               "rope_scaling.type: unsupported RoPE type \"longrope\"");
+  expect_error(R"({"architectures": ["LlamaForCausalLM"], )" + base +
+                   R"(, "rope_scaling": {"rope_type": "linear", "factor": 2.0, "beta_fast": 3}})",
+               "rope_scaling.beta_fast: not read for rope_type linear");
+  expect_error(R"({"architectures": ["LlamaForCausalLM"], )" + base +
+                   R"(, "rope_scaling": {"rope_type": "llama3", "factor": 8.0,
+                      "high_freq_factor": 4.0}})",
+               "rope_scaling.low_freq_factor: missing");
+  expect_error(R"({"architectures": ["LlamaForCausalLM"], )" + base +
+                   R"(, "rope_parameters": {"rope_type": "dynamic"}})",
+               "rope_parameters.factor: missing");
+  expect_error(R"({"architectures": ["LlamaForCausalLM"], )" + base +
+                   R"(, "rope_scaling": {"rope_type": "linear", "factor": -2.0}})",
+               "rope_scaling.factor: expected a positive number");
+  expect_error(R"({"architectures": ["LlamaForCausalLM"], )" + base +
+                   R"(, "rope_scaling": {"rope_type": "linear", "factor": 2.0},
+                      "rope_parameters": {"rope_type": "linear", "factor": 4.0}})",
+               "rope_scaling: disagrees with rope_parameters");
+  expect_error(R"({"architectures": ["LlamaForCausalLM"], )" + base +
+                   R"(, "rope_scaling": {"rope_type": "linear", "factor": 2.0},
+                      "rope_parameters": {"rope_type": "linear", "factor": 2.0,
+                                          "rope_theta": 5e5}})",
+               "rope_parameters.rope_theta: disagrees");
+  expect_error(
+      R"({"architectures": ["LlamaForCausalLM"], )" + base +
+          R"(, "rope_parameters": {"rope_type": "default", "partial_rotary_factor": 0.5}})",
+      "rope_parameters.partial_rotary_factor");
+  expect_error(
+      R"({"architectures": ["Qwen3ForCausalLM"], )" + base + R"(, "use_sliding_window": true})",
+      "use_sliding_window");
   expect_error(R"({"architectures": ["LlamaForCausalLM"], )" + base + R"(, "hidden_act": "gelu"})",
                "hidden_act");
   expect_error(
@@ -214,8 +310,8 @@ TEST(HfConfigTest, ErrorsNameTheKey) {
   expect_error(R"({"architectures": ["LlamaForCausalLM"], )" + base + R"(, "hidden_size": "x"})",
                "hidden_size");
   expect_error(R"({"architectures": ["LlamaForCausalLM"], )" + base +
-                   R"(, "rope_parameters": {"rope_type": "yarn", "factor": 4.0}})",
-               "rope_type");
+                   R"(, "rope_parameters": {"rope_type": "longrope", "factor": 4.0}})",
+               "rope_parameters.rope_type");
   expect_error("not json", "not a JSON object");
 }
 

@@ -6,6 +6,9 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "models/hf_checkpoint.h"
+#include "models/safetensors.h"
+#include "rlforge_paths.h"
 
 namespace rlforge {
 namespace {
@@ -113,6 +116,36 @@ TEST(LlmEngine, GreedyMatchesNaiveRecomputeTokenForToken) {
     auto want = NaiveGreedy(m, prompts[i], 12 + i, 0);
     ASSERT_EQ(done[i].samples.size(), size_t(1 + i % 3));
     for (const auto& s : done[i].samples) EXPECT_EQ(s.tokens, want) << "request " << i;
+  }
+}
+
+// Qwen3 checkpoints made by transformers (tools/make_lm_fixtures.py) with the tokens its
+// greedy generate produced: q/k norms, head_dim != hidden / heads, tied and untied with
+// attention biases, through chunked prefill, paging and a shared prompt.
+TEST(LlmEngine, GreedyMatchesTransformersOnQwen3Checkpoints) {
+  for (const std::string name : {"qwen3_tied", "qwen3_untied"}) {
+    const std::string dir = std::string(RLFORGE_SOURCE_DIR_DEFAULT) + "/tests/data/lm/" + name;
+    auto model = models::LoadHfModel(dir);
+    ASSERT_TRUE(model.ok()) << model.status();
+    auto ref = models::SafetensorsFile::Open(dir + "/reference.safetensors");
+    ASSERT_TRUE(ref.ok()) << ref.status();
+    auto prompt = (*ref)->Read("greedy_prompt"), want = (*ref)->Read("greedy_tokens");
+    ASSERT_TRUE(prompt.ok() && want.ok());
+    EngineSettings settings = Settings(64);
+    settings.max_tokens_per_step = 3;
+    LlmEngine engine(*model, settings, 0);
+    GenerationRequest r;
+    r.id = 1;
+    r.n = 2;
+    for (int64_t i = 0; i < prompt->numel(); ++i) r.prompt.push_back((*prompt)[i].item<int32_t>());
+    r.params.temperature = 0;
+    r.params.max_tokens = want->numel();
+    ASSERT_TRUE(engine.Submit(r).ok());
+    auto done = RunAll(engine);
+    ASSERT_EQ(done[1].samples.size(), 2u);
+    std::vector<int32_t> expected;
+    for (int64_t i = 0; i < want->numel(); ++i) expected.push_back((*want)[i].item<int32_t>());
+    for (const auto& s : done[1].samples) EXPECT_EQ(s.tokens, expected) << name;
   }
 }
 

@@ -243,6 +243,42 @@ TEST_P(ConsolidatedHfTest, EqualsTheUnshardedModelsSave) {
 
 INSTANTIATE_TEST_SUITE_P(Ranks, ConsolidatedHfTest, ::testing::Values(2, 3));
 
+// Qwen3 (q/k norms, attention biases, head_dim != hidden / heads) and Llama 3.x RoPE written
+// by two ranks come back with the same config and values.
+TEST_F(ShardedCheckpointTest, ConsolidatedQwen3AndLlama3RopeRoundTrip) {
+  models::TransformerConfig qwen3 = TinyConfig();
+  qwen3.architecture = "Qwen3ForCausalLM";
+  qwen3.head_dim = 12;
+  qwen3.attention_bias = true;
+  qwen3.rope_scaling.type = models::RopeType::kYarn;
+  qwen3.rope_scaling.factor = 4;
+  qwen3.rope_scaling.original_max_position_embeddings = 16;
+  qwen3.rope_scaling.truncate = false;
+  models::TransformerConfig llama3 = TinyConfig();
+  llama3.rope_scaling.type = models::RopeType::kLlama3;
+  llama3.rope_scaling.factor = 8;
+  llama3.rope_scaling.low_freq_factor = 1;
+  llama3.rope_scaling.high_freq_factor = 4;
+  llama3.rope_scaling.original_max_position_embeddings = 32;
+  for (const models::TransformerConfig& config : {qwen3, llama3}) {
+    const std::string dir = FreshDir("hf_" + config.architecture);
+    const absl::Status s = dist::RunLocalGroup(2, [&](dist::Communicator& comm) {
+      RankState state = MakeRank(/*seed=*/7, comm, config);
+      const absl::Status saved = SaveHfConsolidated(dir, *state.model);
+      EXPECT_TRUE(saved.ok()) << saved;
+    });
+    ASSERT_TRUE(s.ok()) << s;
+    auto loaded = models::LoadHfModel(dir);
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    const models::TransformerConfig& got = (*loaded)->config();
+    EXPECT_EQ(models::WriteHfConfig(got, "float32"), models::WriteHfConfig(config, "float32"));
+    EXPECT_EQ(got.rope_scaling.type, config.rope_scaling.type);
+    const Values want_values = ValuesOf(SeededModel(7, config));
+    ASSERT_EQ(ValuesOf(*loaded).size(), want_values.size());
+    for (const auto& [name, v] : ValuesOf(*loaded)) EXPECT_TRUE(v.equal(want_values.at(name)));
+  }
+}
+
 TEST_F(ShardedCheckpointTest, HfCheckpointLoadsStraightIntoThreeShardsReadingAThirdEach) {
   const std::string dir = FreshDir("hf_in");
   ASSERT_TRUE(models::SaveHfModel(SeededModel(7, TinyConfig()), dir).ok());
