@@ -15,7 +15,7 @@ import sys
 
 LEVELS = [
     ["common"],
-    ["proto", "config"],
+    ["proto", "config", "templating"],
     ["launch", "data", "weights", "dist", "dashboard", "models"],
     ["sim_bridge"],
     ["actors"],
