@@ -114,8 +114,46 @@ def render_case(source, messages, add_generation_prompt, extra):
         return context, {"error": str(e)}
 
 
+def write_checkpoint(out_dir):
+    """checkpoint/: a tiny checkpoint's tokenizer (the Qwen2-style test BPE) whose
+    tokenizer_config.json carries qwen3_style.jinja as chat_template, and expected.json with the
+    prompt ids transformers' apply_chat_template(add_generation_prompt=True, tokenize=True) gives
+    for [system?, user]: what data.prompt_template: model must encode."""
+    from transformers import PreTrainedTokenizerFast
+    src = os.path.join(out_dir, "..", "tokenizer", "qwen2", "tokenizer.json")
+    ckpt = os.path.join(out_dir, "checkpoint")
+    os.makedirs(ckpt, exist_ok=True)
+    with open(src, encoding="utf-8") as f, open(os.path.join(ckpt, "tokenizer.json"), "w",
+                                                 encoding="utf-8") as g:
+        g.write(f.read())
+    with open(os.path.join(out_dir, "qwen3_style.jinja"), encoding="utf-8") as f:
+        template = f.read()
+    config = {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>", "bos_token": None,
+              "chat_template": template}
+    with open(os.path.join(ckpt, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+        json.dump(config, f, ensure_ascii=False, indent=1)
+        f.write("\n")
+    tok = PreTrainedTokenizerFast(tokenizer_file=src, eos_token="<|im_end|>",
+                                  pad_token="<|endoftext|>")
+    tok.chat_template = template
+    cases = []
+    for system in ("", "You add numbers."):
+        messages = ([{"role": "system", "content": system}] if system else []) + [
+            {"role": "user", "content": "12+30="}]
+        enc = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        cases.append({"system": system, "user": "12+30=", "prompt_text": text,
+                      "prompt_ids": list(enc["input_ids"])})
+    with open(os.path.join(ckpt, "expected.json"), "w", encoding="utf-8") as f:
+        json.dump({"generated_by": "tools/make_chat_template_fixtures.py", "cases": cases}, f,
+                  ensure_ascii=False, indent=1)
+        f.write("\n")
+    print(f"{ckpt}: tokenizer with chat_template, {len(cases)} expected prompts")
+
+
 def main():
     out_dir = sys.argv[1] if len(sys.argv) > 1 else DEFAULT_DIR
+    write_checkpoint(out_dir)
     for name in sorted(os.listdir(out_dir)):
         if not name.endswith(".jinja"):
             continue
