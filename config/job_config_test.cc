@@ -112,6 +112,31 @@ TEST(JobConfigTest, CollectiveTimeoutDefaultsTo60AndMustBePositive) {
   EXPECT_EQ(zero.errors[0].key, "trainer.collective_timeout_s");
 }
 
+// data.prompt_template: model is checked where the job loads: the checkpoint must carry a chat
+// template, and a model built from scratch has none.
+TEST(JobConfigTest, ModelPromptTemplateNeedsACheckpointWithAChatTemplate) {
+  const std::string data = std::string(RLFORGE_SOURCE_DIR_DEFAULT) + "/tests/data";
+  auto load = [](const std::string& path) {
+    return LoadJobText(absl::StrCat("job: {algorithm: sft}\nmodel: {path: '", path,
+                                    "'}\ndata: {prompt_template: model}\n"),
+                       "t.yaml");
+  };
+  EXPECT_TRUE(load(data + "/chat_templates/checkpoint").errors.empty());
+  LoadedJob none = load(data + "/tokenizer/qwen2");
+  ASSERT_EQ(none.errors.size(), 1u) << config::FormatErrors(none.errors);
+  EXPECT_EQ(none.errors[0].key, "data.prompt_template");
+  EXPECT_EQ(none.errors[0].message,
+            absl::StrCat("model: model.path '", data,
+                         "/tokenizer/qwen2' has no chat template (no "
+                         "chat_template in ",
+                         data, "/tokenizer/qwen2/tokenizer_config.json and no ", data,
+                         "/tokenizer/qwen2/chat_template.jinja)"));
+  LoadedJob scratch =
+      LoadJobText("job: {algorithm: sft}\ndata: {prompt_template: model}\n", "t.yaml");
+  ASSERT_EQ(scratch.errors.size(), 1u) << config::FormatErrors(scratch.errors);
+  EXPECT_NE(scratch.errors[0].message.find("model needs model.path"), std::string::npos);
+}
+
 // docs/config.md embeds the generated reference; a key added without
 // regenerating it (rlforge config-docs) fails here.
 TEST(JobConfigTest, DocsConfigMdIsCurrent) {

@@ -2,8 +2,10 @@
 #include "config/lm_config.h"
 
 #include <filesystem>
+#include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
 
 namespace rlforge {
 
@@ -102,7 +104,8 @@ std::shared_ptr<const Schema> DataSection() {
       .Min(0)
       .Max(1);
   b.String("prompt_template", &DataOptions::prompt_template,
-           "How a prompt is wrapped: none, chatml, or a custom text with {system} and {user}.");
+           "How a prompt is wrapped: none, chatml, model (the checkpoint's own Jinja "
+           "chat_template, see docs/tokenizers.md), or a custom text with {system} and {user}.");
   b.String("system_prompt", &DataOptions::system_prompt, "System text for the prompt template.");
   b.Check([](const DataOptions& d, CheckContext& ctx) {
     if (d.min_digits > d.max_digits) {
@@ -150,6 +153,20 @@ std::shared_ptr<const Schema> SftSection() {
   return b.Build();
 }
 
+// Why model.path's checkpoint cannot serve data.prompt_template: model ("" when it can, or
+// when the directory does not exist yet because model.init_job writes it).
+std::string MissingChatTemplate(const std::string& dir) {
+  namespace fs = std::filesystem;
+  if (!fs::is_directory(dir) || fs::exists(fs::path(dir) / "chat_template.jinja")) return "";
+  const fs::path config = fs::path(dir) / "tokenizer_config.json";
+  std::ifstream in(config);
+  const auto json = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (json.is_object() && json.contains("chat_template")) return "";
+  return absl::StrCat("model: model.path '", dir, "' has no chat template (no chat_template in ",
+                      config.string(), " and no ", (fs::path(dir) / "chat_template.jinja").string(),
+                      ")");
+}
+
 }  // namespace
 
 void AddLmSections(SchemaBuilder<JobConfig>& b) {
@@ -169,6 +186,17 @@ void AddLmSections(SchemaBuilder<JobConfig>& b) {
                 absl::StrCat("no job file '", init, "' (relative to the working directory ",
                              std::filesystem::current_path().string(), ")"));
     }
+  });
+  b.Check([](const JobConfig& c, CheckContext& ctx) {
+    if (c.data.prompt_template != "model") return;
+    if (c.model.path.empty()) {
+      ctx.Error("data.prompt_template",
+                "model needs model.path: a checkpoint whose chat template is used (a model "
+                "built from scratch has none)");
+      return;
+    }
+    const std::string missing = MissingChatTemplate(c.model.path);
+    if (!missing.empty()) ctx.Error("data.prompt_template", missing);
   });
   b.Check([](const JobConfig& c, CheckContext& ctx) {
     if (c.job.algorithm == nullptr || c.job.algorithm->family != AlgorithmFamily::kSft) return;

@@ -42,10 +42,7 @@ std::vector<int32_t> TaskText::EncodeResponse(const std::string& response) const
 std::string TaskText::Response(const LmSample& s) const {
   std::vector<int32_t> ids = s.tokens;
   if (!ids.empty() && ids.back() == tokenizer->eos_id()) ids.pop_back();
-  std::string text = tokenizer->Decode(ids);
-  const std::string& eot = tmpl->end_of_turn();
-  if (!eot.empty() && absl::EndsWith(text, eot)) text.resize(text.size() - eot.size());
-  return text;
+  return tmpl->ResponseText(tokenizer->Decode(ids));
 }
 
 std::vector<PromptExample> TaskText::TrainBatch(uint64_t seed, uint64_t offset,
@@ -62,7 +59,7 @@ absl::StatusOr<TaskText> LoadTaskText(const JobConfig& c, int64_t heldout_exampl
   TaskText t;
   ASSIGN_OR_RETURN(t.tokenizer, models::LoadTokenizer(c.model.path));
   ASSIGN_OR_RETURN(models::PromptTemplate tmpl,
-                   models::PromptTemplate::Create(c.data.prompt_template));
+                   models::PromptTemplate::Create(c.data.prompt_template, t.tokenizer.get()));
   t.tmpl = tmpl;
   const DataOptions& d = c.data;
   if (d.source == "jsonl") {

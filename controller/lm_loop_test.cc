@@ -2,9 +2,12 @@
 // arithmetic prompts in text, a reward fake with an exact-match score, a trainer fake that
 // publishes version = step. No process, socket or sleep; the fake clock only moves when
 // the loop waits on a reply that is not coming.
+#include "controller/lm_loop.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 #include <map>
 #include <set>
 
@@ -12,6 +15,8 @@
 #include "controller/algorithm.h"
 #include "controller/fake_actors.h"
 #include "controller/fake_lm_actors.h"
+#include "nlohmann/json.hpp"
+#include "rlforge_paths.h"
 
 namespace rlforge::testing {
 namespace {
@@ -433,3 +438,31 @@ INSTANTIATE_TEST_SUITE_P(GrpoAndLmPpo, LmLoopTest,
 
 }  // namespace
 }  // namespace rlforge::testing
+
+namespace rlforge {
+namespace {
+
+// data.prompt_template: model end to end on the controller's side: LoadTaskText reads the
+// checkpoint's chat template, and TaskText::Encode gives the ids transformers'
+// apply_chat_template(tokenize=True) gives (checkpoint/expected.json); Response() undoes the
+// assistant turn's markup.
+TEST(TaskTextTest, ModelPromptTemplateEncodesLikeTransformers) {
+  const std::string dir =
+      std::string(RLFORGE_SOURCE_DIR_DEFAULT) + "/tests/data/chat_templates/checkpoint";
+  LoadedJob job = LoadJobText(absl::StrCat("job: {algorithm: grpo}\nmodel: {path: '", dir,
+                                           "'}\ndata: {prompt_template: model}\n"),
+                              "t.yaml");
+  ASSERT_TRUE(job.errors.empty()) << config::FormatErrors(job.errors);
+  auto text = LoadTaskText(job.config, 4);
+  ASSERT_TRUE(text.ok()) << text.status();
+  std::ifstream in(dir + "/expected.json");
+  for (const auto& c : nlohmann::json::parse(in)["cases"]) {
+    EXPECT_EQ(text->Encode(c["system"], c["user"]), c["prompt_ids"].get<std::vector<int32_t>>());
+  }
+  LmSample s;
+  s.tokens = text->EncodeResponse("42");
+  EXPECT_EQ(text->Response(s), "42");
+}
+
+}  // namespace
+}  // namespace rlforge

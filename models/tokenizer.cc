@@ -5,6 +5,7 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
@@ -182,6 +183,35 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> CharFromJson(const Json& spec, const 
   }
 }
 
+// The chat template of a checkpoint directory: chat_template.jinja first (transformers 5
+// writes it and prefers it), then tokenizer_config.json's chat_template. {"", ""} if none.
+absl::StatusOr<std::pair<std::string, std::string>> FindChatTemplate(
+    const std::string& dir, const Json& config, const std::string& config_path) {
+  const std::string jinja_path = (fs::path(dir) / "chat_template.jinja").string();
+  if (fs::exists(jinja_path)) {
+    ASSIGN_OR_RETURN(std::string text, ReadFile(jinja_path));
+    return std::make_pair(std::move(text), jinja_path);
+  }
+  if (!config.is_object() || !config.contains("chat_template")) {
+    return std::make_pair(std::string(), std::string());
+  }
+  const std::string origin = config_path + ": chat_template";
+  const Json& t = config["chat_template"];
+  if (t.is_string()) return std::make_pair(t.get<std::string>(), origin);
+  if (t.is_array()) {  // named templates: [{"name": "default", "template": "..."}, ...]
+    for (const Json& named : t) {
+      if (named.is_object() && named.value("name", "") == "default" && named.contains("template") &&
+          named["template"].is_string()) {
+        return std::make_pair(named["template"].get<std::string>(), origin + "[default]");
+      }
+    }
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(origin,
+                   ": expected a string or a list with a {\"name\": \"default\", "
+                   "\"template\": ...} entry"));
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& dir) {
@@ -229,6 +259,8 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& dir)
   } else {
     ASSIGN_OR_RETURN(t->pad_id_, ResolveToken(*t, pad, "pad_token", names_path));
   }
+  ASSIGN_OR_RETURN(std::tie(t->chat_template_, t->chat_template_origin_),
+                   FindChatTemplate(dir, names, names_path));
   return t;
 }
 
@@ -276,9 +308,12 @@ absl::Status SaveTokenizer(const Tokenizer& tokenizer, const std::string& dir) {
   const Json config = {{"eos_token", name(tokenizer.eos_id())},
                        {"bos_token", name(tokenizer.bos_id())},
                        {"pad_token", name(tokenizer.pad_id())}};
-  for (const auto& [file, body] :
-       {std::pair<std::string, std::string>{"tokenizer.json", tokenizer_json},
-        {"tokenizer_config.json", config.dump(1) + "\n"}}) {
+  std::vector<std::pair<std::string, std::string>> files = {
+      {"tokenizer.json", tokenizer_json}, {"tokenizer_config.json", config.dump(1) + "\n"}};
+  if (!tokenizer.chat_template().empty()) {
+    files.emplace_back("chat_template.jinja", tokenizer.chat_template());
+  }
+  for (const auto& [file, body] : files) {
     const std::string path = (fs::path(dir) / file).string();
     std::ofstream out(path, std::ios::binary | std::ios::trunc);
     out << body;

@@ -48,16 +48,26 @@ class Tokenizer {
   int32_t bos_id() const { return bos_id_; }  // -1 if the tokenizer has none
   int32_t pad_id() const { return pad_id_; }  // the eos id when tokenizer_config names no pad
 
+  // The checkpoint's Jinja chat template ("" when it has none) and where it was read, for
+  // errors: "DIR/chat_template.jinja" or "DIR/tokenizer_config.json: chat_template".
+  const std::string& chat_template() const { return chat_template_; }
+  const std::string& chat_template_origin() const { return chat_template_origin_; }
+
  protected:
   friend absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& dir);
   int32_t eos_id_ = -1;
   int32_t bos_id_ = -1;
   int32_t pad_id_ = -1;
+  std::string chat_template_;
+  std::string chat_template_origin_;
 };
 
 // Reads DIR/tokenizer.json (a Hugging Face byte-level BPE, or rlforge's char-level format)
 // and, when present, DIR/tokenizer_config.json for eos_token / bos_token / pad_token. A BPE
-// tokenizer must name its eos_token there. Errors name the file and the key.
+// tokenizer must name its eos_token there. Errors name the file and the key. The chat
+// template comes from DIR/chat_template.jinja (as transformers 5 saves it) or else from
+// tokenizer_config.json's chat_template (a string, or a list of {name, template} of which
+// "default" is taken).
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& dir);
 
 // The special tokens of a char-level tokenizer; their ids are 0..n-1 in this order, the
@@ -76,8 +86,9 @@ struct CharTokenizerOptions {
 absl::StatusOr<std::unique_ptr<Tokenizer>> MakeCharTokenizer(
     const std::string& alphabet, const CharTokenizerOptions& options = {});
 
-// Writes DIR/tokenizer.json and DIR/tokenizer_config.json (creating DIR). A BPE tokenizer
-// writes back the tokenizer.json it was loaded from.
+// Writes DIR/tokenizer.json and DIR/tokenizer_config.json (creating DIR), and the chat
+// template, when there is one, to DIR/chat_template.jinja. A BPE tokenizer writes back the
+// tokenizer.json it was loaded from.
 absl::Status SaveTokenizer(const Tokenizer& tokenizer, const std::string& dir);
 
 }  // namespace rlforge::models

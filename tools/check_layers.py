@@ -15,7 +15,7 @@ import sys
 
 LEVELS = [
     ["common"],
-    ["proto", "config"],
+    ["proto", "config", "templating"],
     ["launch", "data", "dist", "dashboard", "models"],
     ["sim_bridge", "weights"],
     ["actors"],

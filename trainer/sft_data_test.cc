@@ -2,8 +2,34 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+
+#include "nlohmann/json.hpp"
+#include "rlforge_paths.h"
+
 namespace rlforge {
 namespace {
+
+// data.prompt_template: model: the prompt is the checkpoint's chat template (the ids
+// transformers' apply_chat_template gives, in checkpoint/expected.json), the target what the
+// template appends for the assistant turn.
+TEST(SftDataTest, ModelTemplatePromptIsTheCheckpointsChatTemplate) {
+  const std::string dir =
+      std::string(RLFORGE_SOURCE_DIR_DEFAULT) + "/tests/data/chat_templates/checkpoint";
+  auto tok = models::LoadTokenizer(dir);
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  auto tmpl = models::PromptTemplate::Create("model", tok->get());
+  ASSERT_TRUE(tmpl.ok()) << tmpl.status();
+  std::ifstream in(dir + "/expected.json");
+  const auto expected = nlohmann::json::parse(in)["cases"][1];
+  ASSERT_EQ(expected["system"], "You add numbers.");
+  const auto ex = TokenizeExample(**tok, *tmpl, "You add numbers.", {"12+30=", "42", "42"});
+  const auto prompt = expected["prompt_ids"].get<std::vector<int32_t>>();
+  ASSERT_EQ(ex.prompt_len, static_cast<int64_t>(prompt.size()));
+  EXPECT_EQ(std::vector<int32_t>(ex.tokens.begin(), ex.tokens.begin() + ex.prompt_len), prompt);
+  EXPECT_EQ(std::vector<int32_t>(ex.tokens.begin() + ex.prompt_len, ex.tokens.end()),
+            (*tok)->Encode("<think>\n\n</think>\n\n42<|im_end|>"));
+}
 
 TEST(SftDataTest, LossOnlyOnResponseTokensAndPositionsRestartPerExample) {
   auto tok = models::MakeCharTokenizer("0123456789+-=");

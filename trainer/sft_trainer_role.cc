@@ -72,7 +72,12 @@ absl::StatusOr<WorkReply> SftTrainerRole::Init() {
   torch::manual_seed(static_cast<uint64_t>(config_.job.seed));
   const DataOptions& d = config_.data;
   const ModelOptions& m = config_.model;
-  ASSIGN_OR_RETURN(models::PromptTemplate tmpl, models::PromptTemplate::Create(d.prompt_template));
+  // A checkpoint's tokenizer first: a "model" prompt template is its chat template.
+  if (!m.path.empty()) {
+    ASSIGN_OR_RETURN(tokenizer_, models::LoadTokenizer(m.path));
+  }
+  ASSIGN_OR_RETURN(models::PromptTemplate tmpl,
+                   models::PromptTemplate::Create(d.prompt_template, tokenizer_.get()));
   template_ = tmpl;
 
   // Held-out set (and, for jsonl, the training file).
@@ -94,7 +99,6 @@ absl::StatusOr<WorkReply> SftTrainerRole::Init() {
   ASSIGN_OR_RETURN(comm_, ConnectTrainerRanks(assignment_));
   const ShardedModel::Options sharding = ShardingOptions(config_.trainer, /*trainable=*/true);
   if (!m.path.empty()) {
-    ASSIGN_OR_RETURN(tokenizer_, models::LoadTokenizer(m.path));
     ASSIGN_OR_RETURN(model_, LoadShardedModel(m.path, comm_.get(), sharding));
   } else {
     // A char-level vocabulary over every character the data and template can produce.
@@ -289,12 +293,7 @@ absl::StatusOr<WorkReply> SftTrainerRole::Evaluate(const proto::LmEvaluate& task
     for (size_t i = begin; i < end; ++i) {
       auto ids = outs[i - begin];
       if (!ids.empty() && ids.back() == tokenizer_->eos_id()) ids.pop_back();
-      std::string text = tokenizer_->Decode(ids);
-      const std::string& eot = template_->end_of_turn();
-      if (!eot.empty() && text.size() >= eot.size() &&
-          text.compare(text.size() - eot.size(), eot.size(), eot) == 0) {
-        text.resize(text.size() - eot.size());
-      }
+      const std::string text = template_->ResponseText(tokenizer_->Decode(ids));
       if (Trim(text) == Trim(heldout_[i].response)) ++correct;
     }
   }
