@@ -177,6 +177,26 @@ reward:
   EXPECT_NE(errors.find("job.yaml:"), std::string::npos) << errors;
 }
 
+TEST(RewardConfigTest, MathAndFormatKeysAreChecked) {
+  LoadedJob j = LoadJobText(R"(job: {algorithm: grpo}
+reward:
+  rewards:
+    - {name: m, kind: math, params: {tag: reason}}
+    - {name: f, kind: format, params: {tag: "<think>"}}
+    - {name: g, kind: format, params: {answer_form: number}}
+    - {name: e, kind: exact_answer, params: {answer_form: boxed}}
+)",
+                            "job.yaml");
+  const std::string errors = config::FormatErrors(j.errors);
+  for (const std::string want :
+       {"job.yaml:4:", "reward.rewards[0].params.tag: does not apply to kind math",
+        "reward.rewards[1].params.tag: '<think>' is not a tag name",
+        "reward.rewards[2].params.answer_form:",
+        "reward.rewards[3].params.answer_form: does not apply to kind exact_answer"}) {
+    EXPECT_NE(errors.find(want), std::string::npos) << want << "\n" << errors;
+  }
+}
+
 }  // namespace
 }  // namespace rlforge::reward
 
