@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "data/jsonl_dataset.h"
 #include "rlforge_paths.h"
 
 namespace rlforge::reward {
@@ -91,6 +92,51 @@ reward:
   EXPECT_EQ(r.metrics().at("reward/failed_samples"), 2);
   EXPECT_EQ(r.metrics().at("reward/faulty/errors"), 2);
   EXPECT_TRUE(r.metrics().contains("reward/time_s"));
+}
+
+// The math and format rewards through the reward worker on generated GSM8K-style problems
+// (data/word_problems/heldout.jsonl, read as a job with data.source: jsonl reads it).
+TEST(RewardRoleTest, MathAndFormatOnGeneratedWordProblems) {
+  auto problems =
+      ReadPromptJsonl(std::string(RLFORGE_SOURCE_DIR_DEFAULT) + "/data/word_problems/heldout.jsonl",
+                      JsonlFormat::kRl);
+  ASSERT_TRUE(problems.ok()) << problems.status();
+  const JobConfig c = LoadConfig(R"(
+job: {algorithm: grpo}
+reward:
+  rewards:
+    - {name: correct, kind: math}
+    - {name: format, kind: format, weight: 0.25, params: {answer_form: boxed}}
+)");
+  auto role = RewardRole::Create(c, {});
+  ASSERT_TRUE(role.ok()) << role.status();
+  proto::WorkRequest req;
+  std::vector<double> want;
+  for (size_t i = 0; i < 4; ++i) {
+    const PromptExample& p = (*problems)[i];
+    const int64_t n = std::stoll(p.answer);
+    const std::string steps = p.response.substr(0, p.response.rfind("####"));
+    // Right with the format; the worked answer itself; right number, wrong format; wrong.
+    const std::vector<std::pair<std::string, double>> cases = {
+        {absl::StrCat("<think>", steps, "</think> So the answer is \\boxed{", n, "}."), 1.25},
+        {p.response, 1.0},
+        {absl::StrCat("<think></think> \\boxed{", n, "}"), 1.0},
+        {absl::StrCat("<think>", steps, "</think> \\boxed{", n + 1, "}"), 0.25}};
+    for (const auto& [response, total] : cases) {
+      auto* s = req.mutable_score()->add_samples();
+      s->set_prompt(p.prompt);
+      s->set_response(response);
+      s->set_answer(p.answer);
+      want.push_back(total);
+    }
+  }
+  const proto::WorkResult r = RoundTrip(**role, req);
+  ASSERT_EQ(r.score().total_size(), static_cast<int>(want.size()));
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_TRUE(r.score().ok(i)) << r.score().error(i);
+    EXPECT_DOUBLE_EQ(r.score().total(i), want[i]) << req.score().samples(i).response();
+  }
+  EXPECT_DOUBLE_EQ(r.metrics().at("reward/correct/mean"), 0.75);
 }
 
 TEST(RewardRoleTest, ControllerSideConversionsRoundTrip) {
