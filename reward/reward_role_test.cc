@@ -7,7 +7,9 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "data/jsonl_dataset.h"
+#include "reward/math_answer.h"
 #include "rlforge_paths.h"
 
 namespace rlforge::reward {
@@ -282,6 +284,61 @@ TEST(RewardDocsTest, ConfigExample) {
   EXPECT_DOUBLE_EQ(r.score().total(0), 1.0 + 0.5 + 0.1 + 0.0 + 0.2);
   // Wrong but close (numeric, tol 0.5), no format, 60 of 64 tokens: (48 - 60) / 16 = -0.75.
   EXPECT_DOUBLE_EQ(r.score().total(1), 0.5 - 0.75);
+}
+
+}  // namespace
+}  // namespace rlforge::reward
+
+namespace rlforge::reward {
+namespace {
+
+std::string ReadDoc(const std::string& name) {
+  std::ifstream in(std::string(RLFORGE_SOURCE_DIR_DEFAULT) + "/docs/" + name);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// docs/math_verifier.md's configuration block, loaded and used as written.
+TEST(MathVerifierDocsTest, ConfigExample) {
+  const std::string page = ReadDoc("math_verifier.md");
+  const size_t a = page.find("```yaml\n");
+  ASSERT_NE(a, std::string::npos);
+  const size_t b = page.find("```", a + 8);
+  const JobConfig c = LoadConfig("job: {algorithm: grpo}\n" + page.substr(a + 8, b - a - 8));
+  auto role = RewardRole::Create(c, {});
+  ASSERT_TRUE(role.ok()) << role.status();
+  proto::WorkRequest req;
+  auto* s = req.mutable_score()->add_samples();
+  s->set_response("<think>6 * 7 = 42</think> \\boxed{42}");
+  s->set_answer("42");
+  const proto::WorkResult r = RoundTrip(**role, req);
+  ASSERT_TRUE(r.score().ok(0)) << r.score().error(0);
+  EXPECT_DOUBLE_EQ(r.score().total(0), 1.2);
+}
+
+// Every row of the page's example table: `reference` | `response` | score.
+TEST(MathVerifierDocsTest, ExamplesHold) {
+  const std::string page = ReadDoc("math_verifier.md");
+  const size_t a = page.find("<!-- BEGIN EXAMPLES -->"), b = page.find("<!-- END EXAMPLES -->");
+  ASSERT_NE(a, std::string::npos);
+  ASSERT_NE(b, std::string::npos);
+  std::istringstream rows(page.substr(a, b - a));
+  std::string row;
+  int checked = 0;
+  while (std::getline(rows, row)) {
+    std::vector<std::string> cells;
+    for (size_t at = row.find("| `"); at != std::string::npos; at = row.find("| `", at + 1)) {
+      const size_t end = row.find("` |", at + 3);
+      if (end == std::string::npos) break;
+      cells.push_back(absl::StrReplaceAll(row.substr(at + 3, end - at - 3), {{"\\n", "\n"}}));
+    }
+    if (cells.size() != 2) continue;
+    const double score = std::stod(row.substr(row.rfind('|', row.size() - 2) + 1));
+    EXPECT_EQ(MathVerify(cells[0], cells[1], Extract::kAuto) ? 1.0 : 0.0, score) << row;
+    ++checked;
+  }
+  EXPECT_EQ(checked, 10);
 }
 
 }  // namespace
