@@ -9,18 +9,12 @@
 #include <set>
 #include <sstream>
 
+#include "common/atomic_file.h"
 #include "data/jsonl_dataset.h"
 #include "rlforge_paths.h"
 
 namespace rlforge {
 namespace {
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 std::string CommittedDir() {
   return std::string(RLFORGE_SOURCE_DIR_DEFAULT) + "/data/word_problems";
@@ -92,7 +86,10 @@ TEST(WordProblemsTest, CommittedFilesAreCurrent) {
   ASSERT_TRUE(
       WriteWordProblems(dir, kWordProblemsSeed, kWordProblemsTrain, kWordProblemsHeldout).ok());
   for (const std::string name : {"train.jsonl", "heldout.jsonl"}) {
-    EXPECT_EQ(ReadAll(dir + "/" + name), ReadAll(CommittedDir() + "/" + name))
+    auto fresh = ReadFileToString(dir + "/" + name),
+         committed = ReadFileToString(CommittedDir() + "/" + name);
+    ASSERT_TRUE(fresh.ok() && committed.ok()) << fresh.status() << committed.status();
+    EXPECT_EQ(*fresh, *committed)
         << name << " is stale: run build/data/make_word_problems data/word_problems";
   }
   std::filesystem::remove_all(dir);
