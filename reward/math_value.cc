@@ -153,6 +153,9 @@ class Parser {
   size_t pos() const { return i_; }
 
  private:
+  // operand (op operand)*: read_op() reads an operator, or nullopt to stop.
+  template <typename ReadOp>
+  std::optional<Term> Chain(std::optional<Term> (Parser::*operand)(), ReadOp read_op);
   std::optional<Term> Product();
   std::optional<Term> Unary();
   std::optional<Term> PowerTerm();
@@ -182,14 +185,14 @@ class Parser {
   size_t i_ = 0;
 };
 
-std::optional<Term> Parser::Sum() {
-  std::optional<Term> acc = Product();
+template <typename ReadOp>
+std::optional<Term> Parser::Chain(std::optional<Term> (Parser::*operand)(), ReadOp read_op) {
+  std::optional<Term> acc = (this->*operand)();
   while (acc) {
     const size_t save = i_;
-    const bool plus = Eat("+");
-    if (!plus && !Eat("-")) break;
-    std::optional<Term> rhs = Product();
-    std::optional<Real> v = rhs ? Apply(plus ? Op::kAdd : Op::kSub, acc->v, rhs->v) : std::nullopt;
+    const std::optional<Op> op = read_op();
+    std::optional<Term> rhs = op ? (this->*operand)() : std::nullopt;
+    std::optional<Real> v = rhs ? Apply(*op, acc->v, rhs->v) : std::nullopt;
     if (!v) {
       i_ = save;
       break;
@@ -199,27 +202,23 @@ std::optional<Term> Parser::Sum() {
   return acc;
 }
 
+std::optional<Term> Parser::Sum() {
+  return Chain(&Parser::Product, [this]() -> std::optional<Op> {
+    if (Eat("+")) return Op::kAdd;
+    if (Eat("-")) return Op::kSub;
+    return std::nullopt;
+  });
+}
+
 std::optional<Term> Parser::Product() {
-  std::optional<Term> acc = Unary();
-  while (acc) {
-    const size_t save = i_;
-    Op op = Op::kMul;
-    if (Eat("/")) {
-      op = Op::kDiv;
-    } else if (!Eat("*")) {
-      // Implicit multiplication only before a command or a parenthesis: 2\sqrt{3}, 3(4+1).
-      SkipSpace();
-      if (i_ >= s_.size() || (s_[i_] != '\\' && s_[i_] != '(')) break;
-    }
-    std::optional<Term> rhs = Unary();
-    std::optional<Real> v = rhs ? Apply(op, acc->v, rhs->v) : std::nullopt;
-    if (!v) {
-      i_ = save;
-      break;
-    }
-    acc = Term{*v, std::nullopt};
-  }
-  return acc;
+  return Chain(&Parser::Unary, [this]() -> std::optional<Op> {
+    if (Eat("/")) return Op::kDiv;
+    if (Eat("*")) return Op::kMul;
+    // Implicit multiplication only before a command or a parenthesis: 2\sqrt{3}, 3(4+1).
+    SkipSpace();
+    if (i_ < s_.size() && (s_[i_] == '\\' || s_[i_] == '(')) return Op::kMul;
+    return std::nullopt;
+  });
 }
 
 std::optional<Term> Parser::Unary() {

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "common/atomic_file.h"
 #include "data/jsonl_dataset.h"
 #include "reward/math_answer.h"
 #include "rlforge_paths.h"
@@ -19,6 +20,21 @@ JobConfig LoadConfig(const std::string& yaml) {
   LoadedJob j = LoadJobText(yaml, "job.yaml");
   EXPECT_TRUE(j.ok()) << config::FormatErrors(j.errors);
   return j.config;
+}
+
+std::string ReadDoc(const std::string& name) {
+  auto page = ReadFileToString(std::string(RLFORGE_SOURCE_DIR_DEFAULT) + "/docs/" + name);
+  EXPECT_TRUE(page.ok()) << page.status();
+  return page.value_or("");
+}
+
+// The first ```yaml block of a docs page ("" and a test failure when there is none).
+std::string FirstYamlBlock(const std::string& page) {
+  const size_t a = page.find("```yaml\n");
+  EXPECT_NE(a, std::string::npos);
+  if (a == std::string::npos) return "";
+  const size_t b = page.find("```", a + 8);
+  return page.substr(a + 8, b - a - 8);
 }
 
 // The request goes through protobuf bytes both ways, as it would over the wire.
@@ -254,14 +270,7 @@ namespace {
 // docs/rewards.md's configuration example, loaded and used as written (the plugin path is
 // relative to the source tree there; here it is the built library).
 TEST(RewardDocsTest, ConfigExample) {
-  std::ifstream in(std::string(RLFORGE_SOURCE_DIR_DEFAULT) + "/docs/rewards.md");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string page = ss.str();
-  const size_t a = page.find("```yaml\n");
-  ASSERT_NE(a, std::string::npos);
-  const size_t b = page.find("```", a + 8);
-  std::string yaml = page.substr(a + 8, b - a - 8);
+  std::string yaml = FirstYamlBlock(ReadDoc("rewards.md"));
   const std::string doc_path = "build/reward/librlforge_keyword_reward.so";
   const size_t at = yaml.find(doc_path);
   ASSERT_NE(at, std::string::npos);
@@ -286,26 +295,10 @@ TEST(RewardDocsTest, ConfigExample) {
   EXPECT_DOUBLE_EQ(r.score().total(1), 0.5 - 0.75);
 }
 
-}  // namespace
-}  // namespace rlforge::reward
-
-namespace rlforge::reward {
-namespace {
-
-std::string ReadDoc(const std::string& name) {
-  std::ifstream in(std::string(RLFORGE_SOURCE_DIR_DEFAULT) + "/docs/" + name);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // docs/math_verifier.md's configuration block, loaded and used as written.
 TEST(MathVerifierDocsTest, ConfigExample) {
-  const std::string page = ReadDoc("math_verifier.md");
-  const size_t a = page.find("```yaml\n");
-  ASSERT_NE(a, std::string::npos);
-  const size_t b = page.find("```", a + 8);
-  const JobConfig c = LoadConfig("job: {algorithm: grpo}\n" + page.substr(a + 8, b - a - 8));
+  const JobConfig c =
+      LoadConfig("job: {algorithm: grpo}\n" + FirstYamlBlock(ReadDoc("math_verifier.md")));
   auto role = RewardRole::Create(c, {});
   ASSERT_TRUE(role.ok()) << role.status();
   proto::WorkRequest req;
