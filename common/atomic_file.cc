@@ -6,6 +6,8 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 
 #include "absl/strings/str_cat.h"
 
@@ -56,6 +58,15 @@ absl::Status SyncParentDirectory(const std::string& path) {
   ::close(fd);
   if (rc != 0) return Errno("fsync directory", dir);
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) return absl::InternalError(absl::StrCat(path, ": cannot read"));
+  return ss.str();
 }
 
 }  // namespace rlforge

@@ -1,4 +1,5 @@
-// Whole files replaced atomically: readers see the old contents or the new, never a part.
+// Whole files: read in one call, and replaced atomically (readers see the old contents or the
+// new, never a part).
 //
 // contents -> path.tmp (written, fsync'ed) -> rename(path.tmp, path) -> fsync(directory)
 //
@@ -10,10 +11,14 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 namespace rlforge {
 
 absl::Status WriteFileAtomic(const std::string& path, const std::string& contents);
+
+// The bytes of the file at `path`; an error names the path.
+absl::StatusOr<std::string> ReadFileToString(const std::string& path);
 
 // fsync of the directory holding `path`, so a rename into it is durable.
 absl::Status SyncParentDirectory(const std::string& path);

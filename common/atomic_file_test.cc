@@ -10,13 +10,6 @@
 namespace rlforge {
 namespace {
 
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 TEST(AtomicFileTest, ReplacesContentsAndLeavesNoTemporary) {
   const auto dir =
       std::filesystem::temp_directory_path() / ("rlforge_atomic_" + std::to_string(::getpid()));
@@ -24,9 +17,15 @@ TEST(AtomicFileTest, ReplacesContentsAndLeavesNoTemporary) {
   const std::string path = (dir / "f.json").string();
   ASSERT_TRUE(WriteFileAtomic(path, "first, longer contents").ok());
   ASSERT_TRUE(WriteFileAtomic(path, "second").ok());
-  EXPECT_EQ(ReadAll(path), "second");
+  EXPECT_EQ(*ReadFileToString(path), "second");
   EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
   std::filesystem::remove_all(dir);
+}
+
+TEST(AtomicFileTest, ReadingAMissingFileNamesIt) {
+  const auto s = ReadFileToString("/nonexistent_rlforge_dir/x.json");
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(std::string(s.status().message()), "/nonexistent_rlforge_dir/x.json: cannot open");
 }
 
 TEST(AtomicFileTest, MissingDirectoryIsAnErrorNamingThePath) {

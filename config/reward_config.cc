@@ -13,11 +13,14 @@ using config::SchemaBuilder;
 
 namespace {
 
+constexpr char kTagChars[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-";
+
 std::shared_ptr<const Schema> ParamsSection() {
   SchemaBuilder<RewardParams> b("Parameters of one reward; each kind reads only its own.");
   b.Choice("extract", &RewardParams::extract, {"auto", "answer_is", "boxed", "last_number", "full"},
-           "exact_answer, numeric: where the answer is in the response. auto: \\boxed{X}, else "
-           "'answer is X', else the whole response (numeric: else the last number).");
+           "exact_answer, numeric, math: where the answer is in the response. auto: \\boxed{X}, "
+           "else 'answer is X', else the whole response (numeric: else the last number; math: "
+           "see docs/math_verifier.md).");
   b.Bool("case_sensitive", &RewardParams::case_sensitive,
          "exact_answer: compare case-sensitively (whitespace and trailing punctuation are always "
          "normalised).");
@@ -28,6 +31,12 @@ std::shared_ptr<const Schema> ParamsSection() {
            "regex_format: the regex (ICU syntax) the response must contain; scores 1 or 0.");
   b.Bool("full_match", &RewardParams::full_match,
          "regex_format: the whole response must match, not just contain a match.");
+  b.String("tag", &RewardParams::tag,
+           "format: the response must open with <tag>reasoning</tag> (one block, non-blank "
+           "reasoning) and an answer after it.");
+  b.Choice("answer_form", &RewardParams::answer_form, {"text", "boxed", "math"},
+           "format: what must follow the reasoning block: any non-blank text, a \\boxed{...}, or "
+           "an answer the math verifier reads as a number.");
   b.Int("max_length", &RewardParams::max_length,
         "length_penalty: the hard limit; longer responses score -1.")
       .Min(0);
@@ -48,9 +57,10 @@ std::shared_ptr<const Schema> ParamsSection() {
 std::shared_ptr<const Schema> RewardItem() {
   SchemaBuilder<RewardSpec> b("One reward.");
   b.String("name", &RewardSpec::name, "Reported in metrics.jsonl as reward/<name>.").Required();
-  b.Choice("kind", &RewardSpec::kind,
-           {"exact_answer", "numeric", "regex_format", "length_penalty", "plugin"},
-           "The verifier; see docs/rewards.md.")
+  b.Choice(
+       "kind", &RewardSpec::kind,
+       {"exact_answer", "numeric", "math", "regex_format", "format", "length_penalty", "plugin"},
+       "The verifier; see docs/rewards.md.")
       .Required();
   b.Double("weight", &RewardSpec::weight, "Weight in the total reward (sum of weight x score).");
   b.Double("timeout_s", &RewardSpec::timeout_s,
@@ -66,12 +76,14 @@ std::shared_ptr<const Schema> RewardItem() {
         ctx.Error(absl::StrCat("params.", key), absl::StrCat("does not apply to kind ", r.kind));
       }
     };
-    only(p.extract != d.extract, "extract", {"exact_answer", "numeric"});
+    only(p.extract != d.extract, "extract", {"exact_answer", "numeric", "math"});
     only(p.case_sensitive != d.case_sensitive, "case_sensitive", {"exact_answer"});
     only(p.abs_tol != d.abs_tol, "abs_tol", {"numeric"});
     only(p.rel_tol != d.rel_tol, "rel_tol", {"numeric"});
     only(p.pattern != d.pattern, "pattern", {"regex_format"});
     only(p.full_match != d.full_match, "full_match", {"regex_format"});
+    only(p.tag != d.tag, "tag", {"format"});
+    only(p.answer_form != d.answer_form, "answer_form", {"format"});
     only(p.max_length != d.max_length, "max_length", {"length_penalty"});
     only(p.buffer != d.buffer, "buffer", {"length_penalty"});
     only(p.unit != d.unit, "unit", {"length_penalty"});
@@ -79,6 +91,11 @@ std::shared_ptr<const Schema> RewardItem() {
     only(p.args != d.args, "args", {"plugin"});
     if (r.kind == "regex_format" && p.pattern.empty()) {
       ctx.Error("params.pattern", "kind regex_format needs a pattern");
+    }
+    if (r.kind == "format" &&
+        (p.tag.empty() || p.tag.find_first_not_of(kTagChars) != std::string::npos)) {
+      ctx.Error("params.tag",
+                absl::StrCat("'", p.tag, "' is not a tag name (letters, digits, _ and -)"));
     }
     if (r.kind == "length_penalty" && p.max_length < 1) {
       ctx.Error("params.max_length", "kind length_penalty needs max_length >= 1");
@@ -104,7 +121,9 @@ std::shared_ptr<const Schema> RewardSection() {
       "each also reported under its own name.");
   b.Int("workers", &RewardOptions::workers,
         "Reward worker processes; each generation's streamed chunks are dealt to them "
-        "round-robin.").Min(1).Max(1024);
+        "round-robin.")
+      .Min(1)
+      .Max(1024);
   b.Bool("external", &RewardOptions::external,
          "Do not start the workers; wait for them to join with `rlforge actor --role reward`.");
   b.Double("timeout_s", &RewardOptions::timeout_s,

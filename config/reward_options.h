@@ -10,7 +10,7 @@ namespace rlforge {
 
 // Parameters of one reward; each kind reads only its own (others left at their defaults).
 struct RewardParams {
-  // exact_answer, numeric: how the answer is found in the response.
+  // exact_answer, numeric, math: how the answer is found in the response.
   std::string extract = "auto";  // auto | answer_is | boxed | last_number | full
   bool case_sensitive = false;   // exact_answer
   double abs_tol = 1e-6;         // numeric: |x - y| <= abs_tol + rel_tol * |y|
@@ -20,13 +20,16 @@ struct RewardParams {
   int64_t max_length = 0;       // length_penalty: DAPO soft overlong penalty
   int64_t buffer = 0;           //   penalty ramps from 0 at max_length - buffer to -1 at max_length
   std::string unit = "tokens";  // length_penalty: tokens (when the sample has them) | chars
-  std::string path;             // plugin: the shared library
-  std::vector<std::string> args;  // plugin: "key=value" strings passed to its create()
+  std::string tag = "think";    // format: the reasoning block is <tag>...</tag>
+  std::string answer_form = "text";  // format: what follows the block: text | boxed | math
+  std::string path;                  // plugin: the shared library
+  std::vector<std::string> args;     // plugin: "key=value" strings passed to its create()
 };
 
 struct RewardSpec {
   std::string name;  // reported in metrics as reward/<name>
-  std::string kind;  // exact_answer | numeric | regex_format | length_penalty | plugin
+  // exact_answer | numeric | math | regex_format | format | length_penalty | plugin
+  std::string kind;
   double weight = 1.0;
   double timeout_s = 0;  // per sample; 0: reward.timeout_s
   RewardParams params;

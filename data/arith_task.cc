@@ -4,35 +4,12 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "common/hash.h"
 #include "config/lm_options.h"
+#include "data/sample_stream.h"
 
 namespace rlforge {
 
 namespace {
-
-uint64_t Fnv1a(const std::string& s) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 0x100000001b3ull;
-  }
-  return h;
-}
-
-// A small deterministic stream: each call mixes the state forward.
-class Stream {
- public:
-  explicit Stream(uint64_t seed) : state_(seed) {}
-  uint64_t Next() { return state_ = SplitMix64(state_); }
-  // Uniform in [lo, hi].
-  int64_t Uniform(int64_t lo, int64_t hi) {
-    return lo + static_cast<int64_t>(Next() % static_cast<uint64_t>(hi - lo + 1));
-  }
-
- private:
-  uint64_t state_;
-};
 
 int64_t Pow10(int64_t d) {
   int64_t p = 1;
@@ -47,7 +24,7 @@ struct Problem {
   int64_t Value() const { return op == "+" ? a + b : op == "-" ? a - b : a * b; }
 };
 
-Problem Draw(const ArithmeticOptions& o, Stream& s) {
+Problem Draw(const ArithmeticOptions& o, SampleStream& s) {
   auto operand = [&] {
     const int64_t d = s.Uniform(o.min_digits, o.max_digits);
     return s.Uniform(d == 1 ? 0 : Pow10(d - 1), Pow10(d) - 1);
@@ -138,7 +115,7 @@ PromptExample ArithmeticTask::Example(uint64_t seed, Split split, uint64_t index
       SplitMix64(SplitMix64(seed) ^ (split == Split::kTrain ? 0x7261696eull : 0x68656c64ull)) ^
       SplitMix64(index);
   for (uint64_t attempt = 0;; ++attempt) {
-    Stream s(SplitMix64(base + attempt));
+    SampleStream s(SplitMix64(base + attempt));
     const Problem p = Draw(options_, s);
     if (IsHeldout(p.Canonical()) != (split == Split::kHeldout)) continue;
     PromptExample ex;
@@ -184,7 +161,7 @@ int64_t ArithmeticTask::CarrylessValue(int64_t a, int64_t b, const std::string& 
 }
 
 std::string ArithmeticTask::WrongAnswer(const PromptExample& example, uint64_t seed) const {
-  Stream s(SplitMix64(seed ^ Fnv1a(example.prompt)));
+  SampleStream s(SplitMix64(seed ^ Fnv1a(example.prompt)));
   int64_t value = 0;
   try {
     value = std::stoll(example.answer);

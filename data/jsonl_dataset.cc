@@ -3,6 +3,7 @@
 #include <fstream>
 #include <functional>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "nlohmann/json.hpp"
@@ -58,6 +59,24 @@ absl::Status GetString(const Json& obj, const std::string& key, bool required,
   return absl::OkStatus();
 }
 
+// A GSM8K line: the question is the prompt, the whole worked answer the response, and the
+// text after its last "####" the answer.
+absl::Status ReadGsm8k(const Json& obj, const std::string& where, PromptExample* ex) {
+  RETURN_IF_ERROR(GetString(obj, "question", true, where, &ex->prompt));
+  RETURN_IF_ERROR(GetString(obj, "answer", true, where, &ex->response));
+  const size_t at = ex->response.rfind("####");
+  const std::string final_answer =
+      at == std::string::npos
+          ? ""
+          : std::string(absl::StripAsciiWhitespace(ex->response.substr(at + 4)));
+  if (final_answer.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": key 'answer': no final '#### <answer>' (GSM8K format)"));
+  }
+  ex->answer = final_answer;
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<PromptExample>> ReadPromptJsonl(const std::string& path,
@@ -66,6 +85,11 @@ absl::StatusOr<std::vector<PromptExample>> ReadPromptJsonl(const std::string& pa
   const bool sft = format == JsonlFormat::kSft;
   RETURN_IF_ERROR(ForEachObject(path, [&](const Json& obj, const std::string& where) {
     PromptExample ex;
+    if (!obj.contains("prompt") && obj.contains("question")) {
+      RETURN_IF_ERROR(ReadGsm8k(obj, where, &ex));
+      out.push_back(std::move(ex));
+      return absl::OkStatus();
+    }
     RETURN_IF_ERROR(GetString(obj, "prompt", true, where, &ex.prompt));
     RETURN_IF_ERROR(GetString(obj, "response", sft, where, &ex.response));
     RETURN_IF_ERROR(GetString(obj, "answer", !sft, where, &ex.answer));

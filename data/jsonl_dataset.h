@@ -5,6 +5,9 @@
 //   SFT: {"prompt": ..., "response": ...}   (an "answer" key, when present, is kept)
 //   RL:  {"prompt": ..., "answer": ...}
 //   DPO: {"prompt": ..., "chosen": ..., "rejected": ...}
+//   GSM8K (SFT and RL, a line with "question" and no "prompt"): {"question": ..., "answer":
+//        "worked steps...\n#### 72"} -> prompt = question, response = the whole answer text,
+//        answer = the text after its last "####" ("72").
 // Blank lines are skipped; other keys are ignored (metadata). Every error names the file, the
 // 1-based line and the key: "data/train.jsonl:14: key 'response': expected a string, got number".
 #pragma once

@@ -16,6 +16,28 @@ std::string WriteTemp(const std::string& name, const std::string& body) {
   return path.string();
 }
 
+TEST(JsonlDatasetTest, ReadsGsm8kLines) {
+  const std::string path = WriteTemp(
+      "gsm8k",
+      "{\"question\": \"Tom has 3 bags of 4 pens. How many pens?\", \"answer\": \"3 * 4 = "
+      "12\\n#### 12\"}\n{\"question\": \"q\", \"answer\": \"a\\n####  1,250 \"}\n");
+  for (JsonlFormat f : {JsonlFormat::kSft, JsonlFormat::kRl}) {
+    auto a = ReadPromptJsonl(path, f);
+    ASSERT_TRUE(a.ok()) << a.status();
+    ASSERT_EQ(a->size(), 2u);
+    EXPECT_EQ((*a)[0].prompt, "Tom has 3 bags of 4 pens. How many pens?");
+    EXPECT_EQ((*a)[0].response, "3 * 4 = 12\n#### 12");
+    EXPECT_EQ((*a)[0].answer, "12");
+    EXPECT_EQ((*a)[1].answer, "1,250");
+  }
+  const std::string bad = WriteTemp("gsm8k_bad", "{\"question\": \"q\", \"answer\": \"12\"}\n");
+  auto b = ReadPromptJsonl(bad, JsonlFormat::kRl);
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(std::string(b.status().message()),
+            bad + ":1: key 'answer': no final '#### <answer>' (GSM8K format)");
+  for (const auto& p : {path, bad}) std::filesystem::remove(p);
+}
+
 TEST(JsonlDatasetTest, ReadsSftRlAndDpo) {
   const std::string sft =
       WriteTemp("sft",

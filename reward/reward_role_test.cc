@@ -7,6 +7,10 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "common/atomic_file.h"
+#include "data/jsonl_dataset.h"
+#include "reward/math_answer.h"
 #include "rlforge_paths.h"
 
 namespace rlforge::reward {
@@ -16,6 +20,21 @@ JobConfig LoadConfig(const std::string& yaml) {
   LoadedJob j = LoadJobText(yaml, "job.yaml");
   EXPECT_TRUE(j.ok()) << config::FormatErrors(j.errors);
   return j.config;
+}
+
+std::string ReadDoc(const std::string& name) {
+  auto page = ReadFileToString(std::string(RLFORGE_SOURCE_DIR_DEFAULT) + "/docs/" + name);
+  EXPECT_TRUE(page.ok()) << page.status();
+  return page.value_or("");
+}
+
+// The first ```yaml block of a docs page ("" and a test failure when there is none).
+std::string FirstYamlBlock(const std::string& page) {
+  const size_t a = page.find("```yaml\n");
+  EXPECT_NE(a, std::string::npos);
+  if (a == std::string::npos) return "";
+  const size_t b = page.find("```", a + 8);
+  return page.substr(a + 8, b - a - 8);
 }
 
 // The request goes through protobuf bytes both ways, as it would over the wire.
@@ -91,6 +110,51 @@ reward:
   EXPECT_EQ(r.metrics().at("reward/failed_samples"), 2);
   EXPECT_EQ(r.metrics().at("reward/faulty/errors"), 2);
   EXPECT_TRUE(r.metrics().contains("reward/time_s"));
+}
+
+// The math and format rewards through the reward worker on generated GSM8K-style problems
+// (data/word_problems/heldout.jsonl, read as a job with data.source: jsonl reads it).
+TEST(RewardRoleTest, MathAndFormatOnGeneratedWordProblems) {
+  auto problems =
+      ReadPromptJsonl(std::string(RLFORGE_SOURCE_DIR_DEFAULT) + "/data/word_problems/heldout.jsonl",
+                      JsonlFormat::kRl);
+  ASSERT_TRUE(problems.ok()) << problems.status();
+  const JobConfig c = LoadConfig(R"(
+job: {algorithm: grpo}
+reward:
+  rewards:
+    - {name: correct, kind: math}
+    - {name: format, kind: format, weight: 0.25, params: {answer_form: boxed}}
+)");
+  auto role = RewardRole::Create(c, {});
+  ASSERT_TRUE(role.ok()) << role.status();
+  proto::WorkRequest req;
+  std::vector<double> want;
+  for (size_t i = 0; i < 4; ++i) {
+    const PromptExample& p = (*problems)[i];
+    const int64_t n = std::stoll(p.answer);
+    const std::string steps = p.response.substr(0, p.response.rfind("####"));
+    // Right with the format; the worked answer itself; right number, wrong format; wrong.
+    const std::vector<std::pair<std::string, double>> cases = {
+        {absl::StrCat("<think>", steps, "</think> So the answer is \\boxed{", n, "}."), 1.25},
+        {p.response, 1.0},
+        {absl::StrCat("<think></think> \\boxed{", n, "}"), 1.0},
+        {absl::StrCat("<think>", steps, "</think> \\boxed{", n + 1, "}"), 0.25}};
+    for (const auto& [response, total] : cases) {
+      auto* s = req.mutable_score()->add_samples();
+      s->set_prompt(p.prompt);
+      s->set_response(response);
+      s->set_answer(p.answer);
+      want.push_back(total);
+    }
+  }
+  const proto::WorkResult r = RoundTrip(**role, req);
+  ASSERT_EQ(r.score().total_size(), static_cast<int>(want.size()));
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_TRUE(r.score().ok(i)) << r.score().error(i);
+    EXPECT_DOUBLE_EQ(r.score().total(i), want[i]) << req.score().samples(i).response();
+  }
+  EXPECT_DOUBLE_EQ(r.metrics().at("reward/correct/mean"), 0.75);
 }
 
 TEST(RewardRoleTest, ControllerSideConversionsRoundTrip) {
@@ -177,6 +241,26 @@ reward:
   EXPECT_NE(errors.find("job.yaml:"), std::string::npos) << errors;
 }
 
+TEST(RewardConfigTest, MathAndFormatKeysAreChecked) {
+  LoadedJob j = LoadJobText(R"(job: {algorithm: grpo}
+reward:
+  rewards:
+    - {name: m, kind: math, params: {tag: reason}}
+    - {name: f, kind: format, params: {tag: "<think>"}}
+    - {name: g, kind: format, params: {answer_form: number}}
+    - {name: e, kind: exact_answer, params: {answer_form: boxed}}
+)",
+                            "job.yaml");
+  const std::string errors = config::FormatErrors(j.errors);
+  for (const std::string want :
+       {"job.yaml:4:", "reward.rewards[0].params.tag: does not apply to kind math",
+        "reward.rewards[1].params.tag: '<think>' is not a tag name",
+        "reward.rewards[2].params.answer_form:",
+        "reward.rewards[3].params.answer_form: does not apply to kind exact_answer"}) {
+    EXPECT_NE(errors.find(want), std::string::npos) << want << "\n" << errors;
+  }
+}
+
 }  // namespace
 }  // namespace rlforge::reward
 
@@ -186,14 +270,7 @@ namespace {
 // docs/rewards.md's configuration example, loaded and used as written (the plugin path is
 // relative to the source tree there; here it is the built library).
 TEST(RewardDocsTest, ConfigExample) {
-  std::ifstream in(std::string(RLFORGE_SOURCE_DIR_DEFAULT) + "/docs/rewards.md");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string page = ss.str();
-  const size_t a = page.find("```yaml\n");
-  ASSERT_NE(a, std::string::npos);
-  const size_t b = page.find("```", a + 8);
-  std::string yaml = page.substr(a + 8, b - a - 8);
+  std::string yaml = FirstYamlBlock(ReadDoc("rewards.md"));
   const std::string doc_path = "build/reward/librlforge_keyword_reward.so";
   const size_t at = yaml.find(doc_path);
   ASSERT_NE(at, std::string::npos);
@@ -216,6 +293,45 @@ TEST(RewardDocsTest, ConfigExample) {
   EXPECT_DOUBLE_EQ(r.score().total(0), 1.0 + 0.5 + 0.1 + 0.0 + 0.2);
   // Wrong but close (numeric, tol 0.5), no format, 60 of 64 tokens: (48 - 60) / 16 = -0.75.
   EXPECT_DOUBLE_EQ(r.score().total(1), 0.5 - 0.75);
+}
+
+// docs/math_verifier.md's configuration block, loaded and used as written.
+TEST(MathVerifierDocsTest, ConfigExample) {
+  const JobConfig c =
+      LoadConfig("job: {algorithm: grpo}\n" + FirstYamlBlock(ReadDoc("math_verifier.md")));
+  auto role = RewardRole::Create(c, {});
+  ASSERT_TRUE(role.ok()) << role.status();
+  proto::WorkRequest req;
+  auto* s = req.mutable_score()->add_samples();
+  s->set_response("<think>6 * 7 = 42</think> \\boxed{42}");
+  s->set_answer("42");
+  const proto::WorkResult r = RoundTrip(**role, req);
+  ASSERT_TRUE(r.score().ok(0)) << r.score().error(0);
+  EXPECT_DOUBLE_EQ(r.score().total(0), 1.2);
+}
+
+// Every row of the page's example table: `reference` | `response` | score.
+TEST(MathVerifierDocsTest, ExamplesHold) {
+  const std::string page = ReadDoc("math_verifier.md");
+  const size_t a = page.find("<!-- BEGIN EXAMPLES -->"), b = page.find("<!-- END EXAMPLES -->");
+  ASSERT_NE(a, std::string::npos);
+  ASSERT_NE(b, std::string::npos);
+  std::istringstream rows(page.substr(a, b - a));
+  std::string row;
+  int checked = 0;
+  while (std::getline(rows, row)) {
+    std::vector<std::string> cells;
+    for (size_t at = row.find("| `"); at != std::string::npos; at = row.find("| `", at + 1)) {
+      const size_t end = row.find("` |", at + 3);
+      if (end == std::string::npos) break;
+      cells.push_back(absl::StrReplaceAll(row.substr(at + 3, end - at - 3), {{"\\n", "\n"}}));
+    }
+    if (cells.size() != 2) continue;
+    const double score = std::stod(row.substr(row.rfind('|', row.size() - 2) + 1));
+    EXPECT_EQ(MathVerify(cells[0], cells[1], Extract::kAuto) ? 1.0 : 0.0, score) << row;
+    ++checked;
+  }
+  EXPECT_EQ(checked, 10);
 }
 
 }  // namespace

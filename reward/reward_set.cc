@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "reward/math_answer.h"
 #include "reward/plugin_reward.h"
 #include "reward/verifiers.h"
 
@@ -156,10 +157,15 @@ std::map<std::string, double> BatchScores::Metrics() const {
 absl::StatusOr<std::shared_ptr<const Reward>> BuildReward(const RewardSpec& spec,
                                                           double timeout_s) {
   const RewardParams& p = spec.params;
-  if (spec.kind == "exact_answer" || spec.kind == "numeric") {
+  if (spec.kind == "exact_answer" || spec.kind == "numeric" || spec.kind == "math") {
     ASSIGN_OR_RETURN(Extract extract, ParseExtract(p.extract));
     if (spec.kind == "numeric") return MakeNumeric(extract, p.abs_tol, p.rel_tol);
+    if (spec.kind == "math") return MakeMath(extract);
     return MakeExactAnswer(extract, p.case_sensitive);
+  }
+  if (spec.kind == "format") {
+    ASSIGN_OR_RETURN(AnswerForm form, ParseAnswerForm(p.answer_form));
+    return MakeThinkFormat(p.tag, form);
   }
   if (spec.kind == "regex_format") {
     auto r = MakeRegexFormat(p.pattern, p.full_match, timeout_s);
