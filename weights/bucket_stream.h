@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -117,9 +118,12 @@ class MemorySource final : public BucketSource {
 };
 
 // Packs one version into a sink, tensor by tensor in manifest order. One use per version.
+class ChunkHasher;
+
 class BucketWriter {
  public:
   BucketWriter(const proto::WeightManifest& m, BucketSink& sink, int64_t version);
+  ~BucketWriter();
   // The manifest's next tensor: `name`, its fp32 values.
   absl::Status Append(const std::string& name, const float* data, int64_t numel);
   // Commits the last bucket and drains the sink; every bucket's checksum.
@@ -138,7 +142,7 @@ class BucketWriter {
   uint64_t cursor_ = 0;  // stream bytes written
   int64_t bucket_ = -1;  // open bucket, or -1
   char* buf_ = nullptr;
-  uint64_t hashed_ = 0;  // bytes of the open bucket already hashed
+  std::unique_ptr<ChunkHasher> chunk_;  // the open bucket's current chunk
   std::vector<uint64_t> chunk_sums_, sums_;
 };
 
