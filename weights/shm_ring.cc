@@ -16,6 +16,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
+#include "weights/shm_segment.h"
 
 namespace rlforge {
 
@@ -87,24 +88,10 @@ absl::StatusOr<std::unique_ptr<ShmRingSink>> ShmRingSink::Create(const std::stri
                                                                  uint64_t bucket_bytes,
                                                                  double timeout_s) {
   const std::string shm = absl::StartsWith(name, "/") ? name : "/" + name;
-  const int fd = shm_open(shm.c_str(), O_CREAT | O_RDWR | O_TRUNC, 0600);
-  if (fd < 0) {
-    return absl::UnavailableError(absl::StrCat("shm_open ", shm, ": ", std::strerror(errno)));
-  }
   const size_t mapped = kHeaderBytes + 2 * bucket_bytes;
-  if (ftruncate(fd, static_cast<off_t>(mapped)) != 0) {
-    const int err = errno;
-    close(fd);
-    shm_unlink(shm.c_str());
-    return absl::ResourceExhaustedError(absl::StrCat("cannot size shared memory ", shm, " to ",
-                                                     mapped, " bytes: ", std::strerror(err)));
-  }
-  void* base = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
-  if (base == MAP_FAILED) {
-    shm_unlink(shm.c_str());
-    return absl::UnavailableError(absl::StrCat("mmap ", shm, ": ", std::strerror(errno)));
-  }
+  absl::StatusOr<MappedSegment> seg = CreateSegment(shm, mapped);
+  if (!seg.ok()) return seg.status();
+  void* base = seg->base;
   auto* h = new (base) RingHeader();
   std::memcpy(h->magic, kMagic, sizeof kMagic);
   h->bucket_bytes = bucket_bytes;
@@ -171,21 +158,14 @@ absl::StatusOr<std::unique_ptr<ShmRingSource>> ShmRingSource::Open(const std::st
     return absl::InvalidArgumentError(absl::StrCat("not a shared-memory ring: ", location));
   }
   const std::string name = location.substr(9);
-  const int fd = shm_open(name.c_str(), O_RDWR, 0);
-  if (fd < 0) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot open shared memory ", name, ": ", std::strerror(errno),
-                     " (is the trainer on another host? use weights.transport: gloo)"));
-  }
-  struct stat st;
-  fstat(fd, &st);
-  const size_t mapped = static_cast<size_t>(st.st_size);
-  void* base = mapped >= kHeaderBytes
-                   ? mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
-                   : MAP_FAILED;
-  close(fd);
-  if (base == MAP_FAILED) {
-    return absl::UnavailableError(absl::StrCat("mmap ", name, ": ", std::strerror(errno)));
+  absl::StatusOr<MappedSegment> seg =
+      OpenSegment(name, true, "is the trainer on another host? use weights.transport: gloo");
+  if (!seg.ok()) return seg.status();
+  void* base = seg->base;
+  const size_t mapped = seg->size;
+  if (mapped < kHeaderBytes) {
+    munmap(base, mapped);
+    return absl::DataLossError(absl::StrCat(name, " is not an rlforge weight ring"));
   }
   const RingHeader* h = HeaderOf(base);
   if (std::memcmp(h->magic, kMagic, sizeof kMagic) != 0 ||

@@ -11,6 +11,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "weights/shm_segment.h"
 
 namespace rlforge {
 
@@ -70,24 +72,9 @@ WeightPublisher::~WeightPublisher() {
 absl::StatusOr<WeightPublisher> WeightPublisher::Create(const std::string& name, size_t nbytes,
                                                         uint64_t layout_hash) {
   std::string shm = absl::StartsWith(name, "/") ? name : "/" + name;
-  int fd = shm_open(shm.c_str(), O_CREAT | O_RDWR | O_TRUNC, 0600);
-  if (fd < 0) {
-    return absl::UnavailableError(absl::StrCat("shm_open ", shm, ": ", std::strerror(errno)));
-  }
-  size_t mapped = kHeaderBytes + 2 * nbytes;
-  if (ftruncate(fd, static_cast<off_t>(mapped)) != 0) {
-    int err = errno;
-    close(fd);
-    shm_unlink(shm.c_str());
-    return absl::ResourceExhaustedError(absl::StrCat("cannot size shared memory ", shm, " to ",
-                                                     mapped, " bytes: ", std::strerror(err)));
-  }
-  void* base = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
-  if (base == MAP_FAILED) {
-    shm_unlink(shm.c_str());
-    return absl::UnavailableError(absl::StrCat("mmap ", shm, ": ", std::strerror(errno)));
-  }
+  const size_t mapped = kHeaderBytes + 2 * nbytes;
+  ASSIGN_OR_RETURN(const MappedSegment seg, CreateSegment(shm, mapped));
+  void* base = seg.base;
   auto* h = new (base) Header();
   std::memcpy(h->magic, kMagic, sizeof kMagic);
   h->layout_hash = layout_hash;
@@ -132,20 +119,11 @@ absl::Status WeightReader::Map(const std::string& name) {
   if (base_ != nullptr && name == name_) return absl::OkStatus();
   if (base_ != nullptr) munmap(base_, mapped_);
   base_ = nullptr;
-  int fd = shm_open(name.c_str(), O_RDONLY, 0);
-  if (fd < 0) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot open shared memory ", name, ": ", std::strerror(errno),
-                     " (is the trainer on another host? use weights.transport: zmq)"));
-  }
-  struct stat st;
-  fstat(fd, &st);
-  void* base = mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_SHARED, fd, 0);
-  close(fd);
-  if (base == MAP_FAILED)
-    return absl::UnavailableError(absl::StrCat("mmap ", name, ": ", std::strerror(errno)));
-  base_ = base;
-  mapped_ = static_cast<size_t>(st.st_size);
+  ASSIGN_OR_RETURN(
+      const MappedSegment seg,
+      OpenSegment(name, false, "is the trainer on another host? use weights.transport: zmq"));
+  base_ = seg.base;
+  mapped_ = seg.size;
   name_ = name;
   return absl::OkStatus();
 }

@@ -1,0 +1,56 @@
+#include "weights/shm_segment.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace rlforge {
+
+absl::StatusOr<MappedSegment> CreateSegment(const std::string& shm_name, size_t size) {
+  const int fd = shm_open(shm_name.c_str(), O_CREAT | O_RDWR | O_TRUNC, 0600);
+  if (fd < 0) {
+    return absl::UnavailableError(absl::StrCat("shm_open ", shm_name, ": ", std::strerror(errno)));
+  }
+  if (ftruncate(fd, static_cast<off_t>(size)) != 0) {
+    const int err = errno;
+    close(fd);
+    shm_unlink(shm_name.c_str());
+    return absl::ResourceExhaustedError(absl::StrCat("cannot size shared memory ", shm_name, " to ",
+                                                     size, " bytes: ", std::strerror(err)));
+  }
+  void* base = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (base == MAP_FAILED) {
+    shm_unlink(shm_name.c_str());
+    return absl::UnavailableError(absl::StrCat("mmap ", shm_name, ": ", std::strerror(errno)));
+  }
+  return MappedSegment{base, size};
+}
+
+absl::StatusOr<MappedSegment> OpenSegment(const std::string& shm_name, bool writable,
+                                          const std::string& hint) {
+  const int fd = shm_open(shm_name.c_str(), writable ? O_RDWR : O_RDONLY, 0);
+  if (fd < 0) {
+    return absl::UnavailableError(absl::StrCat("cannot open shared memory ", shm_name, ": ",
+                                               std::strerror(errno), " (", hint, ")"));
+  }
+  struct stat st;
+  fstat(fd, &st);
+  const size_t size = static_cast<size_t>(st.st_size);
+  void* base = size == 0 ? MAP_FAILED
+                         : mmap(nullptr, size, writable ? PROT_READ | PROT_WRITE : PROT_READ,
+                                MAP_SHARED, fd, 0);
+  close(fd);
+  if (base == MAP_FAILED) {
+    return absl::UnavailableError(absl::StrCat("mmap ", shm_name, ": ", std::strerror(errno)));
+  }
+  return MappedSegment{base, size};
+}
+
+}  // namespace rlforge
