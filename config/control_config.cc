@@ -186,6 +186,17 @@ void CheckControlWeights(const WeightsOptions& w, CheckContext& ctx) {
   if (w.timeout_s != d.timeout_s) ctx.Error("weights.timeout_s", lm_only);
 }
 
+// Jobs without rollout workers publish no weights: every weights.* key would do nothing.
+void CheckNoWeights(const WeightsOptions& w, CheckContext& ctx) {
+  const WeightsOptions d;
+  const char* unused = "this job has no rollout workers to publish weights to";
+  if (w.transport != d.transport) ctx.Error("weights.transport", unused);
+  if (w.bucket_mb != d.bucket_mb) ctx.Error("weights.bucket_mb", unused);
+  if (w.dtype != d.dtype) ctx.Error("weights.dtype", unused);
+  if (w.apply != d.apply) ctx.Error("weights.apply", unused);
+  if (w.timeout_s != d.timeout_s) ctx.Error("weights.timeout_s", unused);
+}
+
 }  // namespace
 
 void AddControlSections(SchemaBuilder<JobConfig>& b) {
@@ -196,9 +207,13 @@ void AddControlSections(SchemaBuilder<JobConfig>& b) {
   b.Section("ppo", &JobConfig::ppo, PpoSection());
   b.Section("weights", &JobConfig::weights, WeightsSection());
   b.Check([](const JobConfig& c, CheckContext& ctx) {
-    if (c.job.algorithm == nullptr || c.job.algorithm->family != AlgorithmFamily::kControlPpo) {
+    if (c.job.algorithm == nullptr) return;
+    const AlgorithmFamily family = c.job.algorithm->family;
+    if (family == AlgorithmFamily::kSft || family == AlgorithmFamily::kEcho) {
+      CheckNoWeights(c.weights, ctx);
       return;
     }
+    if (family != AlgorithmFamily::kControlPpo) return;
     CheckControlWeights(c.weights, ctx);
     if (c.sim.backend == "server" && c.env.num_envs % c.sim.servers_per_worker != 0) {
       ctx.Error("sim.servers_per_worker",

@@ -2,12 +2,11 @@
 
 #include <gtest/gtest.h>
 
-#include "rlforge_paths.h"
-
 #include <fstream>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "rlforge_paths.h"
 
 namespace rlforge {
 namespace {
@@ -41,6 +40,26 @@ TEST(JobConfigTest, EchoNeedsWorkers) {
   ASSERT_EQ(j.errors.size(), 1u) << config::FormatErrors(j.errors);
   EXPECT_EQ(j.errors[0].ToString(),
             "t.yaml:3:3: echo.workers: job.algorithm is echo, which needs at least 1 echo worker");
+}
+
+TEST(JobConfigTest, WeightKeysThatWouldDoNothingAreErrors) {
+  LoadedJob ppo =
+      LoadJobText("job: {algorithm: ppo}\nweights: {transport: gloo, bucket_mb: 64}\n", "t.yaml");
+  std::string all = config::FormatErrors(ppo.errors);
+  EXPECT_NE(all.find("weights.transport: gloo carries language models"), std::string::npos) << all;
+  EXPECT_NE(all.find("weights.bucket_mb: is for language-model jobs"), std::string::npos) << all;
+  LoadedJob sft = LoadJobText("job: {algorithm: sft}\nweights: {dtype: bfloat16}\n", "t.yaml");
+  all = config::FormatErrors(sft.errors);
+  EXPECT_NE(all.find("weights.dtype: this job has no rollout workers"), std::string::npos) << all;
+  LoadedJob grpo = LoadJobText(
+      "job: {algorithm: grpo}\nweights: {transport: gloo, bucket_mb: 0.5, dtype: bfloat16, "
+      "apply: staged, timeout_s: 30}\n",
+      "t.yaml");
+  all = config::FormatErrors(grpo.errors);
+  EXPECT_EQ(all.find("weights."), std::string::npos) << all;
+  LoadedJob tiny = LoadJobText("job: {algorithm: grpo}\nweights: {bucket_mb: 0.001}\n", "t.yaml");
+  all = config::FormatErrors(tiny.errors);
+  EXPECT_NE(all.find("weights.bucket_mb"), std::string::npos) << all;
 }
 
 TEST(JobConfigTest, DpoOptionsAreChecked) {
