@@ -156,5 +156,18 @@ TEST(JobConfigTest, DocsConfigMdIsCurrent) {
       << "run: build/rlforge config-docs --write docs/config.md";
 }
 
+// grpo.eval_verifier is parsed once into AnswerCheck; a typo names the key and the choices.
+TEST(JobConfigTest, EvalVerifierIsATypedChoice) {
+  LoadedJob ok = LoadJobText("job: {algorithm: grpo}\ngrpo: {eval_verifier: math}\n", "t.yaml");
+  ASSERT_TRUE(ok.errors.empty()) << config::FormatErrors(ok.errors);
+  EXPECT_EQ(ok.config.grpo.eval_verifier, AnswerCheck::kMath);
+  EXPECT_NE(ResolvedYaml(ok.config).find("eval_verifier: math"), std::string::npos);
+  LoadedJob bad = LoadJobText("job: {algorithm: grpo}\ngrpo: {eval_verifier: maths}\n", "t.yaml");
+  ASSERT_EQ(bad.errors.size(), 1u);
+  EXPECT_EQ(bad.errors[0].key, "grpo.eval_verifier");
+  EXPECT_NE(bad.errors[0].message.find("did you mean math?"), std::string::npos)
+      << bad.errors[0].message;
+}
+
 }  // namespace
 }  // namespace rlforge
