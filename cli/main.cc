@@ -4,6 +4,8 @@
 //   rlforge controller JOB.yaml [key=value]   run the controller; every actor joins by hand
 //   rlforge validate JOB.yaml [key=value ...] check a job file without running it
 //   rlforge actor --role R --connect ADDR     join a running job as one actor
+//   rlforge generate --model DIR [...]        sample from a checkpoint (rlforge-lm)
+//   rlforge eval --model DIR --data FILE [...] evaluate a checkpoint (rlforge-lm)
 //   rlforge sim-server --env ID --num-envs N --bind ADDR   serve built-in envs over sim_bridge
 //   rlforge config-docs [--write FILE]        print (or update) the config key reference
 //   rlforge status RUN_DIR_OR_URL [--token T] print a run's state (files or live dashboard)
@@ -169,12 +171,12 @@ int CmdSimServer(const std::string& env_id, int num_envs, int max_steps, const s
   return 0;
 }
 
-// `rlforge actor ARGS`: the actor roles live in rlforge-actor (they need
-// libtorch; this binary does not), next to this one.
-int ExecActor(int argc, char** argv) {
-  std::string exe = rlforge::ActorExecutable(rlforge::SelfExecutable());
-  std::vector<char*> args = {exe.data()};
-  for (int i = 2; i < argc; ++i) args.push_back(argv[i]);
+// Runs `exe` with argv[first..]: the commands that need libtorch live in binaries next to
+// this one (which does not load it): `rlforge actor ARGS` is rlforge-actor ARGS, `rlforge
+// generate|eval ARGS` is rlforge-lm generate|eval ARGS.
+int ExecSibling(const std::string& exe, int first, int argc, char** argv) {
+  std::vector<char*> args = {const_cast<char*>(exe.c_str())};
+  for (int i = first; i < argc; ++i) args.push_back(argv[i]);
   args.push_back(nullptr);
   execv(exe.c_str(), args.data());
   std::fprintf(stderr, "error: cannot run %s: %s (it is built with rlforge, next to it)\n",
@@ -185,7 +187,12 @@ int ExecActor(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc >= 2 && std::string(argv[1]) == "actor") return ExecActor(argc, argv);
+  const std::string command = argc >= 2 ? argv[1] : "";
+  const std::string self = rlforge::SelfExecutable();
+  if (command == "actor") return ExecSibling(rlforge::ActorExecutable(self), 2, argc, argv);
+  if (command == "generate" || command == "eval") {
+    return ExecSibling(rlforge::LmToolExecutable(self), 1, argc, argv);
+  }
   CLI::App app{"rlforge: reinforcement-learning post-training from one YAML file"};
   app.require_subcommand(1);
 
@@ -205,6 +212,10 @@ int main(int argc, char** argv) {
 
   // Listed for --help; `actor` itself is handed to rlforge-actor before parsing.
   app.add_subcommand("actor", "Join a running job as one actor (--role R --connect ADDR ...)")
+      ->allow_extras();
+  app.add_subcommand("generate", "Sample from a checkpoint (docs/generate_eval.md; --help)")
+      ->allow_extras();
+  app.add_subcommand("eval", "Evaluate a checkpoint on a JSONL set (docs/generate_eval.md)")
       ->allow_extras();
 
   std::string sim_env, sim_bind;

@@ -21,6 +21,13 @@ std::string AutoAggregationDoc() {
   return doc + "), written into the resolved config.";
 }
 
+bool ParseEvalVerifier(const YAML::Node& n, AnswerCheck* out, std::string* why) {
+  std::string name;
+  if (!config::MakeChoiceParser(AnswerCheckNames())(n, &name, why)) return false;
+  *out = *ParseAnswerCheck(name);
+  return true;
+}
+
 }  // namespace
 
 void AddGrpoSection(SchemaBuilder<JobConfig>& job) {
@@ -69,6 +76,14 @@ void AddGrpoSection(SchemaBuilder<JobConfig>& job) {
         "0: only those two.")
       .Min(0);
   b.Int("eval_examples", &GrpoOptions::eval_examples, "Held-out prompts per evaluation.").Min(1);
+  b.Typed<AnswerCheck>(
+      "eval_verifier", &GrpoOptions::eval_verifier,
+      "How a greedy held-out answer is judged (heldout_accuracy): exact (the whole response "
+      "equals the reference, normalised), numeric (its final number equals the reference's) or "
+      "math (the `math` reward's verifier: final answers equivalent, e.g. GSM8K's \"#### 72\"). "
+      "`rlforge eval --reward` judges the same way (docs/generate_eval.md).",
+      config::ChoiceType(AnswerCheckNames()), ParseEvalVerifier,
+      [](const AnswerCheck& v) { return YAML::Node(AnswerCheckName(v)); });
   b.Int("stream_groups", &GrpoOptions::stream_groups,
         "The rollout worker returns finished groups in chunks of at least this many, so "
         "scoring starts before the slowest sample ends.")

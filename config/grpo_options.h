@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string>
 
+#include "config/answer_check.h"
+
 namespace rlforge {
 
 struct GrpoOptions {
@@ -26,6 +28,7 @@ struct GrpoOptions {
   int64_t minibatches = 1;
   int64_t eval_every = 5;
   int64_t eval_examples = 200;
+  AnswerCheck eval_verifier = AnswerCheck::kExact;
   int64_t stream_groups = 4;
 };
 

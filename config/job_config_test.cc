@@ -132,7 +132,7 @@ TEST(JobConfigTest, CollectiveTimeoutDefaultsTo60AndMustBePositive) {
 }
 
 // data.prompt_template: model is checked where the job loads: the checkpoint must carry a chat
-// template, and a model built from scratch has none.
+// template, and a model built from scratch needs model.chat_template.
 TEST(JobConfigTest, ModelPromptTemplateNeedsACheckpointWithAChatTemplate) {
   const std::string data = std::string(RLFORGE_SOURCE_DIR_DEFAULT) + "/tests/data";
   auto load = [](const std::string& path) {
@@ -153,7 +153,28 @@ TEST(JobConfigTest, ModelPromptTemplateNeedsACheckpointWithAChatTemplate) {
   LoadedJob scratch =
       LoadJobText("job: {algorithm: sft}\ndata: {prompt_template: model}\n", "t.yaml");
   ASSERT_EQ(scratch.errors.size(), 1u) << config::FormatErrors(scratch.errors);
-  EXPECT_NE(scratch.errors[0].message.find("model needs model.path"), std::string::npos);
+  EXPECT_NE(scratch.errors[0].message.find("model needs a chat template"), std::string::npos);
+  // From scratch, model.chat_template gives the model one; it must exist, and a checkpoint
+  // brings its own.
+  const std::string chatml =
+      std::string(RLFORGE_SOURCE_DIR_DEFAULT) + "/configs/templates/chatml.jinja";
+  EXPECT_TRUE(LoadJobText(absl::StrCat("job: {algorithm: sft}\nmodel: {chat_template: '", chatml,
+                                       "'}\ndata: {prompt_template: model}\n"),
+                          "t.yaml")
+                  .errors.empty());
+  LoadedJob missing = LoadJobText(
+      "job: {algorithm: sft}\nmodel: {chat_template: no/such.jinja}\ndata: {prompt_template: "
+      "model}\n",
+      "t.yaml");
+  ASSERT_EQ(missing.errors.size(), 1u) << config::FormatErrors(missing.errors);
+  EXPECT_EQ(missing.errors[0].key, "model.chat_template");
+  EXPECT_NE(missing.errors[0].message.find("no file 'no/such.jinja'"), std::string::npos);
+  LoadedJob both =
+      LoadJobText(absl::StrCat("job: {algorithm: sft}\nmodel: {path: '", data,
+                               "/chat_templates/checkpoint', chat_template: '", chatml, "'}\n"),
+                  "t.yaml");
+  ASSERT_EQ(both.errors.size(), 1u) << config::FormatErrors(both.errors);
+  EXPECT_EQ(both.errors[0].key, "model.chat_template");
 }
 
 // docs/config.md embeds the generated reference; a key added without
@@ -173,6 +194,19 @@ TEST(JobConfigTest, DocsConfigMdIsCurrent) {
   ASSERT_NE(b, std::string::npos);
   EXPECT_EQ(doc.substr(a + begin.size(), b - a - begin.size()), ConfigReferenceMarkdown())
       << "run: build/rlforge config-docs --write docs/config.md";
+}
+
+// grpo.eval_verifier is parsed once into AnswerCheck; a typo names the key and the choices.
+TEST(JobConfigTest, EvalVerifierIsATypedChoice) {
+  LoadedJob ok = LoadJobText("job: {algorithm: grpo}\ngrpo: {eval_verifier: math}\n", "t.yaml");
+  ASSERT_TRUE(ok.errors.empty()) << config::FormatErrors(ok.errors);
+  EXPECT_EQ(ok.config.grpo.eval_verifier, AnswerCheck::kMath);
+  EXPECT_NE(ResolvedYaml(ok.config).find("eval_verifier: math"), std::string::npos);
+  LoadedJob bad = LoadJobText("job: {algorithm: grpo}\ngrpo: {eval_verifier: maths}\n", "t.yaml");
+  ASSERT_EQ(bad.errors.size(), 1u);
+  EXPECT_EQ(bad.errors[0].key, "grpo.eval_verifier");
+  EXPECT_NE(bad.errors[0].message.find("did you mean math?"), std::string::npos)
+      << bad.errors[0].message;
 }
 
 }  // namespace

@@ -26,6 +26,12 @@ std::shared_ptr<const Schema> ModelSection() {
            "A job file (e.g. an SFT stage) that `rlforge run` runs first when model.path does "
            "not exist yet; it must write model.path. Relative to the working directory, as "
            "model.path is. Empty: model.path must exist.");
+  b.String("chat_template", &ModelOptions::chat_template,
+           "From scratch: a Jinja chat template file (relative to the working directory) that "
+           "the char-level tokenizer carries, its special markers (ChatML's im_start and "
+           "im_end) one token each; the "
+           "checkpoint saves it as chat_template.jinja, so this stage and later ones can use "
+           "data.prompt_template: model. A checkpoint (model.path) brings its own.");
   b.Choice("architecture", &ModelOptions::architecture, {"LlamaForCausalLM", "Qwen2ForCausalLM"},
            "From scratch: the family (Qwen2 adds qkv bias).");
   b.Int("hidden_size", &ModelOptions::hidden_size, "From scratch: model width.").Min(8).Max(16384);
@@ -51,6 +57,10 @@ std::shared_ptr<const Schema> ModelSection() {
   b.Choice("dtype", &ModelOptions::dtype, {"float32", "bfloat16"},
            "Parameter dtype while training and in saved checkpoints.");
   b.Check([](const ModelOptions& m, CheckContext& ctx) {
+    if (!m.path.empty() && !m.chat_template.empty()) {
+      ctx.Error("chat_template", "only for a model built from scratch: model.path " + m.path +
+                                     " brings its own chat template");
+    }
     if (!m.path.empty()) return;
     if (m.hidden_size % m.num_attention_heads != 0) {
       ctx.Error("hidden_size", absl::StrCat(m.hidden_size,
@@ -188,11 +198,19 @@ void AddLmSections(SchemaBuilder<JobConfig>& b) {
     }
   });
   b.Check([](const JobConfig& c, CheckContext& ctx) {
+    const std::string& tmpl = c.model.chat_template;
+    if (!tmpl.empty() && !std::filesystem::is_regular_file(tmpl)) {
+      ctx.Error("model.chat_template",
+                absl::StrCat("no file '", tmpl, "' (relative to the working directory ",
+                             std::filesystem::current_path().string(), ")"));
+    }
     if (c.data.prompt_template != "model") return;
     if (c.model.path.empty()) {
-      ctx.Error("data.prompt_template",
-                "model needs model.path: a checkpoint whose chat template is used (a model "
-                "built from scratch has none)");
+      if (tmpl.empty()) {
+        ctx.Error("data.prompt_template",
+                  "model needs a chat template: model.path's (a checkpoint), or from scratch "
+                  "the file model.chat_template names");
+      }
       return;
     }
     const std::string missing = MissingChatTemplate(c.model.path);

@@ -12,7 +12,8 @@ namespace rlforge {
 // scratch with the sizes below and a char-level tokenizer over the data's characters.
 struct ModelOptions {
   std::string path;  // HF checkpoint dir (config.json, safetensors, tokenizer.json); "" = scratch
-  std::string init_job;  // job file run first when `path` does not exist yet (it writes path)
+  std::string init_job;       // job file run first when `path` does not exist yet (it writes path)
+  std::string chat_template;  // from scratch: a Jinja chat template file the tokenizer carries
   std::string architecture = "LlamaForCausalLM";
   int64_t hidden_size = 128;
   int64_t intermediate_size = 352;

@@ -39,7 +39,8 @@ absl::Status DpoAlgorithm::Run(JobContext& ctx) {
   const uint64_t seed = static_cast<uint64_t>(config_.job.seed);
   spdlog::info("dpo: {} pairs per iteration (rejected: {}), {} iterations, {} held-out prompts",
                d.pairs_per_iteration, d.rejected, iterations, text.heldout.size());
-  RETURN_IF_ERROR(loop.EvaluateStart(d.max_new_tokens, seed));  // step 0: the starting policy
+  RETURN_IF_ERROR(loop.EvaluateStart(d.max_new_tokens, seed,
+                                     AnswerCheck::kExact));  // step 0: the starting policy
   for (int64_t it = 1; it <= iterations; ++it) {
     const Stopwatch t_iter;
     IterationRecord rec;
@@ -102,9 +103,10 @@ absl::Status DpoAlgorithm::Run(JobContext& ctx) {
 
     if (it == iterations || (d.eval_every > 0 && it % d.eval_every == 0)) {
       const Stopwatch t_sync;
-      RETURN_IF_ERROR(loop.SyncWeights(trainer, trained.result.weights(), std::move(trained.tensors), rec));
+      RETURN_IF_ERROR(
+          loop.SyncWeights(trainer, trained.result.weights(), std::move(trained.tensors), rec));
       rec.timings["weight_sync_s"] = t_sync.Seconds();
-      RETURN_IF_ERROR(loop.Evaluate(d.max_new_tokens, seed, rec));
+      RETURN_IF_ERROR(loop.Evaluate(d.max_new_tokens, seed, AnswerCheck::kExact, rec));
     }
     rec.timings["iteration_s"] = t_iter.Seconds();
     rec.timings["pairs_per_s"] = static_cast<double>(batch.size()) / rec.timings["iteration_s"];

@@ -116,6 +116,7 @@ class EngineFleetLoopTest : public ::testing::Test {
     job->actors->On("trainer", Task::kGrpoTrain, [](const FakeWork& w) {
       return WeightsReply(w.request.grpo_train().step(), "inline");
     });
+    job->actors->On("trainer", Task::kLmSave, [](const FakeWork&) { return FakeReply::Ok(); });
     job->actors->On("trainer", Task::kDpoTrain,
                     [](const FakeWork& w) { return WeightsReply(w.request.dpo_train().step()); });
     if (script) script(*job);

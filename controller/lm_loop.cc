@@ -11,8 +11,8 @@
 #include "common/status.h"
 #include "common/timing_keys.h"
 #include "data/jsonl_dataset.h"
+#include "reward/answer_check.h"
 #include "reward/reward_role.h"
-#include "reward/verifiers.h"
 
 namespace rlforge {
 
@@ -40,9 +40,7 @@ std::vector<int32_t> TaskText::EncodeResponse(const std::string& response) const
 }
 
 std::string TaskText::Response(const LmSample& s) const {
-  std::vector<int32_t> ids = s.tokens;
-  if (!ids.empty() && ids.back() == tokenizer->eos_id()) ids.pop_back();
-  return tmpl->ResponseText(tokenizer->Decode(ids));
+  return models::DecodeResponse(*tokenizer, *tmpl, s.tokens);
 }
 
 std::vector<PromptExample> TaskText::TrainBatch(uint64_t seed, uint64_t offset,
@@ -271,18 +269,15 @@ absl::StatusOr<Scored> LmLoop::GenerateAndScore(const std::vector<PromptExample>
   return out;
 }
 
-absl::Status LmLoop::Evaluate(int64_t max_tokens, uint64_t seed, IterationRecord& rec) {
+absl::Status LmLoop::Evaluate(int64_t max_tokens, uint64_t seed, AnswerCheck check,
+                              IterationRecord& rec) {
   const Stopwatch t0;
   ASSIGN_OR_RETURN(Scored s,
                    GenerateAndScore(text_.heldout, SamplingParams::Greedy(max_tokens, seed)));
+  const reward::AnswerJudge judge(check);
   int64_t correct = 0;
   for (size_t i = 0; i < s.groups.size(); ++i) {
-    const std::string response = text_.Response(s.groups[i].samples[0]);
-    auto answer = reward::ExtractAnswer(response, reward::Extract::kFull, false);
-    if (answer && reward::NormalizeAnswer(*answer, false) ==
-                      reward::NormalizeAnswer(s.examples[i].answer, false)) {
-      ++correct;
-    }
+    if (judge.Correct(text_.Response(s.groups[i].samples[0]), s.examples[i].answer)) ++correct;
   }
   const double count = static_cast<double>(s.groups.size());
   rec.metrics["heldout_accuracy"] = count > 0 ? static_cast<double>(correct) / count : 0;
@@ -292,10 +287,10 @@ absl::Status LmLoop::Evaluate(int64_t max_tokens, uint64_t seed, IterationRecord
   return absl::OkStatus();
 }
 
-absl::Status LmLoop::EvaluateStart(int64_t max_tokens, uint64_t seed) {
+absl::Status LmLoop::EvaluateStart(int64_t max_tokens, uint64_t seed, AnswerCheck check) {
   IterationRecord rec;
   rec.step = 0;
-  RETURN_IF_ERROR(Evaluate(max_tokens, seed, rec));
+  RETURN_IF_ERROR(Evaluate(max_tokens, seed, check, rec));
   spdlog::info("start: held-out accuracy {:.3f}", rec.metrics["heldout_accuracy"]);
   return ctx_.EndIteration(rec);
 }

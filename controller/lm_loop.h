@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "config/answer_check.h"
 #include "config/job_config.h"
 #include "controller/algorithm.h"
 #include "controller/engine_fleet.h"
@@ -90,13 +91,13 @@ class LmLoop {
   absl::StatusOr<Scored> GenerateAndScore(const std::vector<PromptExample>& examples,
                                           const SamplingParams& p);
 
-  // Greedy answers to the held-out examples: heldout_accuracy (exact match of the extracted
-  // answer), heldout_examples, heldout_reward/<name>/mean|std into rec.metrics; eval_s into
-  // rec.timings.
-  absl::Status Evaluate(int64_t max_tokens, uint64_t seed, IterationRecord& rec);
+  // Greedy answers to the held-out examples: heldout_accuracy (each answer judged by
+  // reward::AnswerJudge(check), as `rlforge eval` judges), heldout_examples,
+  // heldout_reward/<name>/mean|std into rec.metrics; eval_s into rec.timings.
+  absl::Status Evaluate(int64_t max_tokens, uint64_t seed, AnswerCheck check, IterationRecord& rec);
 
   // Step 0 of metrics.jsonl: the starting policy's held-out evaluation.
-  absl::Status EvaluateStart(int64_t max_tokens, uint64_t seed);
+  absl::Status EvaluateStart(int64_t max_tokens, uint64_t seed, AnswerCheck check);
 
   // Brings every rollout engine to the version the trainer's step announced (`announced`,
   // with its inline "weights" frame on the zmq path): inline, each engine loads the frame;

@@ -86,6 +86,7 @@ class LmLoopTest : public ::testing::TestWithParam<std::string> {
       (*r.result.mutable_metrics())["train_forward_s"] = 0.01;
       return r;
     });
+    actors_->On("trainer", Task::kLmSave, [](const FakeWork&) { return FakeReply::Ok(); });
     for (auto& [key, script] : overrides_) actors_->On(key.first, key.second, script);
     absl::Status started = actors_->Start();
     if (!started.ok()) return started;
@@ -146,12 +147,17 @@ TEST_P(LmLoopTest, IterationGeneratesScoresTrainsThenSyncsAndEvaluatesOnSchedule
     expected.insert(expected.end(), iteration.begin(), iteration.end());
     if (it >= 2) expected.insert(expected.end(), eval.begin(), eval.end());
   }
+  expected.push_back(Id("trainer") + " lm_save");  // the final policy's checkpoint
   EXPECT_EQ(actors_->Log(), expected);
   ASSERT_EQ(ctx_->records.size(), 4u);
   EXPECT_EQ(ctx_->total_iterations, 3);
   for (int64_t step = 0; step <= 3; ++step) EXPECT_EQ(ctx_->records[step].step, step);
-  // Each record closes after its own requests: the start eval (2), 6 per iteration, 2 per eval.
-  EXPECT_EQ(ctx_->ends_at, (std::vector<size_t>{2, 8, 16, 24}));
+  // Each record closes after its own requests: the start eval (2), 6 per iteration, 2 per eval,
+  // the save.
+  EXPECT_EQ(ctx_->ends_at, (std::vector<size_t>{2, 8, 16, 25}));
+  auto saves = actors_->Received(Task::kLmSave);
+  ASSERT_EQ(saves.size(), 1u);
+  EXPECT_EQ(saves[0]->request.lm_save().dir(), ctx_->run_dir().path() + "/checkpoints/step_3");
 }
 
 TEST_P(LmLoopTest, RewardWorkersShareTheChunksRoundRobin) {
@@ -170,6 +176,7 @@ TEST_P(LmLoopTest, RewardWorkersShareTheChunksRoundRobin) {
     expected.insert(expected.end(), iteration.begin(), iteration.end());
     if (it >= 2) expected.insert(expected.end(), {gen, score0});
   }
+  expected.push_back(Id("trainer") + " lm_save");
   EXPECT_EQ(actors_->Log(), expected);
   // The trainer still gets every sample's own reward, whichever worker scored it.
   for (const FakeWork* t : actors_->Received(Task::kGrpoTrain)) CheckTrainBatch(*t, 2);

@@ -46,7 +46,8 @@ absl::Status LmRlAlgorithm::Run(JobContext& ctx) {
                config_.job.algorithm->name, g.prompts_per_iteration, g.group_size, iterations,
                text.heldout.size());
 
-  RETURN_IF_ERROR(loop.EvaluateStart(g.max_new_tokens, seed));  // step 0: the starting policy
+  RETURN_IF_ERROR(
+      loop.EvaluateStart(g.max_new_tokens, seed, g.eval_verifier));  // step 0: the starting policy
   SamplingParams sampling;
   sampling.n = g.group_size;
   sampling.temperature = g.temperature;
@@ -105,13 +106,22 @@ absl::Status LmRlAlgorithm::Run(JobContext& ctx) {
 
     // Weight sync.
     const Stopwatch t_sync;
-    RETURN_IF_ERROR(loop.SyncWeights(trainer, trained.result.weights(), std::move(trained.tensors), rec));
+    RETURN_IF_ERROR(
+        loop.SyncWeights(trainer, trained.result.weights(), std::move(trained.tensors), rec));
     version = trained.result.weights().version();
     rec.timings["weight_sync_s"] = t_sync.Seconds();
     rec.metrics["policy_version"] = static_cast<double>(version);
 
     if (it == iterations || (g.eval_every > 0 && it % g.eval_every == 0)) {
-      RETURN_IF_ERROR(loop.Evaluate(g.max_new_tokens, seed, rec));
+      RETURN_IF_ERROR(loop.Evaluate(g.max_new_tokens, seed, g.eval_verifier, rec));
+    }
+    if (it == iterations) {  // the final policy, for `rlforge eval` and later stages
+      proto::WorkRequest save;
+      const std::string dir = absl::StrCat(ctx.run_dir().path(), "/checkpoints/step_", it);
+      save.mutable_lm_save()->set_dir(dir);
+      ASSIGN_OR_RETURN(WorkOutcome saved, trainer.Run(std::move(save)));
+      SplitTimingsFromMetrics(saved.result.metrics(), rec.timings, rec.metrics);
+      spdlog::info("checkpoint {}", dir);
     }
     rec.timings["iteration_s"] = t_iter.Seconds();
     const double stages = rec.timings["rollout_wall_s"] + rec.timings["train_s"] +

@@ -112,6 +112,34 @@ absl::StatusOr<std::vector<PreferenceExample>> ReadPreferenceJsonl(const std::st
   return out;
 }
 
+absl::StatusOr<std::vector<std::string>> ReadPromptLines(std::istream& in,
+                                                         const std::string& name) {
+  std::vector<std::string> prompts;
+  std::string line;
+  for (int64_t number = 1; std::getline(in, line); ++number) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    const size_t start = line.find_first_not_of(" \t");
+    if (start == std::string::npos) continue;
+    if (line[start] != '{') {
+      prompts.push_back(line);
+      continue;
+    }
+    const std::string where = absl::StrCat(name, ":", number);
+    Json obj = Json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (obj.is_discarded() || !obj.is_object()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": a line that starts with '{' must be a JSON object with \"prompt\""));
+    }
+    const std::string key =
+        obj.contains("prompt") || !obj.contains("question") ? "prompt" : "question";
+    std::string prompt;
+    RETURN_IF_ERROR(GetString(obj, key, true, where, &prompt));
+    prompts.push_back(std::move(prompt));
+  }
+  if (prompts.empty()) return absl::InvalidArgumentError(absl::StrCat(name, ": no prompts"));
+  return prompts;
+}
+
 absl::Status WritePromptJsonl(const std::string& path, const std::vector<PromptExample>& examples) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   if (!out) return absl::InternalError(absl::StrCat(path, ": cannot write"));

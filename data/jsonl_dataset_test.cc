@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 namespace rlforge {
 namespace {
@@ -81,6 +82,24 @@ TEST(JsonlDatasetTest, ErrorsNameFileLineAndKey) {
   EXPECT_NE(ReadPreferenceJsonl("/nonexistent.jsonl").status().message().find("cannot open"),
             std::string::npos);
   for (const auto& p : {path, broken, empty}) std::filesystem::remove(p);
+}
+
+TEST(JsonlDatasetTest, PromptLinesArePlainTextOrJsonObjects) {
+  std::istringstream in(
+      "What is 2+2?\n\n{\"prompt\": \"two\\nlines\"}\n{\"question\": \"Q?\", \"answer\": \"#### "
+      "1\"}\n");
+  auto prompts = ReadPromptLines(in, "p.txt");
+  ASSERT_TRUE(prompts.ok()) << prompts.status();
+  EXPECT_EQ(*prompts, (std::vector<std::string>{"What is 2+2?", "two\nlines", "Q?"}));
+
+  std::istringstream bad("ok\n{\"prompt\": 3}\n");
+  EXPECT_EQ(ReadPromptLines(bad, "p.txt").status().message(),
+            "p.txt:2: key 'prompt': expected a string, got number");
+  std::istringstream broken("{\"prompt\": \n");
+  EXPECT_EQ(ReadPromptLines(broken, "stdin").status().message(),
+            "stdin:1: a line that starts with '{' must be a JSON object with \"prompt\"");
+  std::istringstream empty("\n \n");
+  EXPECT_EQ(ReadPromptLines(empty, "stdin").status().message(), "stdin: no prompts");
 }
 
 TEST(JsonlDatasetTest, WriteThenRead) {

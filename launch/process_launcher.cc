@@ -181,6 +181,10 @@ std::string StoreExecutable(const std::string& rlforge_exe) {
   return Sibling(rlforge_exe, "rlforge-store");
 }
 
+std::string LmToolExecutable(const std::string& rlforge_exe) {
+  return Sibling(rlforge_exe, "rlforge-lm");
+}
+
 std::string TailOfFile(const std::string& path, int lines) {
   std::ifstream in(path);
   if (!in) return "";

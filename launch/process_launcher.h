@@ -65,6 +65,8 @@ std::string SelfExecutable();
 std::string ActorExecutable(const std::string& rlforge_exe);
 // rlforge-store, the trainer ranks' rendezvous store, beside `rlforge_exe`.
 std::string StoreExecutable(const std::string& rlforge_exe);
+// rlforge-lm (`rlforge generate` and `rlforge eval`), next to the rlforge binary.
+std::string LmToolExecutable(const std::string& rlforge_exe);
 
 // The last `lines` lines of a text file ("" if unreadable), for error messages.
 std::string TailOfFile(const std::string& path, int lines);

@@ -156,4 +156,10 @@ std::vector<int32_t> EncodeResponse(const Tokenizer& tok, const PromptTemplate& 
   return ids;
 }
 
+std::string DecodeResponse(const Tokenizer& tok, const PromptTemplate& tmpl,
+                           std::vector<int32_t> tokens) {
+  if (!tokens.empty() && tokens.back() == tok.eos_id()) tokens.pop_back();
+  return tmpl.ResponseText(tok.Decode(tokens));
+}
+
 }  // namespace rlforge::models

@@ -80,5 +80,9 @@ std::vector<int32_t> EncodePrompt(const Tokenizer& tok, const PromptTemplate& tm
                                   const std::string& system, const std::string& prompt);
 std::vector<int32_t> EncodeResponse(const Tokenizer& tok, const PromptTemplate& tmpl,
                                     const std::string& response);
+// The text of a generated response: `tokens` decoded without a final eos, then
+// ResponseText. What rewards, held-out evaluation and `rlforge generate` read.
+std::string DecodeResponse(const Tokenizer& tok, const PromptTemplate& tmpl,
+                           std::vector<int32_t> tokens);
 
 }  // namespace rlforge::models

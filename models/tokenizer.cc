@@ -40,6 +40,10 @@ class CharTokenizer final : public Tokenizer {
   void SetSpecialIds(int32_t eos, int32_t bos, int32_t pad) {
     eos_id_ = eos, bos_id_ = bos, pad_id_ = pad;
   }
+  void SetChatTemplate(std::string text, std::string origin) {
+    chat_template_ = std::move(text);
+    chat_template_origin_ = std::move(origin);
+  }
 
   std::vector<int32_t> Encode(std::string_view text) const override {
     std::vector<int32_t> out;
@@ -289,6 +293,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> MakeCharTokenizer(const std::string& 
     ASSIGN_OR_RETURN(bos, id(options.bos_token, "bos_token"));
   }
   t->SetSpecialIds(eos, bos, pad);
+  t->SetChatTemplate(options.chat_template, options.chat_template_origin);
   return std::unique_ptr<Tokenizer>(std::move(t));
 }
 

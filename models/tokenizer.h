@@ -79,6 +79,10 @@ struct CharTokenizerOptions {
   std::string eos_token = "<eos>";
   // Characters outside the alphabet encode as this token.
   std::string unk_token = "<unk>";
+  // A Jinja chat template the tokenizer carries (and SaveTokenizer writes), and where it came
+  // from, for errors.
+  std::string chat_template;
+  std::string chat_template_origin;
 };
 
 // `alphabet`: UTF-8 text whose distinct code points become the vocabulary, in order

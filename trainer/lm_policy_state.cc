@@ -11,9 +11,11 @@
 #include "models/actor_critic.h"
 #include "models/compute_threads.h"
 #include "models/hf_checkpoint.h"
+#include "models/tokenizer.h"
 #include "trainer/lm_losses.h"
 #include "trainer/lm_metrics.h"
 #include "trainer/lr_schedule.h"
+#include "trainer/sharded_checkpoint.h"
 #include "trainer/trainer_ranks.h"
 
 namespace rlforge {
@@ -153,6 +155,19 @@ absl::StatusOr<std::unique_ptr<LmPolicyState>> LmPolicyState::Create(
 }
 
 LmPolicyState::~LmPolicyState() = default;
+
+absl::StatusOr<WorkReply> LmPolicyState::Save(const std::string& dir) {
+  const Stopwatch timer;
+  RETURN_IF_ERROR(SaveHfConsolidated(
+      dir, *policy_, config_.model.dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32));
+  WorkReply reply;
+  if (comm_->rank() != 0) return reply;
+  ASSIGN_OR_RETURN(std::unique_ptr<models::Tokenizer> tokenizer,
+                   models::LoadTokenizer(config_.model.path));
+  RETURN_IF_ERROR(models::SaveTokenizer(*tokenizer, dir));
+  (*reply.result.mutable_metrics())["save_s"] = timer.Seconds();
+  return reply;
+}
 
 double LmPolicyState::NextLearningRate(int64_t total_steps) {
   const double lr =

@@ -97,6 +97,9 @@ class LmPolicyState {
   // checksum; metrics publish_s, weight_stream_bytes.
   absl::StatusOr<WorkReply> Stream(int readers);
   int64_t weight_bytes() const { return static_cast<int64_t>(manifest_.total_bytes()); }
+  // LmSave: the current policy as a Hugging Face checkpoint in `dir` (model.dtype) with
+  // model.path's tokenizer and chat template. Every rank gathers unit by unit; rank 0 writes.
+  absl::StatusOr<WorkReply> Save(const std::string& dir);
 
  private:
   explicit LmPolicyState(const JobConfig& config) : config_(config) {}

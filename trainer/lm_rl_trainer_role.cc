@@ -54,8 +54,12 @@ absl::StatusOr<WorkReply> LmRlTrainerRole::Handle(const proto::WorkRequest& requ
     if (request.task_case() == proto::WorkRequest::kPublishWeights) {
       return state_->Stream(request.publish_weights().readers());
     }
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the ", config_.job.algorithm->name, " trainer takes grpo_train and publish_weights work"));
+    if (request.task_case() == proto::WorkRequest::kLmSave) {
+      return state_->Save(request.lm_save().dir());
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat("the ", config_.job.algorithm->name,
+                     " trainer takes grpo_train, publish_weights and lm_save work"));
   });
 }
 

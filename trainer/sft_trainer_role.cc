@@ -4,8 +4,10 @@
 #include <filesystem>
 #include <limits>
 #include <random>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/atomic_file.h"
 #include "common/clock.h"
 #include "common/exceptions.h"
 #include "common/logging.h"
@@ -26,6 +28,20 @@ namespace {
 std::string Trim(const std::string& s) {
   size_t b = s.find_first_not_of(" \t\r\n"), e = s.find_last_not_of(" \t\r\n");
   return b == std::string::npos ? "" : s.substr(b, e - b + 1);
+}
+
+// The <|...|> markers of a chat template's text ("<|im_start|>"), each once, in order: a
+// char-level tokenizer makes each one token, as real tokenizers do.
+std::vector<std::string> ChatMarkers(const std::string& text) {
+  std::vector<std::string> out;
+  for (size_t at = text.find("<|"); at != std::string::npos; at = text.find("<|", at + 1)) {
+    const size_t end = text.find("|>", at + 2);
+    if (end == std::string::npos) break;
+    std::string marker = text.substr(at, end + 2 - at);
+    if (marker.find_first_of(" \n\t'\"{}") != std::string::npos) continue;
+    if (std::find(out.begin(), out.end(), marker) == out.end()) out.push_back(marker);
+  }
+  return out;
 }
 
 }  // namespace
@@ -67,20 +83,8 @@ absl::StatusOr<std::vector<PromptExample>> SftTrainerRole::TrainExamples(int64_t
   return out;
 }
 
-absl::StatusOr<WorkReply> SftTrainerRole::Init() {
-  SetComputeThreads(config_.trainer.threads, config_.trainer.ranks);
-  torch::manual_seed(static_cast<uint64_t>(config_.job.seed));
+absl::Status SftTrainerRole::LoadData() {
   const DataOptions& d = config_.data;
-  const ModelOptions& m = config_.model;
-  // A checkpoint's tokenizer first: a "model" prompt template is its chat template.
-  if (!m.path.empty()) {
-    ASSIGN_OR_RETURN(tokenizer_, models::LoadTokenizer(m.path));
-  }
-  ASSIGN_OR_RETURN(models::PromptTemplate tmpl,
-                   models::PromptTemplate::Create(d.prompt_template, tokenizer_.get()));
-  template_ = tmpl;
-
-  // Held-out set (and, for jsonl, the training file).
   if (d.source == "jsonl") {
     ASSIGN_OR_RETURN(file_train_, ReadPromptJsonl(d.train_path, JsonlFormat::kSft));
     ASSIGN_OR_RETURN(heldout_, ReadPromptJsonl(d.heldout_path, JsonlFormat::kSft));
@@ -95,39 +99,89 @@ absl::StatusOr<WorkReply> SftTrainerRole::Init() {
     heldout_ = task_->Examples(static_cast<uint64_t>(config_.job.seed), Split::kHeldout, 0,
                                static_cast<size_t>(d.heldout_examples));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<models::Tokenizer>> SftTrainerRole::ScratchTokenizer() const {
+  const DataOptions& d = config_.data;
+  // A char-level vocabulary over every character the data and template can produce.
+  std::vector<std::string> texts = {d.system_prompt, "0123456789+-*="};
+  models::CharTokenizerOptions options;
+  const std::string& file = config_.model.chat_template;
+  if (!file.empty()) {
+    auto text = ReadFileToString(file);
+    if (!text.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model.chat_template: ", file, ": ", Msg(text.status())));
+    }
+    options.chat_template = *text;
+    options.chat_template_origin = file;
+    for (std::string& marker : ChatMarkers(*text)) options.special_tokens.push_back(marker);
+    texts.push_back(*text);  // its literal text (role names, newlines) too
+  } else if (d.prompt_template == "model") {
+    return absl::InvalidArgumentError(
+        "data.prompt_template: model renders a chat template: a checkpoint's (model.path), or "
+        "from scratch the file model.chat_template names");
+  } else {
+    ASSIGN_OR_RETURN(models::PromptTemplate tmpl,
+                     models::PromptTemplate::Create(d.prompt_template));
+    texts.push_back(tmpl.Apply(d.system_prompt, ""));
+    texts.push_back(tmpl.end_of_turn());
+  }
+  ASSIGN_OR_RETURN(auto first, TrainExamples(0));
+  for (const std::vector<PromptExample>* set : {&std::as_const(first), &heldout_}) {
+    for (const auto& e : *set) {
+      texts.push_back(e.prompt);
+      texts.push_back(e.response);
+    }
+  }
+  return models::MakeCharTokenizer(CollectAlphabet(texts), options);
+}
+
+absl::StatusOr<models::TransformerConfig> SftTrainerRole::ScratchModelConfig() const {
+  const ModelOptions& m = config_.model;
+  models::TransformerConfig c;
+  c.architecture = m.architecture;
+  c.vocab_size = tokenizer_->vocab_size();
+  c.hidden_size = m.hidden_size;
+  c.intermediate_size = m.intermediate_size;
+  c.num_hidden_layers = m.num_hidden_layers;
+  c.num_attention_heads = m.num_attention_heads;
+  c.num_key_value_heads = m.num_key_value_heads;
+  c.head_dim = m.hidden_size / m.num_attention_heads;
+  c.max_position_embeddings = m.max_position_embeddings;
+  c.rope_theta = m.rope_theta;
+  c.attention_bias = m.architecture == "Qwen2ForCausalLM";
+  c.tie_word_embeddings = m.tie_word_embeddings;
+  c.bos_token_id = tokenizer_->bos_id();
+  c.eos_token_id = tokenizer_->eos_id();
+  RETURN_IF_ERROR(models::ValidateConfig(c, "model"));
+  return c;
+}
+
+absl::StatusOr<WorkReply> SftTrainerRole::Init() {
+  SetComputeThreads(config_.trainer.threads, config_.trainer.ranks);
+  torch::manual_seed(static_cast<uint64_t>(config_.job.seed));
+  const DataOptions& d = config_.data;
+  const ModelOptions& m = config_.model;
+  RETURN_IF_ERROR(LoadData());
+  // A checkpoint's tokenizer, or a char-level one over the data from scratch; a "model"
+  // prompt template is its chat template.
+  if (!m.path.empty()) {
+    ASSIGN_OR_RETURN(tokenizer_, models::LoadTokenizer(m.path));
+  } else {
+    ASSIGN_OR_RETURN(tokenizer_, ScratchTokenizer());
+  }
+  ASSIGN_OR_RETURN(models::PromptTemplate tmpl,
+                   models::PromptTemplate::Create(d.prompt_template, tokenizer_.get()));
+  template_ = tmpl;
 
   ASSIGN_OR_RETURN(comm_, ConnectTrainerRanks(assignment_));
   const ShardedModel::Options sharding = ShardingOptions(config_.trainer, /*trainable=*/true);
   if (!m.path.empty()) {
     ASSIGN_OR_RETURN(model_, LoadShardedModel(m.path, comm_.get(), sharding));
   } else {
-    // A char-level vocabulary over every character the data and template can produce.
-    ASSIGN_OR_RETURN(auto first, TrainExamples(0));
-    std::vector<std::string> texts = {tmpl.Apply(d.system_prompt, ""), tmpl.end_of_turn(),
-                                      "0123456789+-*="};
-    for (const auto* set : {&first, &heldout_}) {
-      for (const auto& e : *set) {
-        texts.push_back(e.prompt);
-        texts.push_back(e.response);
-      }
-    }
-    ASSIGN_OR_RETURN(tokenizer_, models::MakeCharTokenizer(CollectAlphabet(texts)));
-    models::TransformerConfig c;
-    c.architecture = m.architecture;
-    c.vocab_size = tokenizer_->vocab_size();
-    c.hidden_size = m.hidden_size;
-    c.intermediate_size = m.intermediate_size;
-    c.num_hidden_layers = m.num_hidden_layers;
-    c.num_attention_heads = m.num_attention_heads;
-    c.num_key_value_heads = m.num_key_value_heads;
-    c.head_dim = m.hidden_size / m.num_attention_heads;
-    c.max_position_embeddings = m.max_position_embeddings;
-    c.rope_theta = m.rope_theta;
-    c.attention_bias = m.architecture == "Qwen2ForCausalLM";
-    c.tie_word_embeddings = m.tie_word_embeddings;
-    c.bos_token_id = tokenizer_->bos_id();
-    c.eos_token_id = tokenizer_->eos_id();
-    RETURN_IF_ERROR(models::ValidateConfig(c, "model"));
+    ASSIGN_OR_RETURN(models::TransformerConfig c, ScratchModelConfig());
     // Every rank draws the same initial weights (seeded above) and keeps its shard.
     ASSIGN_OR_RETURN(model_, ShardedModel::Create(models::Transformer(c), comm_.get(), sharding));
   }
@@ -291,9 +345,7 @@ absl::StatusOr<WorkReply> SftTrainerRole::Evaluate(const proto::LmEvaluate& task
     }
     auto outs = models::GreedyGenerate(model, prompts, o);
     for (size_t i = begin; i < end; ++i) {
-      auto ids = outs[i - begin];
-      if (!ids.empty() && ids.back() == tokenizer_->eos_id()) ids.pop_back();
-      const std::string text = template_->ResponseText(tokenizer_->Decode(ids));
+      const std::string text = models::DecodeResponse(*tokenizer_, *template_, outs[i - begin]);
       if (Trim(text) == Trim(heldout_[i].response)) ++correct;
     }
   }

@@ -42,6 +42,12 @@ class SftTrainerRole final : public Role {
 
  private:
   absl::StatusOr<WorkReply> Init();
+  // The held-out set and, for jsonl, the training file.
+  absl::Status LoadData();
+  // From scratch: a char-level tokenizer over the data (and model.chat_template, which it
+  // carries), and the model's sizes.
+  absl::StatusOr<std::unique_ptr<models::Tokenizer>> ScratchTokenizer() const;
+  absl::StatusOr<models::TransformerConfig> ScratchModelConfig() const;
   absl::StatusOr<WorkReply> Train(const proto::SftTrain& task);
   // This rank's share of one micro-batch: forward, loss (sum over its response tokens /
   // the step's `loss_tokens` on every rank), backward; returns that loss.
