@@ -5,14 +5,23 @@
 //
 //     python3 bench/lm_train_bench.py --build build --threads 2
 //     build/bench/lm_train_bench --size 10m --threads 2 --steps 5   # this half alone
+//     build/bench/lm_train_bench --size 10m --threads 1 --profile   # where a step's time goes
 //
+// --profile runs one more step under libtorch's profiler (input shapes recorded) and prints,
+// per operator, its self time and calls, and for matrix products (mm, addmm, bmm) the FLOPs
+// their shapes imply, so the step's time splits into matrix products at their achieved rate
+// and everything else.
 // Prints one JSON object per size on stdout.
+#include <torch/csrc/autograd/profiler_legacy.h>
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -77,11 +86,102 @@ double MatmulPeak() {
   return 2.0 * 1024 * 1024 * 1024 / best;
 }
 
+// FLOPs of one matrix-product call from its recorded input shapes (0 for other operators).
+double GemmFlops(const std::string& name, const std::vector<std::vector<int64_t>>& shapes) {
+  auto dims = [&](size_t i) { return i < shapes.size() ? shapes[i] : std::vector<int64_t>{}; };
+  if (name == "aten::mm" && dims(0).size() == 2 && dims(1).size() == 2) {
+    return 2.0 * dims(0)[0] * dims(0)[1] * dims(1)[1];
+  }
+  if (name == "aten::addmm" && dims(1).size() == 2 && dims(2).size() == 2) {
+    return 2.0 * dims(1)[0] * dims(1)[1] * dims(2)[1];
+  }
+  if (name == "aten::bmm" && dims(0).size() == 3 && dims(1).size() == 3) {
+    return 2.0 * dims(0)[0] * dims(0)[1] * dims(0)[2] * dims(1)[2];
+  }
+  return 0;
+}
+
+// A matrix product's name with its operand shapes and strides-free layout, e.g.
+// "aten::mm 1024x256 @ 256x768", so each shape of the step is reported on its own.
+std::string GemmKey(const std::string& name, const std::vector<std::vector<int64_t>>& shapes) {
+  std::ostringstream key;
+  key << name;
+  const size_t first = name == "aten::addmm" ? 1 : 0;
+  for (size_t i = first; i < shapes.size() && i < first + 2; ++i) {
+    key << (i == first ? " " : " @ ");
+    for (size_t d = 0; d < shapes[i].size(); ++d) key << (d ? "x" : "") << shapes[i][d];
+  }
+  return key.str();
+}
+
+struct OpTotals {
+  double self_us = 0, calls = 0, flops = 0;
+};
+
+// Self time per operator: each push/pop pair's span less the spans of the calls inside it.
+std::map<std::string, OpTotals> SelfTimes(
+    const torch::autograd::profiler::thread_event_lists& lists) {
+  using torch::autograd::profiler::EventKind;
+  using torch::autograd::profiler::LegacyEvent;
+  std::map<std::string, OpTotals> out;
+  for (const auto& events : lists) {
+    struct Open {
+      const LegacyEvent* push;
+      double children_us = 0;
+    };
+    std::vector<Open> stack;
+    for (const auto& e : events) {
+      if (e.kind() == EventKind::PushRange) {
+        stack.push_back({&e});
+      } else if (e.kind() == EventKind::PopRange && !stack.empty()) {
+        const Open open = stack.back();
+        stack.pop_back();
+        const double span = open.push->cpuElapsedUs(e);
+        const double flops = GemmFlops(open.push->name(), open.push->shapes());
+        OpTotals& t = out[flops > 0 ? GemmKey(open.push->name(), open.push->shapes())
+                                    : std::string(open.push->name())];
+        t.self_us += span - open.children_us;
+        t.calls += 1;
+        t.flops += flops;
+        if (!stack.empty()) stack.back().children_us += span;
+      }
+    }
+  }
+  return out;
+}
+
+// Prints the profile of one step as JSON: operators by self time, matrix products' rate.
+void PrintProfile(const std::string& size, const std::map<std::string, OpTotals>& ops,
+                  double peak) {
+  std::vector<std::pair<std::string, OpTotals>> sorted(ops.begin(), ops.end());
+  std::sort(sorted.begin(), sorted.end(),
+            [](const auto& a, const auto& b) { return a.second.self_us > b.second.self_us; });
+  double total_us = 0, gemm_us = 0, gemm_flops = 0;
+  for (const auto& [name, t] : sorted) {
+    total_us += t.self_us;
+    if (t.flops > 0) gemm_us += t.self_us, gemm_flops += t.flops;
+  }
+  std::printf(
+      "{\"profile\": \"%s\", \"profiled_s\": %.4f, \"gemm_s\": %.4f, "
+      "\"gemm_flops\": %.4g, \"gemm_share_of_peak\": %.3f, \"ops\": [",
+      size.c_str(), total_us * 1e-6, gemm_us * 1e-6, gemm_flops,
+      gemm_flops / (gemm_us * 1e-6) / peak);
+  for (size_t i = 0; i < sorted.size() && i < 25; ++i) {
+    const auto& [name, t] = sorted[i];
+    std::printf("%s{\"op\": \"%s\", \"self_ms\": %.2f, \"calls\": %.0f, \"gflops\": %.1f}",
+                i ? ", " : "", name.c_str(), t.self_us * 1e-3, t.calls,
+                t.flops > 0 ? t.flops / (t.self_us * 1e-6) * 1e-9 : 0.0);
+  }
+  std::printf("]}\n");
+  std::fflush(stdout);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::vector<std::string> sizes;
   int threads = 2, steps = 5;
+  bool profile = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--size" && i + 1 < argc) {
@@ -90,8 +190,12 @@ int main(int argc, char** argv) {
       threads = std::atoi(argv[++i]);
     } else if (a == "--steps" && i + 1 < argc) {
       steps = std::atoi(argv[++i]);
+    } else if (a == "--profile") {
+      profile = true;
     } else {
-      std::fprintf(stderr, "usage: lm_train_bench [--size 10m|50m]... [--threads N] [--steps S]\n");
+      std::fprintf(stderr,
+                   "usage: lm_train_bench [--size 10m|50m]... [--threads N] [--steps S] "
+                   "[--profile]\n");
       return 2;
     }
   }
@@ -110,23 +214,27 @@ int main(int argc, char** argv) {
     auto pos = torch::arange(s.seq, torch::kInt64).view({1, s.seq}).expand({s.batch, s.seq});
     auto seg = torch::zeros({s.batch, s.seq}, torch::kInt64);
     std::vector<double> times, fwd, bwd, upd;
-    for (int i = 0; i < steps + 1; ++i) {  // the first step warms up
+    auto step = [&] {
       const rlforge::Stopwatch timer;
       opt.ZeroGrad();
       auto logits = model->Logits(model->Hidden(inputs, pos, seg));
       auto loss = torch::nn::functional::cross_entropy(logits.reshape({-1, s.config.vocab_size}),
                                                        targets.reshape({-1}));
-      double t_fwd = timer.Seconds();
+      const double t_fwd = timer.Seconds();
       loss.backward();
-      double t_bwd = timer.Seconds() - t_fwd;
+      const double t_bwd = timer.Seconds() - t_fwd;
       opt.ClipGradNorm(1.0);
       opt.Step();
-      if (i > 0) {
-        times.push_back(timer.Seconds());
-        fwd.push_back(t_fwd);
-        bwd.push_back(t_bwd);
-        upd.push_back(times.back() - t_fwd - t_bwd);
-      }
+      const double total = timer.Seconds();
+      return std::array<double, 3>{t_fwd, t_bwd, total - t_fwd - t_bwd};
+    };
+    for (int i = 0; i < steps + 1; ++i) {  // the first step warms up
+      const auto t = step();
+      if (i == 0) continue;
+      fwd.push_back(t[0]);
+      bwd.push_back(t[1]);
+      upd.push_back(t[2]);
+      times.push_back(t[0] + t[1] + t[2]);
     }
     auto med = [](std::vector<double> v) {
       std::sort(v.begin(), v.end());
@@ -143,6 +251,12 @@ int main(int argc, char** argv) {
         static_cast<long>(s.batch), static_cast<long>(s.seq), threads, median, flops,
         flops / median, peak, flops / median / peak, med(fwd), med(bwd), med(upd));
     std::fflush(stdout);
+    if (profile) {
+      using namespace torch::autograd::profiler;
+      enableProfilerLegacy(ProfilerConfig(ProfilerState::CPU, /*report_input_shapes=*/true));
+      step();
+      PrintProfile(size, SelfTimes(disableProfilerLegacy()), peak);
+    }
   }
   return 0;
 }
