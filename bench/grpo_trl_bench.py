@@ -6,7 +6,7 @@
         [--out /tmp/grpo_trl_bench.json]
 
 Both sides run configs/grpo_arith.yaml's job from its SFT checkpoint
-(runs/sft_arith_flawed/checkpoints/step_1500): 1-2 digit +/- problems ("12+34=" -> "46"),
+(runs/sft_arith_flawed/checkpoints/step_3000): 1-2 digit +/- problems ("12+34=" -> "46"),
 exact-match reward, 16 prompts x 8 samples per iteration, at most grpo.max_new_tokens new
 tokens, temperature 1, one AdamW step per iteration (lr 1e-4, beta2 0.99, grad norm 1,
 no KL, clip 0.2/0.28, token-mean loss = TRL's "dapo", std-scaled group advantages).
@@ -39,7 +39,7 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CKPT = "runs/sft_arith_flawed/checkpoints/step_1500"
+CKPT = "runs/sft_arith_flawed/checkpoints/step_3000"
 M64 = (1 << 64) - 1
 
 

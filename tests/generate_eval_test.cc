@@ -44,7 +44,8 @@ class GenerateEvalTest : public ::testing::Test {
         {"run", SourceDir() + "/configs/sft_arith_flawed.yaml", "job.run_root=" + *root_,
          "job.name=sft", "job.seed=1", "model.hidden_size=64", "model.intermediate_size=176",
          "model.num_hidden_layers=2", "data.ops=[\"+\"]", "data.heldout_examples=50",
-         "sft.steps=600", "sft.eval_every=0", "trainer.warmup_steps=20"},
+         "sft.steps=600", "sft.eval_every=0", "trainer.warmup_steps=20",
+         "trainer.lr=3e-3"},
         600);
     ASSERT_EQ(code, 0) << out;
     WriteAdditionJsonl(*root_ + "/train.jsonl", 0, 400);
