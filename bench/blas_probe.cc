@@ -20,6 +20,7 @@
 
 #include "common/clock.h"
 #include "common/hash.h"
+#include "models/compute_threads.h"
 
 namespace {
 
@@ -70,7 +71,7 @@ std::string CoreName() {
 }  // namespace
 
 int main() {
-  torch::set_num_threads(1);
+  rlforge::SetComputeThreads(1);  // torch's and OpenBLAS's pools, as trainer.threads: 1
   const std::vector<Shape> shapes = {
       // configs/sft_arith*.yaml's model (width 128, MLP 352): 12 rows x 8 tokens, and 768.
       {96, 128, 128, false},

@@ -25,6 +25,7 @@
 
 #include "common/clock.h"
 #include "common/status.h"
+#include "models/compute_threads.h"
 #include "models/hf_checkpoint.h"
 #include "models/transformer.h"
 #include "nlohmann/json.hpp"
@@ -167,7 +168,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "--size must be 10m or 50m\n");
     return 2;
   }
-  torch::set_num_threads(threads);
+  rlforge::SetComputeThreads(threads);  // torch's and OpenBLAS's pools alike
   torch::manual_seed(0);
   TransformerConfig config = Config(size);
   Transformer model(config);

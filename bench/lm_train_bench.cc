@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "models/compute_threads.h"
 #include "models/transformer.h"
 #include "trainer/flat_adamw.h"
 
@@ -200,7 +201,7 @@ int main(int argc, char** argv) {
     }
   }
   if (sizes.empty()) sizes = {"10m", "50m"};
-  torch::set_num_threads(threads);
+  rlforge::SetComputeThreads(threads);  // torch's and OpenBLAS's pools alike
   torch::manual_seed(0);
   const double peak = MatmulPeak();
   for (const auto& size : sizes) {

@@ -39,6 +39,7 @@
 #include "common/status.h"
 #include "dist/communicator.h"
 #include "launch/process_launcher.h"
+#include "models/compute_threads.h"
 #include "models/hf_checkpoint.h"
 #include "trainer/flat_adamw.h"
 #include "trainer/sharded_model.h"
@@ -224,7 +225,7 @@ absl::Status Barrier(dist::Communicator& comm) {
 }
 
 absl::StatusOr<json> RunRank(const Args& a) {
-  torch::set_num_threads(a.threads);
+  rlforge::SetComputeThreads(a.threads);  // torch's and OpenBLAS's pools alike
   at::set_num_interop_threads(1);
   const int64_t base_rss = ProcStatusBytes("VmRSS");  // before the group and the model
 
