@@ -33,7 +33,8 @@ void Controller::Recover(ActorInfo& a, const std::string& what) {
   FaultEvent e;
   e.kind = "lost";
   e.actor_id = a.id;
-  e.silent_s = static_cast<double>(now - a.last_heard_us) * 1e-6;
+  // Since it was last heard from; 0 for a replacement lost before it registered.
+  e.silent_s = a.last_heard_us > 0 ? static_cast<double>(now - a.last_heard_us) * 1e-6 : 0;
   for (auto& [id, p] : pending_) {
     if (p.done || p.actor_id != a.id) continue;
     p.done = true;
@@ -94,6 +95,7 @@ absl::Status Controller::RestartDue() {
     if (!pid.ok()) return Annotate(pid.status(), "relaunching " + a.id);
     a.launched_pid = *pid;
     a.pid = 0;
+    a.last_heard_us = 0;
     a.host.clear();
     a.instance_id.clear();
     a.state = ActorState::kPending;

@@ -260,17 +260,19 @@ TEST_F(PpoLoopTest, FailedTrainStepNamesTheTrainerAndItsMessage) {
   EXPECT_TRUE(ctx_->records.empty());
 }
 
-TEST_F(PpoLoopTest, RolloutThatNeverAnswersHitsTheDeadlineNamingIt) {
+// A worker that heartbeats but never answers is declared dead at the request deadline; its
+// batch is stepped by the other worker, and the job goes on.
+TEST_F(PpoLoopTest, RolloutThatNeverAnswersMeetsTheDeadlineAndItsBatchMovesOn) {
   overrides_[{"rollout", Task::kRollout}] = [this](const FakeWork& w) {
     if (w.rank == 1) return FakeReply::Never();
     return Trajectories(w.rank, versions_[w.rank], 1);
   };
-  absl::Status s = Run(Config());
-  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
-  EXPECT_NE(s.message().find("actor " + Rollout(1) + " (pid 4242 on fakehost) did not finish work"),
-            std::string::npos)
-      << s;
-  EXPECT_NE(s.message().find("within 30 s (controller.request_timeout_s)"), std::string::npos) << s;
+  ASSERT_TRUE(Run(Config()).ok());
+  ASSERT_EQ(ctx_->records.size(), 2u);
+  for (const IterationRecord& r : ctx_->records) EXPECT_EQ(r.metrics.at("samples"), 12);
+  const ActorInfo* lost = actors_->controller().actors().Find(Rollout(1));
+  EXPECT_NE(lost->last_loss.find("did not finish work"), std::string::npos) << lost->last_loss;
+  EXPECT_NE(lost->last_loss.find("within 30 s (controller.request_timeout_s)"), std::string::npos);
 }
 
 TEST_F(PpoLoopTest, WorkerServingAnotherVersionIsAnError) {
