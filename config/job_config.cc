@@ -133,6 +133,16 @@ std::shared_ptr<const Schema> LaunchSection() {
   SchemaBuilder<LaunchOptions> b("How actor processes are started.");
   b.Choice("backend", &LaunchOptions::backend, {"local"},
            "`local`: the controller starts actors as child processes on this host.");
+  b.Int("max_restarts", &LaunchOptions::max_restarts,
+        "Relaunches allowed per role over the job when a rollout, reward or sim worker is lost "
+        "(exits, misses heartbeats, or overruns controller.request_timeout_s); its work is "
+        "dealt again either way. 0: lost workers are not replaced.")
+      .Min(0)
+      .Max(10000);
+  b.Double("restart_backoff_s", &LaunchOptions::restart_backoff_s,
+           "Wait before relaunching a lost worker, doubled for each earlier relaunch of the same "
+           "slot (at most 30 s).")
+      .Min(0);
   return b.Build();
 }
 

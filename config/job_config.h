@@ -63,6 +63,8 @@ struct TrainerOptions {
 
 struct LaunchOptions {
   std::string backend = "local";
+  int64_t max_restarts = 3;        // relaunches of a role's lost workers, over the job
+  double restart_backoff_s = 1.0;  // before a slot's k-th relaunch: this * 2^k (at most 30 s)
 };
 
 // The transport self-test job: tensors go out to every echo actor and back.

@@ -20,13 +20,15 @@ const char* ActorStateName(ActorState s) {
   return "?";
 }
 
-void ActorRegistry::ExpectRole(const std::string& role, int count, bool external) {
+void ActorRegistry::ExpectRole(const std::string& role, int count, bool external,
+                               bool recoverable) {
   for (int r = 0; r < count; ++r) {
     ActorInfo a;
     a.id = absl::StrCat(role, "-", r);
     a.role = role;
     a.rank = r;
     a.external = external;
+    a.recoverable = recoverable;
     order_.push_back(a.id);
     actors_[a.id] = a;
   }
@@ -112,6 +114,15 @@ std::vector<std::string> ActorRegistry::IdsOfRole(const std::string& role) const
 
 int ActorRegistry::CountOfRole(const std::string& role) const {
   return static_cast<int>(IdsOfRole(role).size());
+}
+
+std::vector<std::string> ActorRegistry::LiveOfRole(const std::string& role) const {
+  std::vector<std::string> live;
+  for (const std::string& id : IdsOfRole(role)) {
+    const ActorState s = actors_.at(id).state;
+    if (s == ActorState::kReady || s == ActorState::kBusy) live.push_back(id);
+  }
+  return live;
 }
 
 std::vector<const ActorInfo*> ActorRegistry::All() const {

@@ -21,6 +21,9 @@ struct ActorInfo {
   std::string role;
   int rank = 0;
   bool external = false;  // joins by hand (`rlforge actor`) rather than being launched
+  // Its loss is survivable: its in-flight work is given back to the loop and the slot is
+  // refilled (relaunched, or rejoined by hand when external) instead of stopping the job.
+  bool recoverable = false;
   ActorState state = ActorState::kPending;
   std::string host;
   int pid = 0;           // as the actor reported it
@@ -36,12 +39,17 @@ struct ActorInfo {
   int64_t policy_version = -1;
   uint64_t works_done = 0;
   int restarts = 0;
+  int incarnation = 0;        // registrations so far: a replacement has a higher one
+  int64_t restart_at_us = 0;  // when a scheduled relaunch is due; 0: none scheduled
+  int64_t lost_at_us = 0;     // when it was last declared dead
+  int64_t relaunched_us = 0;  // when its latest replacement was started; 0: never
+  std::string last_loss;      // why it was last declared dead
 };
 
 class ActorRegistry {
  public:
   // Creates `count` pending slots role-0 .. role-(count-1).
-  void ExpectRole(const std::string& role, int count, bool external);
+  void ExpectRole(const std::string& role, int count, bool external, bool recoverable = false);
   ActorInfo* Find(const std::string& id);
   const ActorInfo* Find(const std::string& id) const;
   ActorInfo* FindByInstance(const std::string& instance_id);
@@ -54,6 +62,8 @@ class ActorRegistry {
   std::vector<std::string> Roles() const;
   std::vector<std::string> IdsOfRole(const std::string& role) const;
   int CountOfRole(const std::string& role) const;
+  // The ids of `role` that are registered and alive (ready or busy), by rank.
+  std::vector<std::string> LiveOfRole(const std::string& role) const;
   std::vector<const ActorInfo*> All() const;
   std::vector<const ActorInfo*> Pending() const;
 

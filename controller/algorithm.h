@@ -21,6 +21,8 @@ struct RoleRequirement {
   std::string role;
   int count = 0;
   bool external = false;
+  // The loop re-deals the work of a lost actor of this role (Controller::ExpectRole).
+  bool recoverable = false;
 };
 
 // What one iteration measured. Everything that depends on wall-clock time goes

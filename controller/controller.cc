@@ -34,11 +34,12 @@ Controller::Controller(Options options, ServerTransport* transport, const Clock*
       launcher_(launcher),
       stop_(stop) {}
 
-void Controller::ExpectRole(const std::string& role, int count, bool external) {
-  registry_.ExpectRole(role, count, external);
+void Controller::ExpectRole(const std::string& role, int count, bool external, bool recoverable) {
+  registry_.ExpectRole(role, count, external, recoverable);
 }
 
 absl::Status Controller::LaunchAll(const std::function<ProcessSpec(const ActorInfo&)>& make_spec) {
+  make_spec_ = make_spec;
   for (const ActorInfo* a : registry_.All()) {
     if (a->external) continue;
     if (launcher_ == nullptr) {
@@ -173,6 +174,16 @@ absl::Status Controller::CauseOf(const absl::Status& failed) {
 
 absl::StatusOr<std::pair<size_t, WorkOutcome>> Controller::AwaitAny(
     const std::vector<uint64_t>& work_ids) {
+  return AwaitFirst(work_ids, /*give_back_lost=*/false);
+}
+
+absl::StatusOr<std::pair<size_t, WorkOutcome>> Controller::AwaitNext(
+    const std::vector<uint64_t>& work_ids) {
+  return AwaitFirst(work_ids, /*give_back_lost=*/true);
+}
+
+absl::StatusOr<std::pair<size_t, WorkOutcome>> Controller::AwaitFirst(
+    const std::vector<uint64_t>& work_ids, bool give_back_lost) {
   if (work_ids.empty()) return absl::InvalidArgumentError("AwaitAny of no work");
   for (uint64_t id : work_ids) {
     if (!pending_.count(id)) return absl::NotFoundError(absl::StrCat("unknown work id ", id));
@@ -181,7 +192,7 @@ absl::StatusOr<std::pair<size_t, WorkOutcome>> Controller::AwaitAny(
     for (size_t k = 0; k < work_ids.size(); ++k) {
       const Pending& p = pending_.at(work_ids[k]);
       if (!p.done) continue;
-      if (!p.outcome.result.ok()) {
+      if (!p.outcome.result.ok() && !(give_back_lost && p.outcome.lost)) {
         absl::Status failed =
             absl::AbortedError(absl::StrCat("work ", work_ids[k], " failed on ", p.outcome.actor_id,
                                             ": ", p.outcome.result.error()));
@@ -262,6 +273,12 @@ void Controller::Handle(Received r) {
     return;
   }
   ActorInfo* a = registry_.Find(env.sender());
+  if (a != nullptr && a->state == ActorState::kDead) {
+    // A lost actor that was only stopped (SIGSTOP) may still speak; its work went elsewhere.
+    ++drops_.from_lost_actor;
+    spdlog::debug("dropped {} from {}, declared dead", BodyName(env), a->id);
+    return;
+  }
   if (a == nullptr || a->state == ActorState::kPending) {
     ++drops_.unknown_sender;
     spdlog::warn("dropped {} from unregistered sender '{}'", BodyName(env), env.sender());
@@ -328,7 +345,17 @@ void Controller::HandleRegister(const std::string& peer, const proto::Envelope& 
     a->registered_us = clock_->NowMicros();
     a->last_heard_us = a->registered_us;
     a->state = ActorState::kReady;
+    ++a->incarnation;
     spdlog::info("{} registered from {} (pid {})", a->id, a->host, a->pid);
+    if (a->incarnation > 1) {
+      FaultEvent e;
+      e.kind = "rejoined";
+      e.actor_id = a->id;
+      e.detail = absl::StrCat("pid ", a->pid, " on ", a->host);
+      e.down_s = static_cast<double>(a->registered_us - a->lost_at_us) * 1e-6;
+      ++faults_.rejoins;
+      Emit(std::move(e));
+    }
   }
   // A retried Register gets the same Assignment again.
   Message m = NewMessage();
@@ -398,11 +425,12 @@ absl::Status Controller::CheckHealth() {
         return absl::UnavailableError(msg);
       }
       ActorInfo* a = registry_.FindByLaunchedPid(e.pid);
-      if (a == nullptr) continue;
+      if (a == nullptr || a->state == ActorState::kDead) continue;  // already handled
       if (a->pid == 0) a->pid = e.pid;
       if (a->host.empty()) a->host = "localhost";
-      return ActorLost(*a, e.Describe());
+      RETURN_IF_ERROR(Lose(*a, e.Describe()));
     }
+    RETURN_IF_ERROR(RestartDue());
   }
   int64_t now = clock_->NowMicros();
   int64_t silence_limit = options_.heartbeat_interval_ms * options_.heartbeat_misses * 1000;
@@ -410,17 +438,18 @@ absl::Status Controller::CheckHealth() {
     if (a->state != ActorState::kReady && a->state != ActorState::kBusy) continue;
     int64_t silent = now - a->last_heard_us;
     if (silent > silence_limit) {
-      return ActorLost(*a, absl::StrFormat("missed %d heartbeats (silent for %.1f s)",
-                                           options_.heartbeat_misses, silent * 1e-6));
+      RETURN_IF_ERROR(
+          Lose(*registry_.Find(a->id), absl::StrFormat("missed %d heartbeats (silent for %.1f s)",
+                                                       options_.heartbeat_misses, silent * 1e-6)));
     }
   }
   int64_t work_limit = static_cast<int64_t>(options_.request_timeout_s * 1e6);
   for (const auto& [id, p] : pending_) {
     if (!p.done && now - p.submitted_us > work_limit) {
-      return ActorLost(
+      RETURN_IF_ERROR(Lose(
           *registry_.Find(p.actor_id),
           absl::StrFormat("did not finish work %d within %.0f s (controller.request_timeout_s)", id,
-                          options_.request_timeout_s));
+                          options_.request_timeout_s)));
     }
   }
   return absl::OkStatus();

@@ -36,6 +36,27 @@ struct WorkOutcome {
   proto::WorkResult result;
   std::vector<TensorFrame> tensors;
   double seconds = 0;  // submit to result
+  // Its actor (a recoverable one) was declared dead before answering: the work is given back
+  // to the loop, to be dealt again. `result` is then not ok and its error says why.
+  bool lost = false;
+};
+
+// A failure, restart or rejoin of a recoverable actor, as the run directory records it.
+struct FaultEvent {
+  std::string kind;  // "lost", "restart", "rejoined"
+  std::string actor_id;
+  std::string detail;            // why it was lost; the pid of a restart; ...
+  int64_t works_given_back = 0;  // lost: its in-flight works
+  double silent_s = 0;           // lost: since the actor was last heard from
+  double down_s = 0;             // rejoined: since it was declared dead
+};
+
+// Totals over the job of the recoverable actors' failures.
+struct FaultStats {
+  uint64_t actors_lost = 0;
+  uint64_t restarts = 0;
+  uint64_t rejoins = 0;
+  uint64_t works_given_back = 0;
 };
 
 // Counts of input the controller refused, by reason.
@@ -46,8 +67,10 @@ struct DropStats {
   uint64_t unknown_sender = 0;
   uint64_t wrong_job = 0;
   uint64_t duplicate_results = 0;
+  uint64_t from_lost_actor = 0;  // sent by an actor after it was declared dead
   uint64_t total() const {
-    return malformed + wrong_version + oversized + unknown_sender + wrong_job + duplicate_results;
+    return malformed + wrong_version + oversized + unknown_sender + wrong_job + duplicate_results +
+           from_lost_actor;
   }
 };
 
@@ -69,6 +92,10 @@ class Controller {
     std::string trainer_store_address;
     // Sent in every trainer's Assignment (trainer.collective_timeout_s).
     double collective_timeout_s = 60;
+    // Relaunches of a role's lost launched actors, over the job (launch.max_restarts), and
+    // the wait before the k-th relaunch of one slot: restart_backoff_s * 2^k, at most 30 s.
+    int64_t max_restarts = 0;
+    double restart_backoff_s = 1;
   };
 
   // `launcher` may be null when every actor is external. Not owned; all must
@@ -76,8 +103,12 @@ class Controller {
   Controller(Options options, ServerTransport* transport, const Clock* clock,
              ProcessLauncher* launcher, const std::atomic<int>* stop);
 
-  // Declares the actors of a role. Call before Launch/WaitForActors.
-  void ExpectRole(const std::string& role, int count, bool external);
+  // Declares the actors of a role. Call before Launch/WaitForActors. A `recoverable` role's
+  // loss (exit, missed heartbeats, overdue work) does not stop the job: the actor is declared
+  // dead (and killed, if launched), its in-flight works come back lost (see AwaitNext), and its
+  // slot is refilled: relaunched after a backoff while launch.max_restarts allows, or left
+  // open for a rejoin when external. The loop must deal lost work again.
+  void ExpectRole(const std::string& role, int count, bool external, bool recoverable = false);
   // Starts every non-external actor with `make_spec(actor)` (local backend).
   absl::Status LaunchAll(const std::function<ProcessSpec(const ActorInfo&)>& make_spec);
   // Starts a helper process that is not an actor (a sim_bridge server): its
@@ -107,6 +138,12 @@ class Controller {
   // (the earliest such index when several are done); the others stay pending. A failed work
   // fails the call as AwaitAll does, giving up on all of `work_ids`.
   absl::StatusOr<std::pair<size_t, WorkOutcome>> AwaitAny(const std::vector<uint64_t>& work_ids);
+  // AwaitAny for a loop that re-deals lost work: a work whose actor was lost is returned too,
+  // with `lost` set, instead of failing the call.
+  absl::StatusOr<std::pair<size_t, WorkOutcome>> AwaitNext(const std::vector<uint64_t>& work_ids);
+  // Serves until `role` has at least one live actor. Fails when none is live and none can come
+  // back (every slot dead with no relaunch left), or after controller.register_timeout_s.
+  absl::Status AwaitLive(const std::string& role);
 
   // One round of serving: waits up to timeout_ms for input, handles all of it,
   // then checks health. Non-OK means the job must stop.
@@ -118,6 +155,11 @@ class Controller {
 
   const ActorRegistry& actors() const { return registry_; }
   const DropStats& drops() const { return drops_; }
+  const FaultStats& faults() const { return faults_; }
+  // Called for every FaultEvent, as it happens.
+  void set_fault_sink(std::function<void(const FaultEvent&)> sink) {
+    fault_sink_ = std::move(sink);
+  }
   std::string endpoint() const { return transport_->endpoint(); }
   // Called for every Metrics message an actor sends.
   void set_metrics_sink(std::function<void(const std::string&, const proto::Metrics&)> sink) {
@@ -144,6 +186,15 @@ class Controller {
   // within the next second, which is the likelier cause.
   absl::Status CauseOf(const absl::Status& failed);
   absl::Status ActorLost(const ActorInfo& actor, const std::string& what);
+  // ActorLost for an actor that stops the job; Recover (and OK) for a recoverable one.
+  absl::Status Lose(ActorInfo& actor, const std::string& what);
+  // Declares a recoverable actor dead, gives back its works and schedules its replacement.
+  void Recover(ActorInfo& actor, const std::string& what);
+  // Relaunches the slots whose backoff is over.
+  absl::Status RestartDue();
+  void Emit(FaultEvent event);
+  absl::StatusOr<std::pair<size_t, WorkOutcome>> AwaitFirst(const std::vector<uint64_t>& work_ids,
+                                                            bool give_back_lost);
   Message NewMessage() const;
 
   Options options_;
@@ -160,6 +211,10 @@ class Controller {
   std::map<int, Service> services_;  // by pid
   uint64_t next_work_id_ = 1;
   DropStats drops_;
+  FaultStats faults_;
+  std::map<std::string, int64_t> restarts_by_role_;
+  std::function<ProcessSpec(const ActorInfo&)> make_spec_;  // from LaunchAll, for relaunches
+  std::function<void(const FaultEvent&)> fault_sink_;
   bool shutting_down_ = false;
   std::function<void(const std::string&, const proto::Metrics&)> metrics_sink_;
   std::function<void()> pump_observer_;

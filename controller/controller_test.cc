@@ -482,5 +482,133 @@ TEST_F(ControllerTest, ShutdownTellsActorsThenForcesStragglers) {
   EXPECT_TRUE(launcher_.Running().empty());
 }
 
+// Worker failure: two launched, recoverable echo actors, registered; one restart per role.
+class RecoveryTest : public ControllerTest {
+ protected:
+  void SetUp() override {
+    options_.max_restarts = 1;
+    options_.restart_backoff_s = 2;
+    controller().set_fault_sink([this](const FaultEvent& e) { events_.push_back(e); });
+    controller().ExpectRole("echo", 2, /*external=*/false, /*recoverable=*/true);
+    ASSERT_TRUE(controller()
+                    .LaunchAll([](const ActorInfo& a) {
+                      return ProcessSpec{a.id, {"/bin/true"}, "/tmp/x.log", {}, {}};
+                    })
+                    .ok());
+    SendRegister("p0", "echo", 0, "i0", Token(0));
+    SendRegister("p1", "echo", 1, "i1", Token(1));
+    ASSERT_TRUE(controller().WaitForActors().ok());
+    transport_.TakeSent();
+  }
+  std::string Token(size_t launch) {
+    return launcher_.specs.at(launch).env.at("RLFORGE_LAUNCH_TOKEN");
+  }
+  // Heartbeats from echo-1 only, `seconds` times a second apart.
+  void OnlyEcho1Beats(int seconds) {
+    for (int i = 0; i < seconds; ++i) {
+      clock_.AdvanceMillis(1000);
+      SendHeartbeat("h1", "echo-1");
+      ASSERT_TRUE(controller().Pump(0).ok());
+    }
+  }
+  std::vector<FaultEvent> events_;
+};
+
+TEST_F(RecoveryTest, ExitGivesTheWorkBackAndTheSlotIsRelaunchedAfterTheBackoff) {
+  const uint64_t w0 = *controller().Submit("echo-0", proto::WorkRequest());
+  const uint64_t w1 = *controller().Submit("echo-1", proto::WorkRequest());
+  launcher_.Exit(1000, true, SIGKILL);
+  auto lost = controller().AwaitNext({w1, w0});
+  ASSERT_TRUE(lost.ok()) << lost.status();
+  EXPECT_EQ(lost->first, 1u);
+  EXPECT_TRUE(lost->second.lost);
+  EXPECT_EQ(lost->second.actor_id, "echo-0");
+  EXPECT_NE(lost->second.result.error().find("echo-0 killed by signal 9"), std::string::npos);
+  EXPECT_EQ(controller().actors().Find("echo-0")->state, ActorState::kDead);
+  EXPECT_EQ(controller().actors().LiveOfRole("echo"), std::vector<std::string>{"echo-1"});
+  // The backoff (2 s) first: no relaunch yet.
+  OnlyEcho1Beats(1);
+  EXPECT_EQ(launcher_.specs.size(), 2u);
+  OnlyEcho1Beats(1);
+  ASSERT_EQ(launcher_.specs.size(), 3u);
+  EXPECT_NE(Token(2), Token(0)) << "a fresh launch token";
+  EXPECT_EQ(controller().actors().Find("echo-0")->state, ActorState::kPending);
+  SendRegister("p0b", "echo", 0, "i0b", Token(2));
+  ASSERT_TRUE(controller().Pump(0).ok());
+  const ActorInfo* a = controller().actors().Find("echo-0");
+  EXPECT_EQ(a->state, ActorState::kReady);
+  EXPECT_EQ(a->incarnation, 2);
+  EXPECT_EQ(a->restarts, 1);
+  ASSERT_EQ(events_.size(), 3u);
+  EXPECT_EQ(events_[0].kind, "lost");
+  EXPECT_EQ(events_[0].works_given_back, 1);
+  EXPECT_NE(events_[0].detail.find("restart in 2.0 s"), std::string::npos) << events_[0].detail;
+  EXPECT_EQ(events_[1].kind, "restart");
+  EXPECT_EQ(events_[2].kind, "rejoined");
+  EXPECT_EQ(controller().faults().restarts, 1u);
+  // echo-1's work is still pending, unaffected.
+  SendResult("p1", "echo-1", w1, true);
+  auto done = controller().Await(w1);
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_FALSE(done->lost);
+}
+
+TEST_F(RecoveryTest, SilentActorIsDeclaredDeadAfterThreeMissedBeatsAndKilled) {
+  OnlyEcho1Beats(3);
+  EXPECT_EQ(controller().actors().Find("echo-0")->state, ActorState::kReady) << "3 s: not yet";
+  clock_.AdvanceMillis(100);
+  SendHeartbeat("h1", "echo-1");
+  ASSERT_TRUE(controller().Pump(0).ok());
+  EXPECT_EQ(controller().actors().Find("echo-0")->state, ActorState::kDead);
+  ASSERT_EQ(launcher_.signals.size(), 1u);
+  EXPECT_EQ(launcher_.signals[0], std::make_pair(1000, SIGKILL)) << "a stopped process is killed";
+  ASSERT_FALSE(events_.empty());
+  EXPECT_NEAR(events_[0].silent_s, 3.1, 1e-9);
+  // What a stopped-then-resumed process says is dropped.
+  SendHeartbeat("h0", "echo-0");
+  ASSERT_TRUE(controller().Pump(0).ok());
+  EXPECT_EQ(controller().drops().from_lost_actor, 1u);
+}
+
+TEST_F(RecoveryTest, HungWorkMeetsTheRequestDeadlineAndComesBackLost) {
+  const uint64_t w0 = *controller().Submit("echo-0", proto::WorkRequest());
+  // echo-0 keeps heartbeating but never answers: request_timeout_s (30 s) declares it dead.
+  for (int i = 0; i < 31; ++i) {
+    clock_.AdvanceMillis(1000);
+    SendHeartbeat("h0", "echo-0");
+    SendHeartbeat("h1", "echo-1");
+    ASSERT_TRUE(controller().Pump(0).ok());
+  }
+  auto lost = controller().AwaitNext({w0});
+  ASSERT_TRUE(lost.ok()) << lost.status();
+  EXPECT_TRUE(lost->second.lost);
+  EXPECT_NE(lost->second.result.error().find("did not finish work 1 within 30 s"),
+            std::string::npos)
+      << lost->second.result.error();
+}
+
+TEST_F(RecoveryTest, RestartsStopAtMaxRestartsAndAwaitLiveSaysSo) {
+  launcher_.Exit(1000, false, 1);
+  launcher_.Exit(1001, false, 1);
+  ASSERT_TRUE(controller().Pump(0).ok());
+  clock_.AdvanceMillis(2500);
+  ASSERT_TRUE(controller().Pump(0).ok());
+  // One relaunch for the role (max_restarts 1): the first slot lost gets it.
+  EXPECT_EQ(launcher_.specs.size(), 3u);
+  launcher_.Exit(1002, false, 1);
+  ASSERT_TRUE(controller().Pump(0).ok());
+  absl::Status s = controller().AwaitLive("echo");
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_NE(s.message().find("no live echo actor and none coming back (launch.max_restarts 1"),
+            std::string::npos)
+      << s;
+}
+
+TEST_F(ControllerTest, LossOfANonRecoverableActorStillStopsTheJob) {
+  RegisterTwo();
+  clock_.AdvanceMillis(3500);
+  EXPECT_EQ(controller().Pump(0).code(), absl::StatusCode::kUnavailable);
+}
+
 }  // namespace
 }  // namespace rlforge

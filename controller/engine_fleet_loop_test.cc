@@ -1,6 +1,8 @@
 // The LM loops over an engine fleet (rollout.workers: M) against scripted fakes: the same
 // batch, seeds and held-out accuracy whatever M; whole groups dealt by tokens; an engine that
-// lags the current version sits out; a failing engine is named. No process, socket or sleep.
+// lags the current version sits out; a failing engine is named; a lost engine's or reward
+// worker's work is dealt again and the run matches an unfaulted one. No process, socket or
+// sleep.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -28,6 +30,7 @@ struct Job {
   std::unique_ptr<FakeLmRollout> rollout;
   std::unique_ptr<FakeJobContext> ctx;
   absl::Status status;
+  size_t fault_at = 0;  // requests received up to and including an injected fault
 
   std::string Engine(size_t i) const { return actors->Ids("rollout").at(i); }
   // (LmGenerate seed, request id, prompt, group seed) of every group queued, sorted.
@@ -43,10 +46,14 @@ struct Job {
 
 // A record's metrics without those that depend on the deal: the per-engine ones
 // (rollout/<i>/...) and the engines' preemption count (here one per chunk streamed).
+// The failure counts (faults/...) aside too.
 std::map<std::string, double> FleetFree(const std::map<std::string, double>& m) {
   std::map<std::string, double> out;
   for (const auto& [k, v] : m) {
-    if (!absl::StartsWith(k, "rollout/") && k != "engine_preemptions") out[k] = v;
+    if (!absl::StartsWith(k, "rollout/") && !absl::StartsWith(k, "faults/") &&
+        k != "engine_preemptions") {
+      out[k] = v;
+    }
   }
   return out;
 }
@@ -70,6 +77,7 @@ class EngineFleetLoopTest : public ::testing::Test {
         "}\n", "model: {path: ", root_, "/model}\n",
         "data: {source: arithmetic, min_digits: 1, max_digits: 2, ops: ['+']}\n",
         "controller: {request_timeout_s: 30}\n", "rollout: {workers: ", workers, "}\n",
+        "reward: {workers: ", reward_workers_, "}\n",
         algorithm == "dpo"
             ? "dpo: {pairs_per_iteration: 3, eval_every: 2, eval_examples: 5, max_new_tokens: 6}\n"
             : "grpo: {prompts_per_iteration: 6, group_size: 2, max_new_tokens: 6, eval_every: 1, "
@@ -131,8 +139,9 @@ class EngineFleetLoopTest : public ::testing::Test {
   }
 
   // Every train request and record of `fleet` equals `one`'s (per-engine metrics aside), and
-  // every group was queued with the same request id, prompt and seed.
-  void ExpectSameRun(const Job& one, const Job& fleet) {
+  // every group was queued with the same request id, prompt and seed (`requeued`: some of
+  // `fleet`'s were queued again after their engine was lost).
+  void ExpectSameRun(const Job& one, const Job& fleet, bool requeued = false) {
     for (Task t : {Task::kGrpoTrain, Task::kDpoTrain}) {
       auto a = one.actors->Received(t), b = fleet.actors->Received(t);
       ASSERT_EQ(a.size(), b.size());
@@ -143,11 +152,45 @@ class EngineFleetLoopTest : public ::testing::Test {
       EXPECT_EQ(FleetFree(one.ctx->records[k].metrics), FleetFree(fleet.ctx->records[k].metrics))
           << "record " << k;
     }
-    EXPECT_EQ(one.Queued(), fleet.Queued());
+    auto expected = one.Queued(), queued = fleet.Queued();
+    if (requeued) {
+      expected.erase(std::unique(expected.begin(), expected.end()), expected.end());
+      queued.erase(std::unique(queued.begin(), queued.end()), queued.end());
+    }
+    EXPECT_EQ(expected, queued);
+  }
+
+  // Runs grpo on `workers` engines with the `victim`'s (a role) `call`-th request answered by
+  // `fault` (Crash or Hang); a crashed engine's queue goes with it. Dead actors rejoin when
+  // `rejoin`.
+  std::unique_ptr<Job> RunFaulted(int workers, const std::string& victim, int rank, int call,
+                                  FakeReply (*fault)(), bool rejoin) {
+    auto calls = std::make_shared<int>(0);
+    auto inject = [=](Job& j, Task task, FakeScript inner) {
+      j.actors->On(victim, task, [=, &j](const FakeWork& w) {
+        if (w.rank == rank && ++*calls == call) {
+          j.fault_at = j.actors->received().size();
+          if (victim == "rollout") j.rollout->Forget(w.actor_id);
+          return fault();
+        }
+        return inner(w);
+      });
+    };
+    return Run("grpo", workers, [&](Job& j) {
+      j.actors->set_rejoin(rejoin);
+      if (victim == "rollout") {
+        inject(j, Task::kLmGenerate, j.rollout->Generate());
+      } else {
+        inject(j, Task::kScore, ScoreScript([](const reward::Sample& s) {
+                 return reward::SampleScore::Ok(s.response == s.answer ? 1.0 : 0.0);
+               }));
+      }
+    });
   }
 
   std::string root_;
   int runs_ = 0;
+  int reward_workers_ = 1;
   std::unique_ptr<models::Tokenizer> tok_;
   models::PromptTemplate tmpl_ = *models::PromptTemplate::Create("none");
 };
@@ -318,6 +361,80 @@ TEST_F(EngineFleetLoopTest, DpoEvaluatesAcrossTheFleetAsOnOneEngine) {
   ASSERT_EQ(r.size(), 5u);
   EXPECT_LT(r[0].metrics.at("heldout_accuracy"), 1.0) << "the test needs hard prompts";
   EXPECT_EQ(r[4].metrics.at("heldout_accuracy"), 1.0);
+}
+
+// The kinds of the requests `actor` (any instance) received after the injected fault.
+std::vector<std::string> KindsAfterFault(const Job& j, const std::string& actor) {
+  std::vector<std::string> kinds;
+  for (size_t k = j.fault_at; k < j.actors->received().size(); ++k) {
+    const FakeWork& w = j.actors->received()[k];
+    if (w.actor_id == actor) kinds.push_back(w.kind());
+  }
+  return kinds;
+}
+
+TEST_F(EngineFleetLoopTest, LostEngineHasItsGroupsDealtAgainAndTheRunMatchesAnUnfaultedOne) {
+  auto clean = Run("grpo", 2);
+  ASSERT_TRUE(clean->status.ok()) << clean->status;
+  // rollout-1 dies on its 8th generation request (iteration 2, policy version 1), taking the
+  // groups queued on it; a replacement joins.
+  auto faulted = RunFaulted(2, "rollout", 1, 8, &FakeReply::Crash, /*rejoin=*/true);
+  ASSERT_TRUE(faulted->status.ok()) << faulted->status;
+  ExpectSameRun(*clean, *faulted,
+                /*requeued=*/true);  // the same train batches, rewards and metrics
+  const Controller& c = faulted->actors->controller();
+  EXPECT_EQ(c.faults().actors_lost, 1u);
+  EXPECT_EQ(c.faults().works_given_back, 1u);
+  EXPECT_EQ(faulted->actors->rejoins(), 1);
+  const IterationRecord& last = faulted->ctx->records.back();
+  EXPECT_GT(last.metrics.at("faults/requeued_groups"), 0) << "the groups it owed, dealt again";
+  EXPECT_EQ(last.metrics.at("faults/requeued_scores"), 0);
+  // The replacement loaded the current weights before its first prompts.
+  const std::vector<std::string> after = KindsAfterFault(*faulted, faulted->Engine(1));
+  ASSERT_FALSE(after.empty());
+  EXPECT_EQ(after.front(), "load_weights");
+}
+
+TEST_F(EngineFleetLoopTest, HungEngineMeetsTheRequestDeadlineAndItsGroupsMoveOn) {
+  auto clean = Run("grpo", 2);
+  auto faulted = RunFaulted(2, "rollout", 0, 3, &FakeReply::Hang, /*rejoin=*/false);
+  ASSERT_TRUE(clean->status.ok()) << clean->status;
+  ASSERT_TRUE(faulted->status.ok()) << faulted->status;
+  ExpectSameRun(*clean, *faulted, /*requeued=*/true);
+  EXPECT_EQ(faulted->actors->controller().faults().actors_lost, 1u);
+  // Without a replacement, rollout-1 generated everything after the loss.
+  const IterationRecord& last = faulted->ctx->records.back();
+  EXPECT_EQ(last.metrics.at("rollout/1/groups"), 6);
+  EXPECT_EQ(last.metrics.at("rollout/0/groups"), 0);
+}
+
+TEST_F(EngineFleetLoopTest, LosingTheOnlyEngineWaitsForItsReplacement) {
+  auto clean = Run("grpo", 1);
+  auto faulted = RunFaulted(1, "rollout", 0, 5, &FakeReply::Crash, /*rejoin=*/true);
+  ASSERT_TRUE(clean->status.ok()) << clean->status;
+  ASSERT_TRUE(faulted->status.ok()) << faulted->status;
+  ExpectSameRun(*clean, *faulted, /*requeued=*/true);
+  EXPECT_EQ(faulted->actors->rejoins(), 1);
+}
+
+TEST_F(EngineFleetLoopTest, LosingTheOnlyEngineWithNoReplacementFailsNamingTheRole) {
+  auto faulted = RunFaulted(1, "rollout", 0, 5, &FakeReply::Crash, /*rejoin=*/false);
+  EXPECT_EQ(faulted->status.code(), absl::StatusCode::kDeadlineExceeded) << faulted->status;
+  EXPECT_NE(faulted->status.message().find("for a live rollout actor"), std::string::npos)
+      << faulted->status;
+}
+
+TEST_F(EngineFleetLoopTest, LostRewardWorkerHasItsScoringSentToAnother) {
+  reward_workers_ = 2;
+  auto clean = Run("grpo", 2);
+  auto faulted = RunFaulted(2, "reward", 0, 4, &FakeReply::Crash, /*rejoin=*/false);
+  ASSERT_TRUE(clean->status.ok()) << clean->status;
+  ASSERT_TRUE(faulted->status.ok()) << faulted->status;
+  ExpectSameRun(*clean, *faulted, /*requeued=*/true);
+  EXPECT_EQ(faulted->actors->controller().faults().actors_lost, 1u);
+  EXPECT_EQ(faulted->ctx->records.back().metrics.at("faults/requeued_scores"), 1);
+  // reward-0 took no work after it died.
+  EXPECT_EQ(KindsAfterFault(*faulted, faulted->actors->Ids("reward")[0]).size(), 0u);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 
@@ -66,6 +67,18 @@ FakeReply FakeReply::Never() {
   return r;
 }
 
+FakeReply FakeReply::Crash() {
+  FakeReply r;
+  r.crash = true;
+  return r;
+}
+
+FakeReply FakeReply::Hang() {
+  FakeReply r;
+  r.hang = true;
+  return r;
+}
+
 FakeActors::FakeActors(const JobConfig& config) : config_(config) {
   Controller::Options o;
   o.job_id = "fake-job";
@@ -85,7 +98,7 @@ FakeActors::~FakeActors() = default;
 
 void FakeActors::AddRoles(const std::vector<RoleRequirement>& roles) {
   for (const RoleRequirement& r : roles) {
-    controller_->ExpectRole(r.role, r.count, /*external=*/true);
+    controller_->ExpectRole(r.role, r.count, /*external=*/true, r.recoverable);
     for (int rank = 0; rank < r.count; ++rank) {
       actors_.push_back({r.role, rank, absl::StrCat("peer/", r.role, "/", rank), ""});
     }
@@ -96,19 +109,35 @@ void FakeActors::On(const std::string& role, proto::WorkRequest::TaskCase task, 
   scripts_[{role, static_cast<int>(task)}] = std::move(script);
 }
 
+void FakeActors::Register(const Actor& a) {
+  Message m;
+  m.envelope.set_sender(a.peer);
+  proto::Register* r = m.envelope.mutable_register_();
+  r->set_role(a.role);
+  r->set_requested_rank(a.rank);
+  r->set_instance_id(a.peer);
+  r->set_host("fakehost");
+  r->set_pid(4242 + a.instance);
+  transport_.Inject(a.peer, std::move(m));
+}
+
 absl::Status FakeActors::Start() {
-  for (const Actor& a : actors_) {
-    Message m;
-    m.envelope.set_sender(a.peer);
-    proto::Register* r = m.envelope.mutable_register_();
-    r->set_role(a.role);
-    r->set_requested_rank(a.rank);
-    r->set_instance_id(a.peer);
-    r->set_host("fakehost");
-    r->set_pid(4242);
-    transport_.Inject(a.peer, std::move(m));
-  }
+  for (const Actor& a : actors_) Register(a);
   return controller_->WaitForActors();
+}
+
+void FakeActors::RejoinDead() {
+  if (!rejoin_) return;
+  for (Actor& a : actors_) {
+    if (!a.dead && !a.hung) continue;
+    const ActorInfo* slot = controller_->actors().Find(a.id);
+    if (slot == nullptr || slot->state != ActorState::kPending) continue;
+    a.dead = a.hung = false;
+    ++a.instance;
+    a.peer = absl::StrCat("peer/", a.role, "/", a.rank, "/", a.instance);
+    ++rejoins_;
+    Register(a);
+  }
 }
 
 std::vector<std::string> FakeActors::Ids(const std::string& role) const {
@@ -161,11 +190,16 @@ void FakeActors::SendResult(const std::string& actor_id, uint64_t work_id, FakeR
 
 void FakeActors::Answer(const std::string& peer, const proto::Envelope& env,
                         std::vector<TensorFrame> tensors) {
-  const Actor* a = ByPeer(peer);
+  Actor* a = const_cast<Actor*>(ByPeer(peer));
   if (a == nullptr) {
+    // A dead instance's peer: the request is lost with the process.
+    for (const Actor& old : actors_) {
+      if (absl::StartsWith(peer, absl::StrCat("peer/", old.role, "/", old.rank))) return;
+    }
     ADD_FAILURE() << "the controller sent a work request to unknown peer " << peer;
     return;
   }
+  if (a->dead || a->hung) return;
   FakeWork& w = received_.emplace_back();
   w.actor_id = a->id;
   w.role = a->role;
@@ -177,6 +211,15 @@ void FakeActors::Answer(const std::string& peer, const proto::Envelope& env,
       it == scripts_.end()
           ? FakeReply::Fail(absl::StrCat("fake ", a->id, " has no script for ", w.kind()))
           : it->second(w);
+  if (reply.crash || reply.hang) {
+    a->dead = reply.crash;
+    a->hung = reply.hang;
+    // A dead process sends nothing it had not sent already.
+    if (reply.crash) {
+      std::erase_if(held_, [&](const Held& h) { return h.peer == a->peer; });
+    }
+    return;
+  }
   if (reply.never) return;
   reply.result.set_work_id(w.request.work_id());
   held_.push_back({a->peer, a->id, std::move(reply)});
@@ -184,7 +227,7 @@ void FakeActors::Answer(const std::string& peer, const proto::Envelope& env,
 
 void FakeActors::HeartbeatAll() {
   for (const Actor& a : actors_) {
-    if (a.id.empty()) continue;
+    if (a.id.empty() || a.dead) continue;
     Message m;
     m.envelope.set_job_id("fake-job");
     m.envelope.set_sender(a.id);
@@ -227,6 +270,7 @@ void FakeActors::OnPump() {
     busy = true;
   }
   held_ = std::move(still);
+  RejoinDead();
   if (!busy && held_.empty()) {
     // Nothing to answer: let time pass, actors alive, so a missing reply meets its deadline.
     clock_.AdvanceMillis(config_.controller.heartbeat_interval_ms);

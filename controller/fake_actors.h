@@ -14,6 +14,11 @@
 //
 // Actors register as the real ones do (Register -> Assignment); their ids come from the
 // controller, so tests name roles and look ids up rather than spelling them.
+//
+// Failures: a script may answer Crash (the actor takes the work and dies: no reply, no more
+// heartbeats) or Hang (it keeps heartbeating but never answers again). With set_rejoin, a
+// dead actor's slot, once the controller opens it again, is filled by a fresh instance (a
+// new peer and instance id), as a replacement process would.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -63,10 +68,16 @@ struct FakeReply {
   bool never = false;
   // The reply is sent twice (an actor retrying): the second must change nothing.
   bool twice = false;
+  // The actor dies on this request: it neither answers nor heartbeats again.
+  bool crash = false;
+  // The actor hangs on this request: it keeps heartbeating but never answers again.
+  bool hang = false;
 
   static FakeReply Ok();
   static FakeReply Fail(const std::string& error);
   static FakeReply Never();
+  static FakeReply Crash();
+  static FakeReply Hang();
 };
 
 using FakeScript = std::function<FakeReply(const FakeWork&)>;
@@ -100,6 +111,11 @@ class FakeActors {
   std::vector<std::string> Log() const;
   // Injects a result for `work_id` from `actor_id`, as if the actor sent it unasked.
   void SendResult(const std::string& actor_id, uint64_t work_id, FakeReply reply);
+  // Whether a dead actor's slot is filled again by a fresh instance once the controller opens
+  // it (off by default).
+  void set_rejoin(bool rejoin) { rejoin_ = rejoin; }
+  // Instances that joined to replace a dead one, so far.
+  int rejoins() const { return rejoins_; }
 
  private:
   struct Actor {
@@ -107,6 +123,9 @@ class FakeActors {
     int rank = 0;
     std::string peer;
     std::string id;  // from the Assignment
+    bool dead = false;
+    bool hung = false;
+    int instance = 0;  // 0 for the first; +1 per replacement
   };
   struct Held {
     std::string peer;
@@ -118,6 +137,9 @@ class FakeActors {
               std::vector<TensorFrame> tensors);
   void Inject(const std::string& peer, const std::string& actor_id, FakeReply reply);
   void HeartbeatAll();
+  void Register(const Actor& a);
+  // Re-registers dead actors whose slots the controller opened again (set_rejoin).
+  void RejoinDead();
   const Actor* ByPeer(const std::string& peer) const;
 
   const JobConfig& config_;
@@ -128,6 +150,8 @@ class FakeActors {
   std::map<std::pair<std::string, int>, FakeScript> scripts_;  // (role, task case)
   std::deque<FakeWork> received_;
   std::vector<Held> held_;
+  bool rejoin_ = false;
+  int rejoins_ = 0;
 };
 
 // A JobContext over FakeActors' controller that records what the loop reports.

@@ -47,6 +47,9 @@ class FakeLmRollout {
   // Engine `actor_id` ignores loads past `version`: it stays there and acks it (a lagging
   // engine).
   void Freeze(const std::string& actor_id, int64_t version) { frozen_[actor_id] = version; }
+  // Engine `actor_id`'s process is gone: its queue with it. A replacement under the same id
+  // starts empty, serving version 0 (the starting checkpoint).
+  void Forget(const std::string& actor_id) { engines_.erase(actor_id); }
 
   // Inside a Responder: the version of the engine answering. Otherwise the lowest version any
   // engine serves.

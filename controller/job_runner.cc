@@ -63,6 +63,12 @@ class Context final : public JobContext {
     nlohmann::json j;
     j["step"] = rec.step;
     j["metrics"] = rec.metrics;
+    const FaultStats& f = controller_->faults();
+    if (f.actors_lost > 0) {  // the job's totals, once a worker was lost
+      j["metrics"]["faults/actors_lost"] = f.actors_lost;
+      j["metrics"]["faults/restarts"] = f.restarts;
+      j["metrics"]["faults/works_given_back"] = f.works_given_back;
+    }
     j["timings"] = rec.timings;
     j["timings"]["elapsed_s"] = elapsed;
     RETURN_IF_ERROR(sinks_.log->Append(j));
@@ -126,7 +132,8 @@ void PublishActors(const Controller& c, const ActorMetrics& metrics, dashboard::
                                      {"oversized", d.oversized},
                                      {"unknown_sender", d.unknown_sender},
                                      {"wrong_job", d.wrong_job},
-                                     {"duplicate_results", d.duplicate_results}});
+                                     {"duplicate_results", d.duplicate_results},
+                                     {"from_lost_actor", d.from_lost_actor}});
 }
 
 // The resolved config as the dashboard shows it: without the token.
@@ -291,11 +298,33 @@ int RunJob(const JobConfig& config, const RunOptions& options) {
   co.request_timeout_s = config.controller.request_timeout_s;
   co.shutdown_grace_s = config.controller.shutdown_grace_s;
   co.collective_timeout_s = config.trainer.collective_timeout_s;
+  co.max_restarts = config.launch.max_restarts;
+  co.restart_backoff_s = config.launch.restart_backoff_s;
   LocalProcessLauncher launcher;
   Controller controller(co, transport->get(), RealClock::Get(), &launcher, options.stop);
   for (const RoleRequirement& r : (*algorithm)->Roles()) {
-    controller.ExpectRole(r.role, r.count, r.external);
+    controller.ExpectRole(r.role, r.count, r.external, r.recoverable);
   }
+  // events.jsonl: every failure, restart and rejoin of a worker, with its wall-clock time.
+  auto events = MetricsLog::Open(dir->path() + "/events.jsonl");
+  if (!events.ok()) {
+    spdlog::error("{}", Msg(events.status()));
+    status_file.Write("failed", std::string(events.status().message()));
+    return 1;
+  }
+  controller.set_fault_sink([&](const FaultEvent& e) {
+    nlohmann::json j{{"time", dashboard::WallTimeSeconds()},
+                     {"event", e.kind},
+                     {"actor", e.actor_id},
+                     {"detail", e.detail}};
+    if (e.kind == "lost") {
+      j["works_given_back"] = e.works_given_back;
+      j["silent_s"] = e.silent_s;
+    }
+    if (e.kind == "rejoined") j["down_s"] = e.down_s;
+    absl::Status s = events->Append(j);
+    if (!s.ok()) spdlog::warn("events.jsonl: {}", Msg(s));
+  });
 
   // The dashboard reads a copy of the run that the loop refreshes (at most every 200 ms).
   dashboard::RunState run_state(RealClock::Get(), static_cast<size_t>(config.dashboard.max_points),

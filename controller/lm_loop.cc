@@ -1,5 +1,6 @@
 #include "controller/lm_loop.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -18,18 +19,69 @@ namespace rlforge {
 
 namespace {
 
-// One engine's part of a GenerateAndScore call.
+// One engine's part of a GenerateAndScore call. Requests to one engine go one at a time: the
+// first carries groups, each later one carries the groups dealt since (if any) and asks for the
+// next chunk.
 struct EngineStream {
-  size_t engine = 0;          // index in the fleet
-  std::vector<size_t> share;  // example indices dealt to it, ascending
-  size_t received = 0;        // groups back so far
-  double busy_s = 0;          // its reported generation seconds
+  std::vector<size_t> dealt;   // example indices dealt to it, in dealing order
+  std::vector<size_t> unsent;  // dealt, not yet sent to it
+  size_t received = 0;         // groups back so far
+  double busy_s = 0;           // its reported generation seconds
+  uint64_t in_flight = 0;      // work id of its request awaiting a reply; 0: none
+};
+
+// One scoring request in flight: what to resend if its reward worker is lost.
+struct ScoreRequest {
+  std::string scorer;
+  std::vector<int64_t> ids;  // request ids (example indices) scored, in order
+  proto::ScoreTask task;
 };
 
 }  // namespace
 
+// The state of one GenerateAndScore call: examples dealt to engines, chunks back, chunks on
+// reward workers. A work lost with its actor is dealt again (groups to live current engines,
+// scoring to another reward worker); each example's group is accepted exactly once.
+class LmLoop::Round {
+ public:
+  Round(LmLoop& loop, const std::vector<PromptExample>& examples, const SamplingParams& p);
+  absl::StatusOr<Scored> Run();
+
+ private:
+  absl::Status Deal(const std::vector<size_t>& indices);
+  absl::Status SendTo(size_t engine);
+  absl::Status OnGenerated(size_t engine, WorkOutcome o);
+  absl::Status OnScored(uint64_t work_id, WorkOutcome o);
+  // Deals what `engine` owes again, to the engines serving (it was lost).
+  absl::Status GiveBack(size_t engine);
+  absl::Status Score(ScoreRequest request);
+  void Finish();
+
+  LmLoop& loop_;
+  Controller& ctl_;
+  const std::vector<PromptExample>& examples_;
+  const SamplingParams& p_;
+  const Stopwatch t0_;
+  proto::WorkRequest gen_;
+  std::vector<LmGroup> prompts_;
+  std::vector<int64_t> cost_;
+  std::vector<EngineStream> streams_;  // by fleet index
+  std::vector<size_t> sent_order_;     // engines with a request in flight, oldest first
+  std::vector<int> engine_of_;         // the engine each example is dealt to; -1: none
+  std::vector<bool> arrived_;
+  std::map<uint64_t, ScoreRequest> scoring_;  // by work id
+  std::map<std::string, std::vector<double>> by_reward_;
+  size_t scores_sent_ = 0;
+  double gen_tokens_ = 0, reward_busy_ = 0;
+  Scored out_;
+};
+
 LmLoop::LmLoop(JobContext& ctx, const TaskText& text)
-    : ctx_(ctx), text_(text), fleet_(ctx.controller().actors().IdsOfRole("rollout")) {}
+    : ctx_(ctx), text_(text), fleet_(ctx.controller().actors().IdsOfRole("rollout")) {
+  for (const std::string& id : ctx.controller().actors().IdsOfRole("rollout")) {
+    incarnation_.push_back(ctx.controller().actors().Find(id)->incarnation);
+  }
+}
 
 std::vector<int32_t> TaskText::Encode(const std::string& system, const std::string& prompt) const {
   return models::EncodePrompt(*tokenizer, *tmpl, system, prompt);
@@ -93,180 +145,247 @@ SamplingParams SamplingParams::Greedy(int64_t max_tokens, uint64_t seed) {
 
 absl::StatusOr<Scored> LmLoop::GenerateAndScore(const std::vector<PromptExample>& examples,
                                                 const SamplingParams& p) {
-  Controller& ctl = ctx_.controller();
-  const JobConfig& c = ctx_.config();
-  const int64_t n = p.n;
-  const size_t count = examples.size();
-  const Stopwatch t0;
-  // Request ids are positions in `examples` whatever engine gets them: each group's seed
-  // (RequestSeed) and place in the batch follow from them alone.
-  std::vector<LmGroup> prompts(count);
-  std::vector<int64_t> cost(count);
-  for (size_t i = 0; i < count; ++i) {
-    prompts[i].request_id = static_cast<int64_t>(i);
-    prompts[i].prompt = text_.Encode(c.data.system_prompt, examples[i].prompt);
-    cost[i] = static_cast<int64_t>(prompts[i].prompt.size()) + n * p.max_tokens;
-  }
-  ASSIGN_OR_RETURN(const std::vector<size_t> current, fleet_.Current());
-  const std::vector<std::vector<size_t>> shares = DealByTokens(cost, current.size());
-  std::vector<EngineStream> streams;
-  std::vector<int> stream_of(count, -1);  // which stream each example was dealt to
-  for (size_t k = 0; k < current.size(); ++k) {
-    if (shares[k].empty()) continue;
-    for (size_t i : shares[k]) stream_of[i] = static_cast<int>(streams.size());
-    streams.push_back({current[k], shares[k], 0, 0});
-  }
-  const std::vector<std::string> rewarders = ctl.actors().IdsOfRole("reward");
-  if (rewarders.empty()) return absl::FailedPreconditionError("the job has no reward worker");
+  Round round(*this, examples, p);
+  return round.Run();
+}
 
-  proto::WorkRequest gen;
-  proto::LmGenerate* lg = gen.mutable_lm_generate();
-  lg->set_n(n);
+LmLoop::Round::Round(LmLoop& loop, const std::vector<PromptExample>& examples,
+                     const SamplingParams& p)
+    : loop_(loop), ctl_(loop.ctx_.controller()), examples_(examples), p_(p) {
+  const JobConfig& c = loop.ctx_.config();
+  const size_t count = examples.size();
+  // Request ids are positions in `examples` whatever engine gets them: each group's seed
+  // (RequestSeed) and place in the batch follow from them alone, so a group dealt again after
+  // its engine was lost comes out the same.
+  prompts_.resize(count);
+  cost_.resize(count);
+  for (size_t i = 0; i < count; ++i) {
+    prompts_[i].request_id = static_cast<int64_t>(i);
+    prompts_[i].prompt = loop.text_.Encode(c.data.system_prompt, examples[i].prompt);
+    cost_[i] = static_cast<int64_t>(prompts_[i].prompt.size()) + p.n * p.max_tokens;
+  }
+  streams_.resize(loop.fleet_.size());
+  engine_of_.assign(count, -1);
+  arrived_.assign(count, false);
+  proto::LmGenerate* lg = gen_.mutable_lm_generate();
+  lg->set_n(p.n);
   lg->set_temperature(p.temperature);
   lg->set_top_p(p.top_p);
   lg->set_top_k(p.top_k);
   lg->set_max_tokens(p.max_tokens);
   lg->set_seed(p.seed);
-  // In flight: one LmGenerate per engine still owing groups (the first carries its share,
-  // each later one asks for the next chunk).
-  std::vector<uint64_t> waiting;
-  std::vector<size_t> waiting_stream;
-  for (size_t s = 0; s < streams.size(); ++s) {
-    std::vector<LmGroup> share;
-    for (size_t i : streams[s].share) share.push_back(prompts[i]);
-    proto::WorkRequest first = gen;
-    first.mutable_lm_generate()->set_min_groups(
-        std::min<int64_t>(p.stream_groups, static_cast<int64_t>(share.size())));
-    ASSIGN_OR_RETURN(uint64_t id, ctl.Submit(fleet_.id(streams[s].engine), std::move(first),
-                                             GroupsToFrames(share, false)));
-    waiting.push_back(id);
-    waiting_stream.push_back(s);
-  }
+  out_.examples = examples;
+  out_.groups.resize(count);
+  out_.rewards.assign(count * p.n, std::nan(""));
+}
 
-  Scored out;
-  out.examples = examples;
-  out.groups.resize(count);
-  out.rewards.assign(count * n, std::nan(""));
-  std::vector<bool> arrived(count, false);
-  std::vector<std::pair<uint64_t, std::vector<int64_t>>> scoring;  // work id, request ids
-  std::vector<std::string> scored_by;  // the reward worker of each scoring request
-  double gen_tokens = 0;
-  while (!waiting.empty()) {
-    ASSIGN_OR_RETURN(auto ready, ctl.AwaitAny(waiting));
-    WorkOutcome& o = ready.second;
-    EngineStream& st = streams[waiting_stream[ready.first]];
-    const std::string& engine = fleet_.id(st.engine);
-    waiting.erase(waiting.begin() + static_cast<std::ptrdiff_t>(ready.first));
-    waiting_stream.erase(waiting_stream.begin() + static_cast<std::ptrdiff_t>(ready.first));
-    RETURN_IF_ERROR(fleet_.CheckReply(st.engine, o.result.policy_version()));
-    ASSIGN_OR_RETURN(std::vector<LmGroup> chunk, GroupsFromFrames(o.tensors, true, n));
-    gen_tokens += o.result.metrics().at("generated_tokens");
-    st.busy_s += o.result.metrics().at("generate_s");
-    for (const auto& [k, v] : o.result.metrics()) {
-      if (k == "preemptions") out.metrics["engine_preemptions"] += v;
+absl::Status LmLoop::Round::Deal(const std::vector<size_t>& indices) {
+  if (indices.empty()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(const std::vector<size_t> current, loop_.CurrentEngines());
+  std::vector<int64_t> cost;
+  for (size_t i : indices) cost.push_back(cost_[i]);
+  const std::vector<std::vector<size_t>> shares = DealByTokens(cost, current.size());
+  for (size_t k = 0; k < current.size(); ++k) {
+    EngineStream& st = streams_[current[k]];
+    for (size_t j : shares[k]) {
+      engine_of_[indices[j]] = static_cast<int>(current[k]);
+      st.dealt.push_back(indices[j]);
+      st.unsent.push_back(indices[j]);
     }
-    st.received += chunk.size();
-    if (chunk.empty() || st.received > st.share.size()) {
-      return absl::InternalError(absl::StrCat(engine, " returned ", chunk.size(), " groups with ",
-                                              st.share.size() + chunk.size() - st.received,
-                                              " of its share outstanding"));
-    }
-    if (st.received < st.share.size()) {  // ask for its next chunk before scoring this one
-      proto::WorkRequest next = gen;
-      next.mutable_lm_generate()->set_min_groups(
-          std::min<int64_t>(p.stream_groups, static_cast<int64_t>(st.share.size() - st.received)));
-      ASSIGN_OR_RETURN(uint64_t id, ctl.Submit(engine, std::move(next), GroupsToFrames({}, false)));
-      waiting.push_back(id);
-      waiting_stream.push_back(static_cast<size_t>(&st - streams.data()));
-    }
-    proto::WorkRequest score;
-    std::vector<reward::Sample> samples;
-    std::vector<int64_t> ids;
-    for (LmGroup& grp : chunk) {
-      const int64_t id = grp.request_id;
-      if (id < 0 || id >= static_cast<int64_t>(count) || arrived[id] ||
-          &streams[stream_of[id]] != &st) {
-        return absl::InternalError(
-            absl::StrCat(engine, " returned unknown or repeated request ", id));
-      }
-      arrived[id] = true;
-      ids.push_back(id);
-      for (const LmSample& s : grp.samples) {
-        reward::Sample rs;
-        rs.prompt = examples[id].prompt;
-        rs.response = text_.Response(s);
-        rs.answer = examples[id].answer;
-        rs.response_tokens = static_cast<int64_t>(s.tokens.size());
-        samples.push_back(std::move(rs));
-      }
-      out.groups[id] = std::move(grp);
-    }
-    reward::SamplesToProto(samples, score.mutable_score());
-    // Round-robin: every chunk is about the same work, so this balances the load.
-    const std::string& scorer = rewarders[scoring.size() % rewarders.size()];
-    ASSIGN_OR_RETURN(uint64_t sid, ctl.Submit(scorer, std::move(score)));
-    scoring.push_back({sid, std::move(ids)});
-    scored_by.push_back(scorer);
+    if (st.in_flight == 0 && !st.unsent.empty()) RETURN_IF_ERROR(SendTo(current[k]));
   }
+  return absl::OkStatus();
+}
 
-  // Per reward, each sample's score by its place in the batch: the sums run in example
-  // order, so they do not depend on how chunks arrived.
-  std::map<std::string, std::vector<double>> by_reward;
-  double reward_busy = 0;
-  for (size_t q = 0; q < scoring.size(); ++q) {
-    const auto& [sid, ids] = scoring[q];
-    ASSIGN_OR_RETURN(WorkOutcome o, ctl.Await(sid));
-    ASSIGN_OR_RETURN(reward::BatchScores scores,
-                     reward::ScoresFromProto(o.result.score(), ids.size() * n));
+absl::Status LmLoop::Round::SendTo(size_t engine) {
+  EngineStream& st = streams_[engine];
+  std::vector<LmGroup> groups;
+  for (size_t i : st.unsent) groups.push_back(prompts_[i]);
+  st.unsent.clear();
+  proto::WorkRequest req = gen_;
+  req.mutable_lm_generate()->set_min_groups(
+      std::min<int64_t>(p_.stream_groups, static_cast<int64_t>(st.dealt.size() - st.received)));
+  ASSIGN_OR_RETURN(st.in_flight, ctl_.Submit(loop_.fleet_.id(engine), std::move(req),
+                                             GroupsToFrames(groups, false)));
+  sent_order_.push_back(engine);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Scored> LmLoop::Round::Run() {
+  if (ctl_.actors().IdsOfRole("reward").empty()) {
+    return absl::FailedPreconditionError("the job has no reward worker");
+  }
+  std::vector<size_t> all(examples_.size());
+  for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+  RETURN_IF_ERROR(Deal(all));
+  while (true) {
+    std::vector<uint64_t> waiting;
+    std::vector<size_t> engine_of_wait;  // the engine of each generation in `waiting`
+    for (size_t e : sent_order_) {
+      waiting.push_back(streams_[e].in_flight);
+      engine_of_wait.push_back(e);
+    }
+    const size_t generating = waiting.size();
+    for (const auto& [id, req] : scoring_) waiting.push_back(id);
+    if (waiting.empty()) break;
+    ASSIGN_OR_RETURN(auto ready, ctl_.AwaitNext(waiting));
+    if (ready.first < generating) {
+      RETURN_IF_ERROR(OnGenerated(engine_of_wait[ready.first], std::move(ready.second)));
+    } else {
+      RETURN_IF_ERROR(OnScored(waiting[ready.first], std::move(ready.second)));
+    }
+  }
+  for (size_t i = 0; i < examples_.size(); ++i) {
+    if (!arrived_[i] || out_.groups[i].request_id != static_cast<int64_t>(i)) {
+      return absl::InternalError(absl::StrCat("prompt ", i, " has no group after generation"));
+    }
+  }
+  Finish();
+  return std::move(out_);
+}
+
+absl::Status LmLoop::Round::OnGenerated(size_t engine, WorkOutcome o) {
+  EngineStream& st = streams_[engine];
+  st.in_flight = 0;
+  sent_order_.erase(std::find(sent_order_.begin(), sent_order_.end(), engine));
+  const std::string& id = loop_.fleet_.id(engine);
+  if (o.lost) return GiveBack(engine);
+  RETURN_IF_ERROR(loop_.fleet_.CheckReply(engine, o.result.policy_version()));
+  const int64_t n = p_.n;
+  ASSIGN_OR_RETURN(std::vector<LmGroup> chunk, GroupsFromFrames(o.tensors, true, n));
+  gen_tokens_ += o.result.metrics().at("generated_tokens");
+  st.busy_s += o.result.metrics().at("generate_s");
+  for (const auto& [k, v] : o.result.metrics()) {
+    if (k == "preemptions") out_.metrics["engine_preemptions"] += v;
+  }
+  st.received += chunk.size();
+  if (chunk.empty() || st.received > st.dealt.size()) {
+    return absl::InternalError(absl::StrCat(id, " returned ", chunk.size(), " groups with ",
+                                            st.dealt.size() + chunk.size() - st.received,
+                                            " of its share outstanding"));
+  }
+  // Ask for its next chunk (with any groups dealt to it since) before scoring this one; an
+  // engine lost meanwhile (noticed in the same round) gives its share back instead.
+  if (st.received < st.dealt.size()) {
+    const ActorInfo* a = ctl_.actors().Find(id);
+    const bool live = a->state == ActorState::kReady || a->state == ActorState::kBusy;
+    RETURN_IF_ERROR(live ? SendTo(engine) : GiveBack(engine));
+  }
+  ScoreRequest req;
+  std::vector<reward::Sample> samples;
+  for (LmGroup& grp : chunk) {
+    const int64_t r = grp.request_id;
+    if (r < 0 || r >= static_cast<int64_t>(examples_.size()) || arrived_[r] ||
+        engine_of_[r] != static_cast<int>(engine)) {
+      return absl::InternalError(absl::StrCat(id, " returned unknown or repeated request ", r));
+    }
+    arrived_[r] = true;
+    req.ids.push_back(r);
+    for (const LmSample& s : grp.samples) {
+      reward::Sample rs;
+      rs.prompt = examples_[r].prompt;
+      rs.response = loop_.text_.Response(s);
+      rs.answer = examples_[r].answer;
+      rs.response_tokens = static_cast<int64_t>(s.tokens.size());
+      samples.push_back(std::move(rs));
+    }
+    out_.groups[r] = std::move(grp);
+  }
+  reward::SamplesToProto(samples, &req.task);
+  return Score(std::move(req));
+}
+
+absl::Status LmLoop::Round::GiveBack(size_t engine) {
+  EngineStream& st = streams_[engine];
+  // Everything dealt to it and not back goes to the engines still serving.
+  std::vector<size_t> again, kept;
+  for (size_t i : st.dealt) (arrived_[i] ? kept : again).push_back(i);
+  spdlog::warn("{} lost with {} group(s) outstanding: dealt again", loop_.fleet_.id(engine),
+               again.size());
+  st.dealt = std::move(kept);
+  st.unsent.clear();
+  loop_.requeued_groups_ += static_cast<int64_t>(again.size());
+  return Deal(again);
+}
+
+absl::Status LmLoop::Round::Score(ScoreRequest request) {
+  std::vector<std::string> live = ctl_.actors().LiveOfRole("reward");
+  if (live.empty()) {
+    RETURN_IF_ERROR(ctl_.AwaitLive("reward"));
+    live = ctl_.actors().LiveOfRole("reward");
+  }
+  // Round-robin: every chunk is about the same work, so this balances the load.
+  request.scorer = live[scores_sent_++ % live.size()];
+  proto::WorkRequest score;
+  *score.mutable_score() = request.task;
+  ASSIGN_OR_RETURN(uint64_t sid, ctl_.Submit(request.scorer, std::move(score)));
+  scoring_[sid] = std::move(request);
+  return absl::OkStatus();
+}
+
+absl::Status LmLoop::Round::OnScored(uint64_t work_id, WorkOutcome o) {
+  ScoreRequest req = std::move(scoring_.extract(work_id).mapped());
+  if (o.lost) {
+    spdlog::warn("{} lost while scoring {} group(s): sent again", req.scorer, req.ids.size());
+    ++loop_.requeued_scores_;
+    return Score(std::move(req));
+  }
+  const int64_t n = p_.n;
+  const std::vector<int64_t>& ids = req.ids;
+  ASSIGN_OR_RETURN(reward::BatchScores scores,
+                   reward::ScoresFromProto(o.result.score(), ids.size() * n));
+  for (size_t k = 0; k < ids.size(); ++k) {
+    for (int64_t j = 0; j < n; ++j) {
+      const size_t s = k * n + j;
+      if (!scores.ok[s]) {
+        return absl::InternalError(absl::StrCat(
+            req.scorer, " could not score sample ", j, " of prompt '", examples_[ids[k]].prompt,
+            "': ", scores.error[s], " (see logs/", req.scorer, ".log)"));
+      }
+      out_.rewards[ids[k] * n + j] = scores.total[s];
+    }
+  }
+  // Per reward, each sample's score by its place in the batch: the sums run in example order,
+  // so they do not depend on how chunks arrived.
+  for (const auto& pr : scores.rewards) {
+    std::vector<double>& v = by_reward_[pr.name];
+    v.resize(examples_.size() * n, 0.0);
     for (size_t k = 0; k < ids.size(); ++k) {
-      for (int64_t j = 0; j < n; ++j) {
-        const size_t s = k * n + j;
-        if (!scores.ok[s]) {
-          return absl::InternalError(absl::StrCat(
-              scored_by[q], " could not score sample ", j, " of prompt '", examples[ids[k]].prompt,
-              "': ", scores.error[s], " (see logs/", scored_by[q], ".log)"));
-        }
-        out.rewards[ids[k] * n + j] = scores.total[s];
-      }
+      for (int64_t j = 0; j < n; ++j) v[ids[k] * n + j] = pr.scores[k * n + j].value;
     }
-    for (const auto& pr : scores.rewards) {
-      std::vector<double>& v = by_reward[pr.name];
-      v.resize(count * n, 0.0);
-      for (size_t k = 0; k < ids.size(); ++k) {
-        for (int64_t j = 0; j < n; ++j) v[ids[k] * n + j] = pr.scores[k * n + j].value;
-      }
-    }
-    // The reward worker's busy time (reward/reward_role.cc).
-    auto busy = o.result.metrics().find("reward/time_s");
-    reward_busy += busy == o.result.metrics().end() ? 0 : busy->second;
   }
-  for (const auto& [name, values] : by_reward) {
+  // The reward worker's busy time (reward/reward_role.cc).
+  auto busy = o.result.metrics().find("reward/time_s");
+  reward_busy_ += busy == o.result.metrics().end() ? 0 : busy->second;
+  return absl::OkStatus();
+}
+
+void LmLoop::Round::Finish() {
+  for (const auto& [name, values] : by_reward_) {
     double sum = 0, sq = 0;
     for (double v : values) {
       sum += v;
       sq += v * v;
     }
-    out.metrics["reward/" + name + "/sum"] = sum;
-    out.metrics["reward/" + name + "/sumsq"] = sq;
+    out_.metrics["reward/" + name + "/sum"] = sum;
+    out_.metrics["reward/" + name + "/sumsq"] = sq;
   }
   double busiest = 0;
-  for (const EngineStream& st : streams) busiest = std::max(busiest, st.busy_s);
-  for (size_t e = 0; e < fleet_.size(); ++e) {
+  for (size_t e = 0; e < loop_.fleet_.size(); ++e) {
     const std::string prefix = absl::StrCat("rollout/", e, "/");
-    out.metrics[prefix + "version"] = static_cast<double>(fleet_.version(e));
-    out.metrics[prefix + "groups"] = 0;
-    out.timings[prefix + "generate_s"] = 0;
+    out_.metrics[prefix + "version"] = static_cast<double>(loop_.fleet_.version(e));
+    out_.metrics[prefix + "groups"] = static_cast<double>(streams_[e].received);
+    out_.timings[prefix + "generate_s"] = streams_[e].busy_s;
+    busiest = std::max(busiest, streams_[e].busy_s);
   }
-  for (const EngineStream& st : streams) {
-    const std::string prefix = absl::StrCat("rollout/", st.engine, "/");
-    out.metrics[prefix + "groups"] = static_cast<double>(st.share.size());
-    out.timings[prefix + "generate_s"] = st.busy_s;
+  out_.timings["generate_s"] = busiest;
+  out_.timings["reward_s"] = reward_busy_;
+  out_.timings["rollout_wall_s"] = t0_.Seconds();
+  out_.metrics["generated_tokens"] = gen_tokens_;
+  if (loop_.requeued_groups_ > 0 || loop_.requeued_scores_ > 0) {  // totals, once it happened
+    out_.metrics["faults/requeued_groups"] = static_cast<double>(loop_.requeued_groups_);
+    out_.metrics["faults/requeued_scores"] = static_cast<double>(loop_.requeued_scores_);
   }
-  out.timings["generate_s"] = busiest;
-  out.timings["reward_s"] = reward_busy;
-  out.timings["rollout_wall_s"] = t0.Seconds();
-  out.metrics["generated_tokens"] = gen_tokens;
-  return out;
 }
 
 absl::Status LmLoop::Evaluate(int64_t max_tokens, uint64_t seed, AnswerCheck check,
@@ -297,69 +416,125 @@ absl::Status LmLoop::EvaluateStart(int64_t max_tokens, uint64_t seed, AnswerChec
 
 absl::Status LmLoop::SyncWeights(TrainerGroup& trainer, const proto::WeightsReady& announced,
                                  std::vector<TensorFrame> tensors, IterationRecord& rec) {
-  Controller& ctl = ctx_.controller();
   if (fleet_.size() == 0) return absl::FailedPreconditionError("the job has no rollout worker");
-  proto::WorkRequest load;
-  *load.mutable_load_weights()->mutable_weights() = announced;
-  const TensorFrame* inline_weights = nullptr;
-  for (const TensorFrame& t : tensors) {
-    if (t.name() == "weights") inline_weights = &t;
+  trainer_ = &trainer;
+  last_weights_ = announced;
+  last_frames_.clear();
+  for (TensorFrame& t : tensors) {
+    if (t.name() == "weights") last_frames_.push_back(std::move(t));
   }
+  RETURN_IF_ERROR(Refresh());
   // Engines that serve the version already (a step that did not update the policy) skip it;
-  // lagging ones load it too, so each can catch up.
+  // lagging ones load it too, so each can catch up. Lost ones load it once replaced.
   std::vector<size_t> loaders;
   for (size_t e = 0; e < fleet_.size(); ++e) {
-    if (fleet_.version(e) != announced.version()) loaders.push_back(e);
+    if (fleet_.version(e) != announced.version() && fleet_.version(e) != kLostVersion) {
+      loaders.push_back(e);
+    }
   }
   fleet_.Require(announced.version());
+  return LoadOnto(loaders, &rec);
+}
+
+absl::Status LmLoop::LoadOnto(const std::vector<size_t>& loaders, IterationRecord* rec) {
   if (loaders.empty()) return absl::OkStatus();
-  const bool streamed = announced.location() != "inline";
+  Controller& ctl = ctx_.controller();
+  proto::WorkRequest load;
+  *load.mutable_load_weights()->mutable_weights() = last_weights_;
+  const bool streamed = last_weights_.location() != "inline";
   if (streamed) {
     proto::WorkRequest publish;
     publish.mutable_publish_weights()->set_readers(static_cast<int32_t>(loaders.size()));
-    RETURN_IF_ERROR(trainer.Submit(std::move(publish)));
+    RETURN_IF_ERROR(trainer_->Submit(std::move(publish)));
   }
   std::vector<uint64_t> ids;
   for (size_t e : loaders) {
     std::vector<TensorFrame> frames;
-    if (inline_weights != nullptr) {
-      const TensorFrame& w = *inline_weights;
+    for (const TensorFrame& w : last_frames_) {
       frames.push_back(TensorFrame::Copy(w.name(), w.dtype(), w.shape(), w.data()));
     }
     ASSIGN_OR_RETURN(uint64_t id, ctl.Submit(fleet_.id(e), load, std::move(frames)));
     ids.push_back(id);
   }
-  std::vector<WorkOutcome> acks;
+  std::vector<WorkOutcome> acks(ids.size());
   if (streamed) {
-    ASSIGN_OR_RETURN(auto outcomes, trainer.AwaitWith(ids));
-    SplitTimingsFromMetrics(outcomes.first.result.metrics(), rec.timings, rec.metrics);
+    // The trainer streams to exactly these readers: one lost mid-stream fails the stream.
+    ASSIGN_OR_RETURN(auto outcomes, trainer_->AwaitWith(ids));
+    if (rec != nullptr) {
+      SplitTimingsFromMetrics(outcomes.first.result.metrics(), rec->timings, rec->metrics);
+    }
     acks = std::move(outcomes.second);
   } else {
-    ASSIGN_OR_RETURN(acks, ctl.AwaitAll(ids));
+    std::vector<uint64_t> waiting = ids;
+    while (!waiting.empty()) {
+      ASSIGN_OR_RETURN(auto ready, ctl.AwaitNext(waiting));
+      const size_t i = std::find(ids.begin(), ids.end(), waiting[ready.first]) - ids.begin();
+      acks[i] = std::move(ready.second);
+      waiting.erase(waiting.begin() + static_cast<std::ptrdiff_t>(ready.first));
+    }
   }
   for (size_t i = 0; i < loaders.size(); ++i) {
     const size_t e = loaders[i];
+    if (acks[i].lost) {  // its replacement loads the weights when it registers
+      fleet_.Served(e, kLostVersion);
+      continue;
+    }
     const int64_t served = acks[i].result.policy_version();
     fleet_.Served(e, served);
     const auto& m = acks[i].result.metrics();
     const std::string prefix = absl::StrCat("rollout/", e, "/");
-    if (m.count("weight_gbps")) rec.metrics[prefix + "weight_gbps"] = m.at("weight_gbps");
-    if (m.count("weight_read_s")) rec.timings[prefix + "weight_read_s"] = m.at("weight_read_s");
-    if (m.count("load_s")) rec.timings[prefix + "weight_load_s"] = m.at("load_s");
-    if (served != announced.version()) {
+    if (rec != nullptr) {
+      if (m.count("weight_gbps")) rec->metrics[prefix + "weight_gbps"] = m.at("weight_gbps");
+      if (m.count("weight_read_s")) rec->timings[prefix + "weight_read_s"] = m.at("weight_read_s");
+      if (m.count("load_s")) rec->timings[prefix + "weight_load_s"] = m.at("load_s");
+    }
+    if (served != last_weights_.version()) {
       spdlog::warn(
           "{} serves policy version {} after loading version {}: it generates nothing "
           "until it serves the current version",
-          fleet_.id(e), served, announced.version());
+          fleet_.id(e), served, last_weights_.version());
     }
   }
   return absl::OkStatus();
 }
 
+absl::Status LmLoop::Refresh() {
+  const ActorRegistry& actors = ctx_.controller().actors();
+  std::vector<size_t> fresh;
+  for (size_t e = 0; e < fleet_.size(); ++e) {
+    const ActorInfo* a = actors.Find(fleet_.id(e));
+    if (a->state != ActorState::kReady && a->state != ActorState::kBusy) {
+      fleet_.Served(e, kLostVersion);
+      continue;
+    }
+    if (a->incarnation == incarnation_[e]) continue;
+    // A replacement starts from the job's starting checkpoint, version 0.
+    incarnation_[e] = a->incarnation;
+    fleet_.Served(e, 0);
+    if (fleet_.required_version() != 0) fresh.push_back(e);
+  }
+  if (!fresh.empty()) {
+    spdlog::info("{} replacement engine(s) load policy version {} before work", fresh.size(),
+                 last_weights_.version());
+  }
+  return LoadOnto(fresh, nullptr);
+}
+
+absl::StatusOr<std::vector<size_t>> LmLoop::CurrentEngines() {
+  while (true) {
+    RETURN_IF_ERROR(Refresh());
+    absl::StatusOr<std::vector<size_t>> current = fleet_.Current();
+    if (current.ok() || !ctx_.controller().actors().LiveOfRole("rollout").empty()) return current;
+    RETURN_IF_ERROR(ctx_.controller().AwaitLive("rollout"));
+  }
+}
+
 std::vector<RoleRequirement> LmRoles(const JobConfig& c) {
+  // Engines in a gloo weight group cannot be replaced: the group's members are fixed.
+  const bool engines_recoverable = LmWeightTransport(c.weights, c.rollout.external) != "gloo";
   return {{"trainer", static_cast<int>(c.trainer.ranks), false},
-          {"rollout", static_cast<int>(c.rollout.workers), c.rollout.external},
-          {"reward", static_cast<int>(c.reward.workers), c.reward.external}};
+          {"rollout", static_cast<int>(c.rollout.workers), c.rollout.external, engines_recoverable},
+          {"reward", static_cast<int>(c.reward.workers), c.reward.external, true}};
 }
 
 void RewardStats(const Scored& s, double count, std::map<std::string, double>& metrics,

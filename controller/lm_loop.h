@@ -7,6 +7,12 @@
 //   reward.workers, overlapping generation) -> Scored {groups, rewards, per-reward sums},
 //   reassembled in example order: the same batch whatever rollout.workers is
 //
+// Failure: an engine or reward worker lost mid-call (its actor dead) gives its work back: the
+// groups it owed are dealt again to the engines serving the current version, a scoring request
+// goes to another reward worker; each prompt's group enters the batch exactly once, with the
+// same samples (its seed follows from its request id). A replacement engine loads the current
+// weights before it is dealt work.
+//
 // Not thread-safe: one algorithm's loop drives it. The controller does not load libtorch;
 // everything here is token ids and text.
 #pragma once
@@ -87,7 +93,9 @@ class LmLoop {
   // Generates p.n answers to each example on the engines serving the current version (the
   // examples dealt as whole groups) and scores them chunk by chunk on the reward workers. A
   // failed engine fails the call naming it; so does a sample a reward worker could not score
-  // (naming the prompt and the worker).
+  // (naming the prompt and the worker). A lost engine's or reward worker's work is dealt again
+  // (metrics faults/requeued_groups, faults/requeued_scores: the job's totals, from the
+  // first such loss on).
   absl::StatusOr<Scored> GenerateAndScore(const std::vector<PromptExample>& examples,
                                           const SamplingParams& p);
 
@@ -103,7 +111,9 @@ class LmLoop {
   // with its inline "weights" frame on the zmq path): inline, each engine loads the frame;
   // otherwise the trainer ranks get PublishWeights while every engine gets LoadWeights, and
   // the stream flows between them. Waits for all. From then on only engines that serve that
-  // version generate; one whose ack reports an older version sits out (and is warned of).
+  // version generate; one whose ack reports an older version sits out (and is warned of). An
+  // engine lost during an inline load is skipped (its replacement loads the version later);
+  // one lost during a stream fails the stream, and the job.
   // Into rec: rollout/<i>/weight_load_s, weight_read_s (timings) and weight_gbps per engine;
   // publish_s and weight_stream_bytes (the trainer's side) when streamed.
   absl::Status SyncWeights(TrainerGroup& trainer, const proto::WeightsReady& announced,
@@ -112,9 +122,29 @@ class LmLoop {
   const EngineFleet& fleet() const { return fleet_; }
 
  private:
+  class Round;
+  // The version of a lost engine: it serves nothing.
+  static constexpr int64_t kLostVersion = -1;
+
+  // Marks lost engines, and loads the current weights onto replacements (a new incarnation).
+  absl::Status Refresh();
+  // The engines serving the required version after Refresh; waits for a replacement when no
+  // engine is live.
+  absl::StatusOr<std::vector<size_t>> CurrentEngines();
+  // Brings `loaders` to last_weights_ (rec: where to record per-engine figures; may be null).
+  absl::Status LoadOnto(const std::vector<size_t>& loaders, IterationRecord* rec);
+
   JobContext& ctx_;
   const TaskText& text_;
   EngineFleet fleet_;
+  std::vector<int> incarnation_;  // per engine, the registration last seen
+  // The latest weights, for replacement engines: the announcement, its inline frame (if any),
+  // and the trainer that streams them.
+  proto::WeightsReady last_weights_;
+  std::vector<TensorFrame> last_frames_;
+  TrainerGroup* trainer_ = nullptr;
+  // Work dealt again after its actor was lost, over the job.
+  int64_t requeued_groups_ = 0, requeued_scores_ = 0;
 };
 
 // The actors a kLmRl or kDpo job starts: trainer.ranks trainers, rollout.workers rollout

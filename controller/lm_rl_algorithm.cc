@@ -88,7 +88,8 @@ absl::Status LmRlAlgorithm::Run(JobContext& ctx) {
     rec.metrics["engine_preemptions"] = s.metrics["engine_preemptions"];
     for (const auto& [k, v] : s.timings) rec.timings[k] = v;
     for (const auto& [k, v] : s.metrics) {
-      if (absl::StartsWith(k, "rollout/")) rec.metrics[k] = v;  // per engine: version, groups
+      // Per engine: version, groups; and the work dealt again after a worker was lost.
+      if (absl::StartsWith(k, "rollout/") || absl::StartsWith(k, "faults/")) rec.metrics[k] = v;
     }
     rec.timings["generate_tokens_per_s"] = s.metrics["generated_tokens"] / s.timings["generate_s"];
 

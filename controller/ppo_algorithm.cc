@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
@@ -46,7 +48,8 @@ bool SameSpec(const proto::PolicySpec& a, const proto::PolicySpec& b) {
 }  // namespace
 
 std::vector<RoleRequirement> PpoAlgorithm::Roles() const {
-  return {{"rollout", static_cast<int>(config_.rollout.workers), config_.rollout.external},
+  return {{"rollout", static_cast<int>(config_.rollout.workers), config_.rollout.external,
+           /*recoverable=*/true},
           {"trainer", static_cast<int>(config_.trainer.ranks), false}};
 }
 
@@ -149,20 +152,26 @@ PpoAlgorithm::StartSimServers(JobContext& ctx) {
 }
 
 absl::Status PpoAlgorithm::Broadcast(Controller& c, const proto::WeightsReady& w,
-                                     const std::vector<TensorFrame>& inline_weights) {
+                                     std::vector<TensorFrame> inline_weights) {
+  last_weights_ = w;
+  last_frames_ = std::move(inline_weights);
   std::vector<uint64_t> ids;
-  for (const std::string& id : workers_) {
+  for (size_t k = 0; k < workers_.size(); ++k) {
+    if (!Usable(c, k)) continue;  // a replacement loads the weights before its first rollout
     proto::WorkRequest req;
     *req.mutable_load_weights()->mutable_weights() = w;
     std::vector<TensorFrame> tensors;
-    for (const auto& t : inline_weights) {
+    for (const auto& t : last_frames_) {
       tensors.push_back(TensorFrame::Copy(t.name(), t.dtype(), t.shape(), t.data()));
     }
-    ASSIGN_OR_RETURN(uint64_t wid, c.Submit(id, std::move(req), std::move(tensors)));
+    ASSIGN_OR_RETURN(uint64_t wid, c.Submit(workers_[k], std::move(req), std::move(tensors)));
     ids.push_back(wid);
   }
-  ASSIGN_OR_RETURN(auto outcomes, c.AwaitAll(ids));
-  for (const auto& o : outcomes) {
+  while (!ids.empty()) {
+    ASSIGN_OR_RETURN(auto ready, c.AwaitNext(ids));
+    ids.erase(ids.begin() + static_cast<std::ptrdiff_t>(ready.first));
+    const WorkOutcome& o = ready.second;
+    if (o.lost) continue;
     if (o.result.weights().version() != w.version()) {
       return absl::InternalError(absl::StrCat(o.actor_id, " loaded version ",
                                               o.result.weights().version(), " instead of ",
@@ -170,6 +179,125 @@ absl::Status PpoAlgorithm::Broadcast(Controller& c, const proto::WeightsReady& w
     }
   }
   return absl::OkStatus();
+}
+
+proto::WorkRequest PpoAlgorithm::SetupRequest(size_t w) const {
+  proto::WorkRequest req;
+  proto::RolloutSetup* s = req.mutable_rollout_setup();
+  for (const auto& [name, endpoint] : servers_[w]) {
+    s->add_sim_names(name);
+    s->add_sim_endpoints(endpoint);
+  }
+  s->set_first_env_index(static_cast<int64_t>(w) * config_.env.num_envs);
+  s->set_seed(config_.job.seed);
+  if (placement_.pinned) {
+    for (int cpu : placement_.worker_cpus[w]) s->add_cpus(cpu);
+  }
+  return req;
+}
+
+bool PpoAlgorithm::Usable(const Controller& c, size_t w) const {
+  const ActorInfo* a = c.actors().Find(workers_[w]);
+  return ready_[w] && a->incarnation == incarnation_[w] &&
+         (a->state == ActorState::kReady || a->state == ActorState::kBusy);
+}
+
+absl::Status PpoAlgorithm::PrepareReplacements(Controller& c) {
+  for (size_t w = 0; w < workers_.size(); ++w) {
+    const ActorInfo* a = c.actors().Find(workers_[w]);
+    const bool live = a->state == ActorState::kReady || a->state == ActorState::kBusy;
+    if (stepped_[w] && (!live || a->incarnation != incarnation_[w])) {
+      // The lost worker's envs were mid-episode: a replacement resets them, so those
+      // episodes end unfinished and are dropped (never merged with later steps).
+      stepped_[w] = false;
+      episodes_cut_ += config_.env.num_envs;
+      reward_scalers_[w].RestartEpisodes();
+    }
+    if (!live || a->incarnation == incarnation_[w]) continue;
+    incarnation_[w] = a->incarnation;
+    ready_[w] = false;
+    ASSIGN_OR_RETURN(uint64_t setup_id, c.Submit(workers_[w], SetupRequest(w)));
+    ASSIGN_OR_RETURN(auto setup, c.AwaitNext({setup_id}));
+    if (setup.second.lost) continue;  // its own replacement will be prepared
+    const proto::PolicySpec& got = setup.second.result.policy_spec();
+    if (!SameSpec(got, spec_) || got.num_envs() != spec_.num_envs()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          workers_[w], " (a replacement) set up envs (", got.env_id(), ", ", got.num_envs(),
+          " envs) unlike the job's (", spec_.env_id(), ", ", spec_.num_envs(), ")"));
+    }
+    proto::WorkRequest load;
+    *load.mutable_load_weights()->mutable_weights() = last_weights_;
+    std::vector<TensorFrame> tensors;
+    for (const auto& t : last_frames_) {
+      tensors.push_back(TensorFrame::Copy(t.name(), t.dtype(), t.shape(), t.data()));
+    }
+    ASSIGN_OR_RETURN(uint64_t load_id, c.Submit(workers_[w], std::move(load), std::move(tensors)));
+    ASSIGN_OR_RETURN(auto loaded, c.AwaitNext({load_id}));
+    if (loaded.second.lost) continue;
+    if (loaded.second.result.weights().version() != last_weights_.version()) {
+      return absl::InternalError(absl::StrCat(workers_[w], " loaded version ",
+                                              loaded.second.result.weights().version(),
+                                              " instead of ", last_weights_.version()));
+    }
+    ready_[w] = true;
+    spdlog::info("{} replaced: envs set up again, policy version {}", workers_[w],
+                 last_weights_.version());
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<WorkOutcome>> PpoAlgorithm::CollectRollouts(
+    Controller& c, int64_t T, std::vector<size_t>& producers, std::vector<size_t>& done_order) {
+  const size_t W = workers_.size();
+  std::vector<WorkOutcome> by_batch(W);
+  producers.assign(W, 0);
+  done_order.clear();
+  std::deque<size_t> queue;
+  for (size_t k = 0; k < W; ++k) queue.push_back(k);
+  std::map<uint64_t, std::pair<size_t, size_t>> in_flight;  // work id -> (batch, worker)
+  std::vector<bool> busy(W, false);
+  while (!queue.empty() || !in_flight.empty()) {
+    RETURN_IF_ERROR(PrepareReplacements(c));
+    // Batch k goes to worker k when it can take it, else to any ready idle worker.
+    for (auto it = queue.begin(); it != queue.end();) {
+      int worker = Usable(c, *it) && !busy[*it] ? static_cast<int>(*it) : -1;
+      for (size_t w = 0; worker < 0 && w < W; ++w) {
+        if (Usable(c, w) && !busy[w]) worker = static_cast<int>(w);
+      }
+      if (worker < 0) {
+        ++it;
+        continue;
+      }
+      proto::WorkRequest req;
+      req.mutable_rollout()->set_num_steps(static_cast<int32_t>(T));
+      ASSIGN_OR_RETURN(uint64_t id, c.Submit(workers_[worker], std::move(req)));
+      in_flight[id] = {*it, static_cast<size_t>(worker)};
+      busy[worker] = true;
+      it = queue.erase(it);
+    }
+    if (in_flight.empty()) {  // every worker lost: wait for a replacement
+      RETURN_IF_ERROR(c.AwaitLive("rollout"));
+      RETURN_IF_ERROR(c.Pump(0));
+      continue;
+    }
+    std::vector<uint64_t> ids;
+    for (const auto& [id, where] : in_flight) ids.push_back(id);
+    ASSIGN_OR_RETURN(auto ready, c.AwaitNext(ids));
+    const auto [k, worker] = in_flight.at(ids[ready.first]);
+    in_flight.erase(ids[ready.first]);
+    busy[worker] = false;
+    if (ready.second.lost) {
+      spdlog::warn("{} lost during its rollout: batch {} dealt again", workers_[worker], k);
+      ++requeued_batches_;
+      queue.push_back(k);
+      continue;
+    }
+    by_batch[k] = std::move(ready.second);
+    producers[k] = worker;
+    stepped_[worker] = true;
+    done_order.push_back(k);
+  }
+  return by_batch;
 }
 
 absl::Status PpoAlgorithm::Run(JobContext& ctx) {
@@ -181,25 +309,18 @@ absl::Status PpoAlgorithm::Run(JobContext& ctx) {
   const int64_t iterations = (config_.ppo.total_steps + batch - 1) / batch;
 
   ctx.SetTotalIterations(iterations);
-  ASSIGN_OR_RETURN(auto servers, StartSimServers(ctx));
+  ASSIGN_OR_RETURN(servers_, StartSimServers(ctx));
   std::vector<uint64_t> ids;
   for (size_t w = 0; w < workers_.size(); ++w) {
-    proto::WorkRequest req;
-    proto::RolloutSetup* s = req.mutable_rollout_setup();
-    for (const auto& [name, endpoint] : servers[w]) {
-      s->add_sim_names(name);
-      s->add_sim_endpoints(endpoint);
-    }
-    s->set_first_env_index(static_cast<int64_t>(w) * N);
-    s->set_seed(config_.job.seed);
-    if (placement_.pinned) {
-      for (int cpu : placement_.worker_cpus[w]) s->add_cpus(cpu);
-    }
-    ASSIGN_OR_RETURN(uint64_t id, c.Submit(workers_[w], std::move(req)));
+    incarnation_.push_back(c.actors().Find(workers_[w])->incarnation);
+    ASSIGN_OR_RETURN(uint64_t id, c.Submit(workers_[w], SetupRequest(w)));
     ids.push_back(id);
   }
   ASSIGN_OR_RETURN(auto setups, c.AwaitAll(ids));
-  proto::PolicySpec spec = setups[0].result.policy_spec();
+  ready_.assign(workers_.size(), true);
+  stepped_.assign(workers_.size(), false);
+  spec_ = setups[0].result.policy_spec();
+  const proto::PolicySpec& spec = spec_;
   for (const auto& o : setups) {
     if (!SameSpec(o.result.policy_spec(), spec) || o.result.policy_spec().num_envs() != N) {
       return absl::FailedPreconditionError(
@@ -225,7 +346,7 @@ absl::Status PpoAlgorithm::Run(JobContext& ctx) {
   init.mutable_train_init()->set_weights_transport(transport);
   ASSIGN_OR_RETURN(uint64_t init_id, c.Submit(trainer, std::move(init)));
   ASSIGN_OR_RETURN(WorkOutcome v0, c.Await(init_id));
-  RETURN_IF_ERROR(Broadcast(c, v0.result.weights(), v0.tensors));
+  RETURN_IF_ERROR(Broadcast(c, v0.result.weights(), std::move(v0.tensors)));
   spdlog::info("policy version 0 on every rollout worker (weights via {})", transport);
 
   for (size_t w = 0; w < workers_.size(); ++w) {
@@ -239,15 +360,27 @@ absl::Status PpoAlgorithm::Run(JobContext& ctx) {
     const Stopwatch t_iter;
     IterationRecord rec;
     rec.step = it;
-    ids.clear();
-    for (const auto& id : workers_) {
-      proto::WorkRequest req;
-      req.mutable_rollout()->set_num_steps(static_cast<int32_t>(T));
-      ASSIGN_OR_RETURN(uint64_t wid, c.Submit(id, std::move(req)));
-      ids.push_back(wid);
-    }
-    ASSIGN_OR_RETURN(auto rollouts, c.AwaitAll(ids));
+    std::vector<size_t> producers, done_order;
+    ASSIGN_OR_RETURN(auto rollouts, CollectRollouts(c, T, producers, done_order));
     rec.timings["rollout_s"] = t_iter.Seconds();
+    // Rewards are scaled by the worker that stepped the envs, in the order it stepped them.
+    std::vector<std::vector<float>> scaled(rollouts.size());
+    for (size_t k : done_order) {
+      const int64_t TN = T * N;
+      ASSIGN_OR_RETURN(const TensorFrame* t_rew, Need(rollouts[k], "rewards", proto::F32, TN));
+      ASSIGN_OR_RETURN(const TensorFrame* t_term, Need(rollouts[k], "terminated", proto::U8, TN));
+      ASSIGN_OR_RETURN(const TensorFrame* t_trunc, Need(rollouts[k], "truncated", proto::U8, TN));
+      ASSIGN_OR_RETURN(const TensorFrame* t_valid, Need(rollouts[k], "valid", proto::U8, TN));
+      scaled[k].assign(t_rew->data_as<float>(), t_rew->data_as<float>() + TN);
+      if (config_.ppo.normalize_reward) {
+        const auto* term = static_cast<const uint8_t*>(t_term->data());
+        const auto* trunc = static_cast<const uint8_t*>(t_trunc->data());
+        std::vector<uint8_t> done(TN);
+        for (int64_t i = 0; i < TN; ++i) done[i] = term[i] | trunc[i];
+        reward_scalers_[producers[k]].ScaleInPlace(T, scaled[k].data(), done.data(),
+                                                   static_cast<const uint8_t*>(t_valid->data()));
+      }
+    }
 
     const Stopwatch t_gae;
     std::vector<float> obs, logp, values, adv, ret, cact;
@@ -265,20 +398,14 @@ absl::Status PpoAlgorithm::Run(JobContext& ctx) {
                        Need(o, "actions", spec.discrete() ? proto::I64 : proto::F32, TN * A));
       ASSIGN_OR_RETURN(const TensorFrame* t_logp, Need(o, "logprobs", proto::F32, TN));
       ASSIGN_OR_RETURN(const TensorFrame* t_val, Need(o, "values", proto::F32, TN));
-      ASSIGN_OR_RETURN(const TensorFrame* t_rew, Need(o, "rewards", proto::F32, TN));
       ASSIGN_OR_RETURN(const TensorFrame* t_term, Need(o, "terminated", proto::U8, TN));
       ASSIGN_OR_RETURN(const TensorFrame* t_trunc, Need(o, "truncated", proto::U8, TN));
       ASSIGN_OR_RETURN(const TensorFrame* t_valid, Need(o, "valid", proto::U8, TN));
       ASSIGN_OR_RETURN(const TensorFrame* t_last, Need(o, "last_values", proto::F32, N));
-      std::vector<float> rewards(t_rew->data_as<float>(), t_rew->data_as<float>() + TN);
+      const std::vector<float>& rewards = scaled[w];
       const auto* term = static_cast<const uint8_t*>(t_term->data());
       const auto* trunc = static_cast<const uint8_t*>(t_trunc->data());
       const auto* valid = static_cast<const uint8_t*>(t_valid->data());
-      if (config_.ppo.normalize_reward) {
-        std::vector<uint8_t> done(TN);
-        for (int64_t i = 0; i < TN; ++i) done[i] = term[i] | trunc[i];
-        reward_scalers_[w].ScaleInPlace(T, rewards.data(), done.data(), valid);
-      }
       GaeInput g{T,    N,     rewards.data(), t_val->data_as<float>(), t_last->data_as<float>(),
                  term, trunc, valid};
       GaeOutput gae = ComputeGae(g, config_.ppo.gamma, config_.ppo.gae_lambda);
@@ -333,7 +460,7 @@ absl::Status PpoAlgorithm::Run(JobContext& ctx) {
     rec.timings["train_s"] = t_train.Seconds();
 
     const Stopwatch t_sync;
-    RETURN_IF_ERROR(Broadcast(c, trained.result.weights(), trained.tensors));
+    RETURN_IF_ERROR(Broadcast(c, trained.result.weights(), std::move(trained.tensors)));
     version = trained.result.weights().version();
     rec.timings["weight_sync_s"] = t_sync.Seconds();
 
@@ -346,6 +473,10 @@ absl::Status PpoAlgorithm::Run(JobContext& ctx) {
     rec.metrics["policy_version"] = static_cast<double>(version);
     rec.metrics["version_lag"] = static_cast<double>(lag);
     rec.metrics["weight_bytes"] = static_cast<double>(trained.result.weights().nbytes());
+    if (episodes_cut_ > 0 || requeued_batches_ > 0) {  // only once a worker was lost
+      rec.metrics["faults/episodes_cut"] = static_cast<double>(episodes_cut_);
+      rec.metrics["faults/requeued_batches"] = static_cast<double>(requeued_batches_);
+    }
     if (!recent_returns_.empty()) {
       double sr = 0, sl = 0;
       for (double r : recent_returns_) sr += r;

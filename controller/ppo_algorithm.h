@@ -29,12 +29,34 @@ class PpoAlgorithm final : public Algorithm {
       JobContext& ctx);
   // sim.cpu_affinity: where workers and the servers StartSimServers starts run.
   SimPlacement PlanPlacement() const;
+  // Sends `w` to every ready worker and keeps it for replacements; a worker lost meanwhile
+  // gets it once replaced.
   absl::Status Broadcast(Controller& c, const proto::WeightsReady& w,
-                         const std::vector<TensorFrame>& inline_weights);
+                         std::vector<TensorFrame> inline_weights);
+  // The RolloutSetup of worker slot `w`: its sim servers, env indices and seed.
+  proto::WorkRequest SetupRequest(size_t w) const;
+  // Readies replacement workers (a new registration in a slot): their envs are set up again
+  // (the episodes the lost worker was running are cut, and counted) and they load the
+  // current weights before any rollout.
+  absl::Status PrepareReplacements(Controller& c);
+  // One batch of T steps per worker slot, each dealt to its own worker or, when that one is
+  // lost, to any ready one: outcomes by batch slot, and the worker slot that produced each.
+  absl::StatusOr<std::vector<WorkOutcome>> CollectRollouts(Controller& c, int64_t T,
+                                                           std::vector<size_t>& producers,
+                                                           std::vector<size_t>& done_order);
+  bool Usable(const Controller& c, size_t w) const;
 
   JobConfig config_;
   SimPlacement placement_;
   std::vector<std::string> workers_;
+  std::vector<std::vector<std::pair<std::string, std::string>>> servers_;  // per worker slot
+  proto::PolicySpec spec_;
+  proto::WeightsReady last_weights_;
+  std::vector<TensorFrame> last_frames_;  // the inline weights, when they travel inline
+  std::vector<int> incarnation_;          // per slot: the registration set up last
+  std::vector<bool> ready_;               // per slot: set up and loaded for that registration
+  std::vector<bool> stepped_;             // per slot: its envs ran since they were set up
+  int64_t episodes_cut_ = 0, requeued_batches_ = 0;
   std::vector<RewardScaler> reward_scalers_;
   std::deque<double> recent_returns_, recent_lengths_;
 };

@@ -1,6 +1,7 @@
 // Running statistics for normalisation, in plain C++ (the controller uses them).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -27,6 +28,9 @@ class RewardScaler {
   // rewards/dones: [T, N] row-major (N = num_envs). Scales in place; invalid
   // (autoreset) steps are skipped.
   void ScaleInPlace(int64_t T, float* rewards, const uint8_t* dones, const uint8_t* valid);
+  // Every env's episode was cut (its envs were reset): running returns start again from 0;
+  // the statistics are kept.
+  void RestartEpisodes() { std::fill(returns_.begin(), returns_.end(), 0.0); }
 
  private:
   double gamma_, clip_;

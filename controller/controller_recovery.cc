@@ -1,0 +1,152 @@
+// The controller's side of worker failure: a recoverable actor that is lost gives its work
+// back and its slot is refilled (controller.h, ExpectRole).
+//
+// lost (exit | missed heartbeats | overdue work) -> Recover: dead, killed, works returned lost
+//   -> backoff -> RestartDue: relaunched (pending) -> Register -> ready, incarnation + 1
+#include <signal.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/logging.h"
+#include "common/status.h"
+#include "controller/controller.h"
+
+namespace rlforge {
+
+namespace {
+
+constexpr double kMaxBackoffS = 30;
+
+}  // namespace
+
+absl::Status Controller::Lose(ActorInfo& actor, const std::string& what) {
+  if (!actor.recoverable || shutting_down_) return ActorLost(actor, what);
+  Recover(actor, what);
+  return absl::OkStatus();
+}
+
+void Controller::Recover(ActorInfo& a, const std::string& what) {
+  const int64_t now = clock_->NowMicros();
+  FaultEvent e;
+  e.kind = "lost";
+  e.actor_id = a.id;
+  // Since it was last heard from; 0 for a replacement lost before it registered.
+  e.silent_s = a.last_heard_us > 0 ? static_cast<double>(now - a.last_heard_us) * 1e-6 : 0;
+  for (auto& [id, p] : pending_) {
+    if (p.done || p.actor_id != a.id) continue;
+    p.done = true;
+    p.outcome.actor_id = a.id;
+    p.outcome.lost = true;
+    p.outcome.result.set_work_id(id);
+    p.outcome.result.set_ok(false);
+    p.outcome.result.set_error(absl::StrCat("lost: ", a.id, " ", what));
+    p.outcome.seconds = static_cast<double>(now - p.submitted_us) * 1e-6;
+    ++e.works_given_back;
+  }
+  a.state = ActorState::kDead;
+  a.lost_at_us = now;
+  a.current_work_id = 0;
+  a.instance_id.clear();  // a late Register of the lost process gets no assignment
+  a.last_loss = what;
+  // A hung or stopped process must not come back with stale work.
+  if (launcher_ != nullptr && a.launched_pid > 0) launcher_->Signal(a.launched_pid, SIGKILL);
+  e.detail = what;
+  if (a.external) {
+    a.state = ActorState::kPending;  // open to a rejoin by hand
+    absl::StrAppend(&e.detail, "; its slot waits for `rlforge actor --role ", a.role, " --rank ",
+                    a.rank, "`");
+  } else if (restarts_by_role_[a.role] < options_.max_restarts && make_spec_) {
+    ++restarts_by_role_[a.role];  // spent when scheduled: two lost at once cannot overdraw it
+    const double backoff =
+        std::min(kMaxBackoffS, options_.restart_backoff_s * std::pow(2.0, a.restarts));
+    a.restart_at_us = now + static_cast<int64_t>(backoff * 1e6);
+    absl::StrAppend(&e.detail, absl::StrFormat("; restart in %.1f s", backoff));
+  } else {
+    absl::StrAppend(&e.detail, "; no restart left (launch.max_restarts ", options_.max_restarts,
+                    " per role)");
+  }
+  ++faults_.actors_lost;
+  faults_.works_given_back += static_cast<uint64_t>(e.works_given_back);
+  spdlog::warn("{} lost: {} ({} work(s) given back)", a.id, e.detail, e.works_given_back);
+  Emit(std::move(e));
+}
+
+absl::Status Controller::RestartDue() {
+  const int64_t now = clock_->NowMicros();
+  const int64_t register_limit = static_cast<int64_t>(options_.register_timeout_s * 1e6);
+  for (const ActorInfo* info : registry_.All()) {
+    ActorInfo& a = *registry_.Find(info->id);
+    if (a.state == ActorState::kPending && a.relaunched_us > 0 &&
+        now - a.relaunched_us > register_limit) {
+      Recover(a, absl::StrFormat("(relaunched) did not register within %.0f s "
+                                 "(controller.register_timeout_s)",
+                                 options_.register_timeout_s));
+      continue;
+    }
+    if (a.state != ActorState::kDead || a.restart_at_us == 0 || now < a.restart_at_us) continue;
+    a.restart_at_us = 0;
+    a.launch_token = absl::StrFormat("%016x%08x", now, a.restarts + 1);
+    ProcessSpec spec = make_spec_(a);
+    spec.env["RLFORGE_LAUNCH_TOKEN"] = a.launch_token;
+    absl::StatusOr<int> pid = launcher_->Start(spec);
+    if (!pid.ok()) return Annotate(pid.status(), "relaunching " + a.id);
+    a.launched_pid = *pid;
+    a.pid = 0;
+    a.last_heard_us = 0;
+    a.host.clear();
+    a.instance_id.clear();
+    a.state = ActorState::kPending;
+    a.relaunched_us = now;
+    ++a.restarts;
+    ++faults_.restarts;
+    FaultEvent e;
+    e.kind = "restart";
+    e.actor_id = a.id;
+    e.detail = absl::StrCat("pid ", *pid, ", restart ", restarts_by_role_[a.role], " of ",
+                            options_.max_restarts, " for role ", a.role);
+    spdlog::info("restarted {} ({}), log {}", a.id, e.detail, spec.log_path);
+    Emit(std::move(e));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Controller::AwaitLive(const std::string& role) {
+  const int64_t deadline = clock_->NowMicros() +
+                           static_cast<int64_t>((options_.register_timeout_s + kMaxBackoffS) * 1e6);
+  bool announced = false;
+  while (registry_.LiveOfRole(role).empty()) {
+    std::string why;
+    bool coming = false;
+    for (const std::string& id : registry_.IdsOfRole(role)) {
+      const ActorInfo& a = *registry_.Find(id);
+      coming = coming || a.state == ActorState::kPending || a.restart_at_us > 0;
+      absl::StrAppend(&why, "\n  ", id, ": ", ActorStateName(a.state), ", ", a.restarts,
+                      " restart(s)", a.last_loss.empty() ? "" : ", last lost: " + a.last_loss);
+    }
+    if (!coming) {
+      return absl::UnavailableError(absl::StrCat(
+          "no live ", role, " actor and none coming back (launch.max_restarts ",
+          options_.max_restarts, " per role, ", restarts_by_role_[role], " used):", why));
+    }
+    if (clock_->NowMicros() > deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("waited ", options_.register_timeout_s + kMaxBackoffS, " s for a live ",
+                       role, " actor (controller.register_timeout_s + the largest backoff):", why));
+    }
+    if (!announced) {
+      spdlog::warn("waiting for a live {} actor:{}", role, why);
+      announced = true;
+    }
+    RETURN_IF_ERROR(Pump(options_.poll_ms));
+  }
+  return absl::OkStatus();
+}
+
+void Controller::Emit(FaultEvent event) {
+  if (fault_sink_) fault_sink_(event);
+}
+
+}  // namespace rlforge

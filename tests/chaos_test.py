@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""Chaos in ctest: workers SIGKILLed or SIGSTOPped every ~1.2 s while a job runs.
+
+GRPO (2 engines + 2 reward workers, from a seconds-long SFT stage) and PPO on CartPole (2
+rollout workers, each with 2 sim servers) each take at least 10 faults from tools/chaos.py,
+must finish with every sample (chaos.py counts them from metrics.jsonl) and end where unfaulted
+runs end: GRPO exactly where the unfaulted run of the same seed ends (a group's samples follow
+from its seed, whichever engine makes them), PPO within the spread of three unfaulted seeds
+(widened by that spread: a faulted run is one more draw, and 3 draws bound a 4th only half
+the time).
+"""
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+FAST_FAILURE = ["launch.max_restarts=1000", "launch.restart_backoff_s=0.2",
+                "controller.heartbeat_interval_ms=500"]
+
+
+def run(cmd, timeout):
+    out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         timeout=timeout)
+    if out.returncode != 0:
+        print(out.stdout[-4000:])
+        raise SystemExit(f"failed ({out.returncode}): {' '.join(cmd)}")
+    return out.stdout
+
+
+def final_metrics(run_dir):
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        return json.loads(f.read().strip().split("\n")[-1])["metrics"]
+
+
+def comparable(m):
+    return {k: v for k, v in m.items()
+            if not k.startswith(("rollout/", "faults/")) and k != "engine_preemptions"}
+
+
+def chaos(args, config, name, extra, overrides):
+    cmd = [sys.executable, os.path.join(args.source, "tools/chaos.py"), "--rlforge", args.rlforge,
+           "--config", config, "--run-root", args.work, "--name", name, "--interval", "1.2",
+           "--warmup", "1", "--min-faults", "10", "--max-faults", "12", "--timeout", "240",
+           "--seed", "7"] + extra + ["--"] + overrides
+    out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    print(out.stdout)
+    if out.returncode != 0:
+        log = os.path.join(args.work, name + ".out")
+        if os.path.exists(log):
+            print(open(log).read()[-6000:])
+        raise SystemExit(f"chaos run {name} failed")
+    return final_metrics(os.path.join(args.work, name))
+
+
+def with_length_reward(config, path):
+    """`config` with its exact-answer reward replaced by a length penalty: a seconds-long SFT
+    model never answers right, and all-zero rewards would leave the policy (and the weight
+    sync a replacement engine must catch up with) unchanged."""
+    text = open(config).read()
+    exact = "kind: exact_answer\n      params:\n        extract: full\n"
+    if exact not in text:
+        raise SystemExit(f"{config}'s reward section changed")
+    text = text.replace(exact, "kind: length_penalty\n      params:\n        max_length: 4\n"
+                               "        buffer: 3\n")
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+def grpo(args):
+    run([args.rlforge, "run", os.path.join(args.source, "configs/sft_tiny.yaml"),
+         f"job.run_root={args.work}", "job.name=sft", "sft.steps=4", "sft.eval_every=0",
+         "sft.save_every=0"], 300)
+    overrides = [f"model.path={args.work}/sft/checkpoints/step_4", "job.seed=1",
+                 "rollout.workers=2", "reward.workers=2", "weights.transport=zmq",
+                 "job.iterations=200", "grpo.prompts_per_iteration=8", "grpo.group_size=4",
+                 "grpo.eval_every=0", "grpo.eval_examples=16"] + FAST_FAILURE
+    config = with_length_reward(os.path.join(args.source, "configs/grpo_arith.yaml"),
+                                os.path.join(args.work, "grpo_length.yaml"))
+    run([args.rlforge, "run", config, f"job.run_root={args.work}", "job.name=grpo_clean"] +
+        overrides, 300)
+    clean = comparable(final_metrics(os.path.join(args.work, "grpo_clean")))
+    faulted = comparable(chaos(args, config, "grpo_chaos", ["--groups", "8"], overrides))
+    # The same samples and updates; engines batch differently, hence float noise only.
+    diff = {k: (clean.get(k), faulted.get(k)) for k in set(clean) | set(faulted)
+            if k not in clean or k not in faulted or
+            abs(clean[k] - faulted[k]) > 1e-4 * max(1.0, abs(clean[k]))}
+    if diff:
+        raise SystemExit(f"GRPO under faults ended elsewhere (clean, faulted): {diff}")
+    print("GRPO: the faulted run ends where the unfaulted one does (to 1e-4)")
+
+
+def ppo(args):
+    config = os.path.join(args.source, "configs/ppo_cartpole.yaml")
+    overrides = ["rollout.workers=2", "sim.backend=server", "sim.servers_per_worker=2",
+                 "env.num_envs=8", "ppo.total_steps=153600", "ppo.epochs=4"] + FAST_FAILURE
+    returns = []
+    for seed in (1, 2, 3):
+        name = f"ppo_clean_{seed}"
+        run([args.rlforge, "run", config, f"job.run_root={args.work}", f"job.name={name}",
+             f"job.seed={seed}"] + overrides, 300)
+        returns.append(final_metrics(os.path.join(args.work, name))["episodic_return"])
+    faulted = chaos(args, config, "ppo_chaos", ["--env-steps", str(2 * 8 * 32)],
+                    overrides + ["job.seed=4"])["episodic_return"]
+    low, high = min(returns), max(returns)
+    spread = high - low
+    print(f"PPO final episodic_return: unfaulted {returns}, faulted {faulted:.1f}")
+    if not low - spread <= faulted <= high + spread:
+        raise SystemExit(f"PPO under faults ended at {faulted:.1f}, outside "
+                         f"[{low - spread:.1f}, {high + spread:.1f}]")
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--rlforge", required=True)
+    p.add_argument("--source", required=True)
+    p.add_argument("--work", required=True)
+    args = p.parse_args()
+    shutil.rmtree(args.work, ignore_errors=True)
+    os.makedirs(args.work)
+    grpo(args)
+    ppo(args)
+    print("chaos_test: passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
