@@ -343,7 +343,8 @@ absl::Status LmLoop::SyncWeights(TrainerGroup& trainer, const proto::WeightsRead
     fleet_.Served(e, served);
     const auto& m = acks[i].result.metrics();
     const std::string prefix = absl::StrCat("rollout/", e, "/");
-    if (m.count("weight_gbps")) rec.metrics[prefix + "weight_gbps"] = m.at("weight_gbps");
+    // A rate measured by the clock: a timing, like the seconds around it.
+    if (m.count("weight_gbps")) rec.timings[prefix + "weight_gbps"] = m.at("weight_gbps");
     if (m.count("weight_read_s")) rec.timings[prefix + "weight_read_s"] = m.at("weight_read_s");
     if (m.count("load_s")) rec.timings[prefix + "weight_load_s"] = m.at("load_s");
     if (served != announced.version()) {

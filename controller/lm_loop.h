@@ -104,7 +104,7 @@ class LmLoop {
   // otherwise the trainer ranks get PublishWeights while every engine gets LoadWeights, and
   // the stream flows between them. Waits for all. From then on only engines that serve that
   // version generate; one whose ack reports an older version sits out (and is warned of).
-  // Into rec: rollout/<i>/weight_load_s, weight_read_s (timings) and weight_gbps per engine;
+  // Into rec: rollout/<i>/weight_load_s, weight_read_s and weight_gbps (timings) per engine;
   // publish_s and weight_stream_bytes (the trainer's side) when streamed.
   absl::Status SyncWeights(TrainerGroup& trainer, const proto::WeightsReady& announced,
                            std::vector<TensorFrame> tensors, IterationRecord& rec);
