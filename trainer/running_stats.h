@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace rlforge {
@@ -13,6 +14,12 @@ class RunningMeanStd {
   double mean() const { return mean_; }
   double var() const { return var_; }
   double count() const { return count_; }
+  // For checkpoints: the three moments, restored exactly.
+  void Restore(double mean, double var, double count) {
+    mean_ = mean;
+    var_ = var;
+    count_ = count;
+  }
 
  private:
   double mean_ = 0, var_ = 1, count_ = 1e-4;
@@ -27,6 +34,13 @@ class RewardScaler {
   // rewards/dones: [T, N] row-major (N = num_envs). Scales in place; invalid
   // (autoreset) steps are skipped.
   void ScaleInPlace(int64_t T, float* rewards, const uint8_t* dones, const uint8_t* valid);
+  // For checkpoints: the discounted return of every env and the statistics over them.
+  const std::vector<double>& returns() const { return returns_; }
+  const RunningMeanStd& stats() const { return stats_; }
+  void Restore(std::vector<double> returns, const RunningMeanStd& stats) {
+    returns_ = std::move(returns);
+    stats_ = stats;
+  }
 
  private:
   double gamma_, clip_;
