@@ -65,6 +65,12 @@ struct LaunchOptions {
   std::string backend = "local";
 };
 
+// Whole-job checkpoints (docs/checkpoints.md): runs/<name>/checkpoints/step_<N>/state/.
+struct CheckpointOptions {
+  int64_t every = 0;  // iterations between checkpoints; 0: none, and Ctrl-C stops at once
+  int64_t keep = 3;   // complete checkpoints kept, the newest ones
+};
+
 // The transport self-test job: tensors go out to every echo actor and back.
 struct EchoOptions {
   int64_t workers = 2;
@@ -79,6 +85,7 @@ struct JobConfig {
   JobOptions job;
   ControllerOptions controller;
   LaunchOptions launch;
+  CheckpointOptions checkpoint;
   TrainerOptions trainer;
   EchoOptions echo;
   EnvOptions env;
