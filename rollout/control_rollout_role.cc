@@ -376,8 +376,8 @@ absl::StatusOr<WorkReply> ControlRolloutRole::LoadState(const proto::LoadState& 
   in >> rng_;
   if (!in) return absl::DataLossError(absl::StrCat(path, ": unreadable rng state"));
   action_log_.assign(log, log + actions.numel());
-  spdlog::info("restored {} env steps from {} in {:.2f} s", actions.numel() / batch_bytes, path,
-               timer.Seconds());
+  spdlog::info("replayed {} steps of {} envs from {} in {:.3f} s", actions.numel() / batch_bytes,
+               envs_->num_envs(), path, timer.Seconds());
   return WorkReply();
 }
 
