@@ -1,6 +1,7 @@
 // The rlforge binary: one executable for every role.
 //
 //   rlforge run JOB.yaml [key=value ...]      run a job (controller + local actors)
+//   rlforge run --resume RUN_DIR              continue a run from its newest checkpoint
 //   rlforge controller JOB.yaml [key=value]   run the controller; every actor joins by hand
 //   rlforge validate JOB.yaml [key=value ...] check a job file without running it
 //   rlforge actor --role R --connect ADDR     join a running job as one actor
@@ -64,7 +65,9 @@ int RunInitJob(const std::string& path, const rlforge::JobConfig& main_job,
     std::fprintf(stderr, "(%s: model.init_job names %s)\n", path.c_str(), m.init_job.c_str());
     return 2;
   }
-  if (int rc = rlforge::RunJob(first.config, ro); rc != 0) return rc;
+  rlforge::RunOptions first_ro = ro;
+  first_ro.resume_dir.clear();  // the first stage is a run of its own
+  if (int rc = rlforge::RunJob(first.config, first_ro); rc != 0) return rc;
   if (!std::filesystem::is_directory(m.path)) {
     std::fprintf(stderr,
                  "error: %s: model.init_job %s finished, but model.path %s still does not exist "
@@ -76,7 +79,8 @@ int RunInitJob(const std::string& path, const rlforge::JobConfig& main_job,
   return 0;
 }
 
-int CmdRun(const std::string& path, const std::vector<std::string>& overrides, bool all_external) {
+int CmdRun(const std::string& path, const std::vector<std::string>& overrides, bool all_external,
+           const std::string& resume_dir = "") {
   rlforge::LoadedJob job;
   if (!LoadOrReport(path, overrides, &job)) return 2;
   if (all_external) {
@@ -85,10 +89,32 @@ int CmdRun(const std::string& path, const std::vector<std::string>& overrides, b
   rlforge::RunOptions ro;
   ro.self_exe = rlforge::SelfExecutable();
   ro.stop = &g_stop;
+  ro.signals = &rlforge::SignalCount();
   ro.interactive = isatty(STDOUT_FILENO);
+  ro.resume_dir = resume_dir;
   InstallSignalHandlers();
   if (int rc = RunInitJob(path, job.config, ro); rc != 0) return rc;
   return rlforge::RunJob(job.config, ro);
+}
+
+// `rlforge run --resume RUN_DIR`: the run's own resolved config, nothing overridden (a
+// changed config would not continue the same run).
+int CmdResume(const std::string& run_dir, const std::string& job_path,
+              const std::vector<std::string>& overrides) {
+  if (!job_path.empty() || !overrides.empty()) {
+    std::fprintf(stderr,
+                 "error: rlforge run --resume %s takes no job file or overrides: it continues "
+                 "with the run's own %s/config.resolved.yaml\n",
+                 run_dir.c_str(), run_dir.c_str());
+    return 2;
+  }
+  const std::string config = run_dir + "/config.resolved.yaml";
+  if (!std::filesystem::is_regular_file(config)) {
+    std::fprintf(stderr, "error: --resume %s: not a run directory (no config.resolved.yaml)\n",
+                 run_dir.c_str());
+    return 2;
+  }
+  return CmdRun(config, {}, false, run_dir);
 }
 
 int CmdValidate(const std::string& path, const std::vector<std::string>& overrides) {
@@ -199,8 +225,12 @@ int main(int argc, char** argv) {
   std::string job_path;
   std::vector<std::string> overrides;
   auto* run = app.add_subcommand("run", "Run a job: the controller and its local actors");
-  run->add_option("job", job_path, "Job file (YAML)")->required();
+  std::string resume_dir;
+  run->add_option("job", job_path, "Job file (YAML)");
   run->add_option("overrides", overrides, "Dotted overrides, e.g. trainer.lr=3e-4");
+  run->add_option("--resume", resume_dir,
+                  "Continue the run in this directory from its newest complete checkpoint "
+                  "(docs/checkpoints.md)");
 
   auto* ctl = app.add_subcommand("controller", "Run only the controller; actors join by hand");
   ctl->add_option("job", job_path, "Job file (YAML)")->required();
@@ -258,6 +288,11 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     app.exit(e);
+    return 2;
+  }
+  if (*run && !resume_dir.empty()) return CmdResume(resume_dir, job_path, overrides);
+  if (*run && job_path.empty()) {
+    std::fprintf(stderr, "error: rlforge run needs a job file (or --resume RUN_DIR)\n");
     return 2;
   }
   if (*run) return CmdRun(job_path, overrides, false);

@@ -6,10 +6,15 @@ namespace rlforge {
 
 namespace {
 std::atomic<int> g_stop{0};
-void OnSignal(int sig) { g_stop.store(sig); }
+std::atomic<int> g_count{0};
+void OnSignal(int sig) {
+  g_stop.store(sig);
+  g_count.fetch_add(1);
+}
 }  // namespace
 
 std::atomic<int>& StopFlag() { return g_stop; }
+std::atomic<int>& SignalCount() { return g_count; }
 
 void InstallSignalHandlers() {
   struct sigaction sa = {};

@@ -8,6 +8,8 @@ namespace rlforge {
 
 // The flag: 0, or the number of the signal that asked to stop.
 std::atomic<int>& StopFlag();
+// How many SIGINT/SIGTERM have come (a checkpointing job stops at once on the second).
+std::atomic<int>& SignalCount();
 void InstallSignalHandlers();
 
 }  // namespace rlforge

@@ -146,6 +146,41 @@ std::shared_ptr<const Schema> LaunchSection() {
   return b.Build();
 }
 
+std::shared_ptr<const Schema> CheckpointSection() {
+  SchemaBuilder<CheckpointOptions> b(
+      "Whole-job checkpoints: models, optimizer state, every RNG, the data position and the "
+      "loop's counters, for `rlforge run --resume` (docs/checkpoints.md).");
+  b.Int("every", &CheckpointOptions::every,
+        "Iterations between checkpoints; 0: none. When set, the first Ctrl-C (SIGINT or "
+        "SIGTERM) finishes the iteration under way, checkpoints and stops; a second stops at "
+        "once.")
+      .Min(0);
+  b.Int("keep", &CheckpointOptions::keep,
+        "Complete checkpoints kept (the newest); older ones are deleted once a new one is "
+        "complete.")
+      .Min(1);
+  return b.Build();
+}
+
+// Why job.algorithm cannot checkpoint the whole job, or "" when it can.
+std::string NoCheckpointReason(const AlgorithmSpec& a) {
+  switch (a.family) {
+    case AlgorithmFamily::kControlPpo:
+      return "";
+    case AlgorithmFamily::kLmRl:
+      return a.advantage == AdvantageKind::kTokenGae
+                 ? "keeps a critic whose state whole-job checkpoints do not save yet"
+                 : "";
+    case AlgorithmFamily::kEcho:
+      return "has no state to checkpoint";
+    case AlgorithmFamily::kSft:
+      return "saves its own checkpoints (sft.save_every) and has no resume yet";
+    case AlgorithmFamily::kDpo:
+      return "has no whole-job checkpoints yet";
+  }
+  return "";
+}
+
 std::shared_ptr<const Schema> TrainerSection() {
   SchemaBuilder<TrainerOptions> b("The learner: ranks, threads and the AdamW optimiser.");
   b.Int("ranks", &TrainerOptions::ranks,
@@ -209,6 +244,7 @@ std::shared_ptr<const Schema> BuildJobSchema() {
   b.Section("job", &JobConfig::job, JobSection());
   b.Section("controller", &JobConfig::controller, ControllerSection());
   b.Section("launch", &JobConfig::launch, LaunchSection());
+  b.Section("checkpoint", &JobConfig::checkpoint, CheckpointSection());
   b.Section("trainer", &JobConfig::trainer, TrainerSection());
   b.Section("echo", &JobConfig::echo, EchoSection());
   AddControlSections(b);
@@ -219,6 +255,13 @@ std::shared_ptr<const Schema> BuildJobSchema() {
   AddLmSections(b);
   b.Check([](const JobConfig& c, config::CheckContext& ctx) {
     CheckAlgorithmSections(c, ctx);
+    if (c.job.algorithm != nullptr && c.checkpoint.every > 0) {
+      const std::string why = NoCheckpointReason(*c.job.algorithm);
+      if (!why.empty()) {
+        ctx.Error("checkpoint.every", absl::StrCat("job.algorithm ", c.job.algorithm->name, " ",
+                                                   why, "; got ", c.checkpoint.every, " (set 0)"));
+      }
+    }
     if (c.job.algorithm != nullptr && c.trainer.ranks != 1) {
       const std::string why = OneRankReason(c.job.algorithm->family);
       if (!why.empty()) {

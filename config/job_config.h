@@ -67,6 +67,12 @@ struct LaunchOptions {
   double restart_backoff_s = 1.0;  // before a slot's k-th relaunch: this * 2^k (at most 30 s)
 };
 
+// Whole-job checkpoints (docs/checkpoints.md): runs/<name>/checkpoints/step_<N>/state/.
+struct CheckpointOptions {
+  int64_t every = 0;  // iterations between checkpoints; 0: none, and Ctrl-C stops at once
+  int64_t keep = 3;   // complete checkpoints kept, the newest ones
+};
+
 // The transport self-test job: tensors go out to every echo actor and back.
 struct EchoOptions {
   int64_t workers = 2;
@@ -81,6 +87,7 @@ struct JobConfig {
   JobOptions job;
   ControllerOptions controller;
   LaunchOptions launch;
+  CheckpointOptions checkpoint;
   TrainerOptions trainer;
   EchoOptions echo;
   EnvOptions env;

@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "config/job_config.h"
 #include "controller/controller.h"
+#include "controller/job_checkpoint.h"
 #include "controller/run_directory.h"
 #include "dashboard/run_state.h"
 
@@ -49,6 +50,12 @@ class JobContext {
   virtual void SetTotalIterations(int64_t total) = 0;
   // Recent samples shown by the dashboard (bounded by dashboard.max_samples).
   virtual void AddSamples(const std::vector<SampleRecord>& samples) {}
+  // The checkpoint a resumed job continues from (`rlforge run --resume`), or null: the loop
+  // restores its actors and counters from it and starts at iteration step + 1.
+  virtual const JobCheckpoint* resume_point() const { return nullptr; }
+  // With checkpoint.every set, the signal (SIGINT, SIGTERM) that asked the job to checkpoint
+  // and stop once the iteration under way ends; 0 when none came (CheckpointAfterIteration).
+  virtual int StopSignal() const { return 0; }
 };
 
 class Algorithm {

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -17,6 +18,7 @@
 #include "config/dashboard_config.h"
 #include "controller/algorithm.h"
 #include "controller/controller.h"
+#include "controller/job_checkpoint.h"
 #include "controller/run_directory.h"
 #include "dashboard/progress.h"
 #include "dashboard/run_state.h"
@@ -41,12 +43,17 @@ struct IterationSinks {
 
 class Context final : public JobContext {
  public:
-  Context(Controller* c, const JobConfig* cfg, const RunDirectory* dir, IterationSinks sinks)
+  Context(Controller* c, const JobConfig* cfg, const RunDirectory* dir, IterationSinks sinks,
+          const JobCheckpoint* resume, const std::atomic<int>* deferred_stop)
       : controller_(c),
         config_(cfg),
         dir_(dir),
         sinks_(sinks),
+        resume_(resume),
+        deferred_stop_(deferred_stop),
         start_us_(RealClock::Get()->NowMicros()) {}
+  const JobCheckpoint* resume_point() const override { return resume_; }
+  int StopSignal() const override { return deferred_stop_ == nullptr ? 0 : deferred_stop_->load(); }
   Controller& controller() override { return *controller_; }
   const JobConfig& config() const override { return *config_; }
   const RunDirectory& run_dir() const override { return *dir_; }
@@ -100,6 +107,8 @@ class Context final : public JobContext {
   const JobConfig* config_;
   const RunDirectory* dir_;
   IterationSinks sinks_;
+  const JobCheckpoint* resume_;
+  const std::atomic<int>* deferred_stop_;  // null unless checkpoints defer Ctrl-C
   int64_t start_us_;
   int64_t total_ = 0;
 };
@@ -239,6 +248,20 @@ bool NeedsStore(const Controller& controller, const JobConfig& config) {
          LmWeightTransport(config.weights, config.rollout.external) == "gloo";
 }
 
+// `rlforge run --resume`: the newest complete checkpoint of `dir` into *out (none: the job
+// starts over in the same folder), with metrics.jsonl cut back to its step.
+absl::Status FindResumePoint(const RunDirectory& dir, std::optional<JobCheckpoint>* out) {
+  std::vector<std::string> skipped;
+  ASSIGN_OR_RETURN(*out, FindNewestCheckpoint(dir.path(), &skipped));
+  for (const std::string& why : skipped) spdlog::warn("{}; skipping it", why);
+  if (out->has_value()) {
+    spdlog::info("resuming from checkpoint {} (iteration {})", (*out)->dir, (*out)->step);
+  } else {
+    spdlog::warn("{} has no complete checkpoint: starting the job over in it", dir.path());
+  }
+  return TruncateMetrics(dir.path() + "/metrics.jsonl", out->has_value() ? (*out)->step : -1);
+}
+
 int ExitCodeFor(const absl::Status& s, const std::atomic<int>* stop) {
   if (s.ok()) return 0;
   if (s.code() == absl::StatusCode::kCancelled && stop != nullptr && stop->load() != 0) {
@@ -255,7 +278,9 @@ int RunJob(const JobConfig& config, const RunOptions& options) {
     std::fprintf(stderr, "error: %s\n", Msg(token.status()).c_str());
     return 2;
   }
-  auto dir = RunDirectory::Create(config.job.run_root, config.job.name);
+  const bool resuming = !options.resume_dir.empty();
+  auto dir = resuming ? RunDirectory::Open(options.resume_dir)
+                      : RunDirectory::Create(config.job.run_root, config.job.name);
   if (!dir.ok()) {
     std::fprintf(stderr, "error: %s\n", std::string(dir.status().message()).c_str());
     return 1;
@@ -265,7 +290,9 @@ int RunJob(const JobConfig& config, const RunOptions& options) {
   SetUpControllerLog(*dir, config.job.log_level, progress, options.interactive);
   spdlog::info("run directory {}", dir->path());
   StatusWriter status_file(&*dir, &config);
-  absl::Status written = dir->WriteFile("config.resolved.yaml", ResolvedYaml(config));
+  std::optional<JobCheckpoint> resume;
+  absl::Status written = resuming ? FindResumePoint(*dir, &resume)
+                                  : dir->WriteFile("config.resolved.yaml", ResolvedYaml(config));
   auto metrics = MetricsLog::Open(dir->path() + "/metrics.jsonl");
   auto algorithm = CreateAlgorithm(config);
   for (const absl::Status& s : {written, metrics.status(), algorithm.status()}) {
@@ -301,7 +328,12 @@ int RunJob(const JobConfig& config, const RunOptions& options) {
   co.max_restarts = config.launch.max_restarts;
   co.restart_backoff_s = config.launch.restart_backoff_s;
   LocalProcessLauncher launcher;
-  Controller controller(co, transport->get(), RealClock::Get(), &launcher, options.stop);
+  // With checkpoints, the first signal waits for the iteration's end (the loop checkpoints and
+  // stops); the controller itself stops at the second.
+  const bool defer_stop = config.checkpoint.every > 0 && options.signals != nullptr;
+  std::atomic<int> hard_stop{0};
+  Controller controller(co, transport->get(), RealClock::Get(), &launcher,
+                        defer_stop ? &hard_stop : options.stop);
   for (const RoleRequirement& r : (*algorithm)->Roles()) {
     controller.ExpectRole(r.role, r.count, r.external, r.recoverable);
   }
@@ -338,7 +370,18 @@ int RunJob(const JobConfig& config, const RunOptions& options) {
   });
   PublishActors(controller, actor_metrics, &run_state);
   int64_t last_publish_us = 0;
+  bool stop_announced = false;
   controller.set_pump_observer([&] {
+    if (defer_stop && options.stop->load() != 0) {
+      if (!stop_announced) {
+        spdlog::warn(
+            "signal {}: checkpointing once this iteration ends, then stopping (again: "
+            "stop at once)",
+            options.stop->load());
+        stop_announced = true;
+      }
+      if (options.signals->load() >= 2) hard_stop.store(options.stop->load());
+    }
     int64_t now = RealClock::Get()->NowMicros();
     if (now - last_publish_us < 200'000) return;
     last_publish_us = now;
@@ -405,7 +448,8 @@ int RunJob(const JobConfig& config, const RunOptions& options) {
     spdlog::info("all {} actors registered; running {}", controller.actors().All().size(),
                  config.job.algorithm->name);
     Context job_ctx(&controller, &config, &*dir,
-                    {&*metrics, &run_state, tensorboard.get(), progress.get()});
+                    {&*metrics, &run_state, tensorboard.get(), progress.get()},
+                    resume ? &*resume : nullptr, defer_stop ? options.stop : nullptr);
     status = (*algorithm)->Run(job_ctx);
     progress->Finish();
   }

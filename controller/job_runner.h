@@ -17,6 +17,12 @@ struct RunOptions {
   std::string self_exe;                    // the rlforge binary, used to start actors
   const std::atomic<int>* stop = nullptr;  // signal number once one arrives
   bool interactive = false;                // stdout is a terminal
+  // How many SIGINT/SIGTERM came: with checkpoint.every set the first lets the iteration under
+  // way finish and checkpoint, the second stops at once. Null: every signal stops at once.
+  const std::atomic<int>* signals = nullptr;
+  // `rlforge run --resume`: continue the run in this directory from its newest complete
+  // checkpoint (controller/job_checkpoint.h) instead of making a new one.
+  std::string resume_dir;
 };
 
 // Exit codes: 0 finished, 1 failed, 128+N stopped by signal N.

@@ -484,7 +484,8 @@ absl::Status LmLoop::LoadOnto(const std::vector<size_t>& loaders, IterationRecor
     const auto& m = acks[i].result.metrics();
     const std::string prefix = absl::StrCat("rollout/", e, "/");
     if (rec != nullptr) {
-      if (m.count("weight_gbps")) rec->metrics[prefix + "weight_gbps"] = m.at("weight_gbps");
+      // A rate measured by the clock: a timing, like the seconds around it.
+      if (m.count("weight_gbps")) rec->timings[prefix + "weight_gbps"] = m.at("weight_gbps");
       if (m.count("weight_read_s")) rec->timings[prefix + "weight_read_s"] = m.at("weight_read_s");
       if (m.count("load_s")) rec->timings[prefix + "weight_load_s"] = m.at("load_s");
     }

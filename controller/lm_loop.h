@@ -114,7 +114,7 @@ class LmLoop {
   // version generate; one whose ack reports an older version sits out (and is warned of). An
   // engine lost during an inline load is skipped (its replacement loads the version later);
   // one lost during a stream fails the stream, and the job.
-  // Into rec: rollout/<i>/weight_load_s, weight_read_s (timings) and weight_gbps per engine;
+  // Into rec: rollout/<i>/weight_load_s, weight_read_s and weight_gbps (timings) per engine;
   // publish_s and weight_stream_bytes (the trainer's side) when streamed.
   absl::Status SyncWeights(TrainerGroup& trainer, const proto::WeightsReady& announced,
                            std::vector<TensorFrame> tensors, IterationRecord& rec);

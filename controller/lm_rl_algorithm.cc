@@ -46,8 +46,13 @@ absl::Status LmRlAlgorithm::Run(JobContext& ctx) {
                config_.job.algorithm->name, g.prompts_per_iteration, g.group_size, iterations,
                text.heldout.size());
 
-  RETURN_IF_ERROR(
-      loop.EvaluateStart(g.max_new_tokens, seed, g.eval_verifier));  // step 0: the starting policy
+  int64_t first = 1;
+  if (const JobCheckpoint* from = ctx.resume_point()) {
+    ASSIGN_OR_RETURN(version, Resume(trainer, loop, *from));
+    first = from->step + 1;
+  } else {  // step 0: the starting policy
+    RETURN_IF_ERROR(loop.EvaluateStart(g.max_new_tokens, seed, g.eval_verifier));
+  }
   SamplingParams sampling;
   sampling.n = g.group_size;
   sampling.temperature = g.temperature;
@@ -55,7 +60,7 @@ absl::Status LmRlAlgorithm::Run(JobContext& ctx) {
   sampling.top_k = g.top_k;
   sampling.max_tokens = g.max_new_tokens;
   sampling.stream_groups = g.stream_groups;
-  for (int64_t it = 1; it <= iterations; ++it) {
+  for (int64_t it = first; it <= iterations; ++it) {
     const Stopwatch t_iter;
     IterationRecord rec;
     rec.step = it;
@@ -132,8 +137,38 @@ absl::Status LmRlAlgorithm::Run(JobContext& ctx) {
     rec.timings["samples_per_s"] = samples / rec.timings["iteration_s"];
     rec.timings["tokens_per_s"] = response_tokens / rec.timings["iteration_s"];
     RETURN_IF_ERROR(ctx.EndIteration(rec));
+    RETURN_IF_ERROR(CheckpointAfterIteration(
+        ctx, it, {{"iteration", it}, {"policy_version", version}}, [&](const std::string& dir) {
+          proto::WorkRequest save;
+          save.mutable_save_state()->set_dir(dir + "/trainer");
+          return trainer.Run(std::move(save)).status();
+        }));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> LmRlAlgorithm::Resume(TrainerGroup& trainer, LmLoop& loop,
+                                              const JobCheckpoint& from) {
+  const nlohmann::json& c = from.controller;
+  if (!c.contains("iteration") || !c.contains("policy_version") ||
+      c["iteration"].get<int64_t>() != from.step) {
+    return absl::DataLossError(absl::StrCat(from.dir, "/controller.json: no iteration ", from.step,
+                                            " and policy_version"));
+  }
+  const int64_t version = c["policy_version"].get<int64_t>();
+  proto::WorkRequest load;
+  load.mutable_load_state()->set_dir(from.dir + "/trainer");
+  ASSIGN_OR_RETURN(WorkOutcome restored, trainer.Run(std::move(load)));
+  if (restored.result.weights().version() != version) {
+    return absl::DataLossError(absl::StrCat(from.dir, ": the trainer restored policy version ",
+                                            restored.result.weights().version(),
+                                            ", controller.json says ", version));
+  }
+  IterationRecord unused;  // the sync's figures belong to no iteration
+  RETURN_IF_ERROR(
+      loop.SyncWeights(trainer, restored.result.weights(), std::move(restored.tensors), unused));
+  spdlog::info("resumed after iteration {} at policy version {}", from.step, version);
+  return version;
 }
 
 }  // namespace rlforge

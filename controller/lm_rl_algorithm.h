@@ -13,6 +13,8 @@
 #pragma once
 
 #include "controller/algorithm.h"
+#include "controller/lm_loop.h"
+#include "controller/trainer_group.h"
 
 namespace rlforge {
 
@@ -25,6 +27,9 @@ class LmRlAlgorithm final : public Algorithm {
 
  private:
   explicit LmRlAlgorithm(const JobConfig& config) : config_(config) {}
+  // A resumed job: the trainer ranks read their state from the checkpoint, and the engines
+  // load the restored version. Returns that version.
+  absl::StatusOr<int64_t> Resume(TrainerGroup& trainer, LmLoop& loop, const JobCheckpoint& from);
   JobConfig config_;
 };
 

@@ -352,11 +352,17 @@ absl::Status PpoAlgorithm::Run(JobContext& ctx) {
   for (size_t w = 0; w < workers_.size(); ++w) {
     reward_scalers_.emplace_back(N, config_.ppo.gamma, config_.ppo.clip_reward);
   }
-  int64_t version = 0, env_steps = 0, episodes = 0;
-  bool solved = false;
+  Progress progress;
+  if (ctx.resume_point() != nullptr) {
+    RETURN_IF_ERROR(Resume(c, trainer, *ctx.resume_point(), &progress));
+    if (progress.solved && config_.ppo.stop_when_solved) return absl::OkStatus();
+  }
+  int64_t &version = progress.version, &env_steps = progress.env_steps,
+          &episodes = progress.episodes;
+  bool& solved = progress.solved;
   const int64_t O = spec.obs_size();
   const int64_t A = spec.discrete() ? 1 : spec.action_size();
-  for (int64_t it = 1; it <= iterations; ++it) {
+  for (int64_t it = progress.iteration + 1; it <= iterations; ++it) {
     const Stopwatch t_iter;
     IterationRecord rec;
     rec.step = it;
@@ -497,8 +503,97 @@ absl::Status PpoAlgorithm::Run(JobContext& ctx) {
     rec.timings["iteration_s"] = iter_s;
     rec.timings["steps_per_s"] = static_cast<double>(batch) / iter_s;
     RETURN_IF_ERROR(ctx.EndIteration(rec));
+    progress.iteration = it;
+    RETURN_IF_ERROR(CheckpointAfterIteration(
+        ctx, it, SaveProgress(progress),
+        [&](const std::string& dir) { return SaveActors(c, trainer, dir); }));
     if (solved && config_.ppo.stop_when_solved) break;
   }
+  return absl::OkStatus();
+}
+
+nlohmann::json PpoAlgorithm::SaveProgress(const Progress& p) const {
+  nlohmann::json scalers = nlohmann::json::array();
+  for (const RewardScaler& r : reward_scalers_) {
+    scalers.push_back({{"returns", r.returns()},
+                       {"mean", r.stats().mean()},
+                       {"var", r.stats().var()},
+                       {"count", r.stats().count()}});
+  }
+  return {{"iteration", p.iteration},
+          {"policy_version", p.version},
+          {"env_steps", p.env_steps},
+          {"episodes", p.episodes},
+          {"solved", p.solved},
+          {"recent_returns", recent_returns_},
+          {"recent_lengths", recent_lengths_},
+          {"reward_scalers", scalers}};
+}
+
+absl::Status PpoAlgorithm::RestoreProgress(const nlohmann::json& j, Progress* p) {
+  try {
+    p->iteration = j.at("iteration").get<int64_t>();
+    p->version = j.at("policy_version").get<int64_t>();
+    p->env_steps = j.at("env_steps").get<int64_t>();
+    p->episodes = j.at("episodes").get<int64_t>();
+    p->solved = j.at("solved").get<bool>();
+    recent_returns_ = j.at("recent_returns").get<std::deque<double>>();
+    recent_lengths_ = j.at("recent_lengths").get<std::deque<double>>();
+    const nlohmann::json& scalers = j.at("reward_scalers");
+    if (scalers.size() != reward_scalers_.size()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("the checkpoint has reward normalisers for ", scalers.size(),
+                       " rollout workers, the job has ", reward_scalers_.size()));
+    }
+    for (size_t w = 0; w < scalers.size(); ++w) {
+      RunningMeanStd stats;
+      stats.Restore(scalers[w].at("mean").get<double>(), scalers[w].at("var").get<double>(),
+                    scalers[w].at("count").get<double>());
+      reward_scalers_[w].Restore(scalers[w].at("returns").get<std::vector<double>>(), stats);
+    }
+  } catch (const nlohmann::json::exception& e) {
+    return absl::DataLossError(absl::StrCat("controller.json: ", e.what()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PpoAlgorithm::SaveActors(Controller& c, const std::string& trainer,
+                                      const std::string& state_dir) {
+  std::vector<uint64_t> ids;
+  std::vector<std::string> actors = workers_;
+  actors.push_back(trainer);
+  for (const std::string& id : actors) {
+    proto::WorkRequest req;
+    req.mutable_save_state()->set_dir(state_dir + "/" + id);
+    ASSIGN_OR_RETURN(uint64_t wid, c.Submit(id, std::move(req)));
+    ids.push_back(wid);
+  }
+  return c.AwaitAll(ids).status();
+}
+
+absl::Status PpoAlgorithm::Resume(Controller& c, const std::string& trainer,
+                                  const JobCheckpoint& from, Progress* p) {
+  RETURN_IF_ERROR(Annotate(RestoreProgress(from.controller, p), from.dir));
+  proto::WorkRequest load;
+  load.mutable_load_state()->set_dir(from.dir + "/" + trainer);
+  ASSIGN_OR_RETURN(uint64_t tid, c.Submit(trainer, std::move(load)));
+  ASSIGN_OR_RETURN(WorkOutcome restored, c.Await(tid));
+  if (restored.result.weights().version() != p->version) {
+    return absl::DataLossError(absl::StrCat(from.dir, ": the trainer restored policy version ",
+                                            restored.result.weights().version(),
+                                            ", controller.json says ", p->version));
+  }
+  RETURN_IF_ERROR(Broadcast(c, restored.result.weights(), restored.tensors));
+  std::vector<uint64_t> ids;
+  for (const std::string& id : workers_) {
+    proto::WorkRequest req;
+    req.mutable_load_state()->set_dir(from.dir + "/" + id);
+    ASSIGN_OR_RETURN(uint64_t wid, c.Submit(id, std::move(req)));
+    ids.push_back(wid);
+  }
+  RETURN_IF_ERROR(c.AwaitAll(ids).status());
+  spdlog::info("resumed after iteration {} at policy version {} ({} env steps)", p->iteration,
+               p->version, p->env_steps);
   return absl::OkStatus();
 }
 

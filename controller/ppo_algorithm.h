@@ -46,6 +46,22 @@ class PpoAlgorithm final : public Algorithm {
                                                            std::vector<size_t>& done_order);
   bool Usable(const Controller& c, size_t w) const;
 
+  // The loop's counters, restored by a resumed job.
+  struct Progress {
+    int64_t iteration = 0;  // last iteration done
+    int64_t version = 0, env_steps = 0, episodes = 0;
+    bool solved = false;
+  };
+  // Whole-job checkpoints: the counters, the return windows and the reward normalisers.
+  nlohmann::json SaveProgress(const Progress& p) const;
+  absl::Status RestoreProgress(const nlohmann::json& j, Progress* p);
+  // Every stateful actor's SaveState (the trainer, each rollout worker) into state_dir.
+  absl::Status SaveActors(Controller& c, const std::string& trainer, const std::string& state_dir);
+  // A resumed job: counters from the checkpoint, the trainer's state (its version then
+  // broadcast to the workers), each worker's sampler and envs.
+  absl::Status Resume(Controller& c, const std::string& trainer, const JobCheckpoint& from,
+                      Progress* p);
+
   JobConfig config_;
   SimPlacement placement_;
   std::vector<std::string> workers_;

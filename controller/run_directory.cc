@@ -31,6 +31,20 @@ absl::StatusOr<RunDirectory> RunDirectory::Create(const std::string& root,
   return absl::ResourceExhaustedError(absl::StrCat("too many runs named ", name, " in ", root));
 }
 
+absl::StatusOr<RunDirectory> RunDirectory::Open(const std::string& path) {
+  std::error_code ec;
+  if (!fs::exists(fs::path(path) / "config.resolved.yaml", ec)) {
+    return absl::NotFoundError(
+        absl::StrCat(path, " is not a run directory (no config.resolved.yaml)"));
+  }
+  fs::create_directories(fs::path(path) / "logs", ec);
+  if (ec)
+    return absl::UnavailableError(absl::StrCat("cannot create ", path, "/logs: ", ec.message()));
+  std::string clean = fs::path(path).lexically_normal().string();
+  while (clean.size() > 1 && clean.back() == '/') clean.pop_back();
+  return RunDirectory(clean);
+}
+
 std::string RunDirectory::name() const { return fs::path(path_).filename().string(); }
 
 std::string RunDirectory::LogPath(const std::string& actor_id) const {

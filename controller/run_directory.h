@@ -20,6 +20,9 @@ class RunDirectory {
   // Creates <root>/<name>; if it exists, <root>/<name>-2, -3, ...
   static absl::StatusOr<RunDirectory> Create(const std::string& root, const std::string& name);
 
+  // An existing run directory (`rlforge run --resume`): it must hold config.resolved.yaml.
+  static absl::StatusOr<RunDirectory> Open(const std::string& path);
+
   const std::string& path() const { return path_; }
   std::string name() const;
   std::string LogPath(const std::string& actor_id) const;

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
@@ -31,9 +33,14 @@ absl::StatusOr<WorkReply> ControlRolloutRole::Handle(const proto::WorkRequest& r
         return Load(request.load_weights(), tensors);
       case proto::WorkRequest::kRollout:
         return Rollout(request.rollout());
+      case proto::WorkRequest::kSaveState:
+        return SaveState(request.save_state());
+      case proto::WorkRequest::kLoadState:
+        return LoadState(request.load_state());
       default:
         return absl::InvalidArgumentError(
-            "the control rollout worker takes rollout_setup, load_weights and rollout work");
+            "the control rollout worker takes rollout_setup, load_weights, rollout, save_state "
+            "and load_state work");
     }
   });
 }
@@ -241,6 +248,8 @@ absl::StatusOr<WorkReply> ControlRolloutRole::Rollout(const proto::RolloutTask& 
     policy_s += timer.Lap();
     const void* env_act = spec_.discrete() ? static_cast<const void*>(g_discrete[g].data())
                                            : static_cast<const void*>(g_env[g].data());
+    const auto* bytes = static_cast<const uint8_t*>(env_act);
+    action_log_.insert(action_log_.end(), bytes, bytes + n * EnvActionBytes());
     if (pipelined) {
       absl::Status s = envs_->BeginStep(g, env_act);
       env_s += timer.Seconds();
@@ -307,6 +316,69 @@ absl::StatusOr<WorkReply> ControlRolloutRole::Rollout(const proto::RolloutTask& 
   (*reply.result.mutable_metrics())["policy_s"] = policy_s;
   (*reply.result.mutable_metrics())["env_s"] = env_s;
   return reply;
+}
+
+int64_t ControlRolloutRole::EnvActionBytes() const {
+  return spec_.discrete() ? static_cast<int64_t>(sizeof(int64_t))
+                          : spec_.action_size() * static_cast<int64_t>(sizeof(float));
+}
+
+absl::StatusOr<WorkReply> ControlRolloutRole::SaveState(const proto::SaveState& save) {
+  if (!envs_) return absl::FailedPreconditionError("save_state before rollout_setup");
+  std::error_code ec;
+  std::filesystem::create_directories(save.dir(), ec);
+  if (ec) {
+    return absl::UnavailableError(absl::StrCat("cannot create ", save.dir(), ": ", ec.message()));
+  }
+  torch::serialize::OutputArchive a;
+  std::ostringstream rng;
+  rng << rng_;
+  a.write("rng", c10::IValue(rng.str()));
+  a.write("actions", torch::from_blob(action_log_.data(),
+                                      {static_cast<int64_t>(action_log_.size())}, torch::kUInt8)
+                         .clone());
+  a.write(
+      "obs",
+      torch::from_blob(obs_.data(), {static_cast<int64_t>(obs_.size())}, torch::kFloat32).clone());
+  a.save_to(save.dir() + "/rollout.pt");
+  return WorkReply();
+}
+
+absl::StatusOr<WorkReply> ControlRolloutRole::LoadState(const proto::LoadState& load) {
+  if (!envs_) return absl::FailedPreconditionError("load_state before rollout_setup");
+  const std::string path = load.dir() + "/rollout.pt";
+  torch::serialize::InputArchive a;
+  a.load_from(path);
+  c10::IValue rng;
+  torch::Tensor actions, obs;
+  if (!a.try_read("rng", rng) || !a.try_read("actions", actions) || !a.try_read("obs", obs)) {
+    return absl::DataLossError(absl::StrCat(path, ": no rng, actions or obs entry"));
+  }
+  const int64_t batch_bytes = envs_->num_envs() * EnvActionBytes();
+  if (actions.numel() % batch_bytes != 0 || obs.numel() != static_cast<int64_t>(obs_.size())) {
+    return absl::DataLossError(absl::StrCat(path, ": saved for another env count or spec"));
+  }
+  const Stopwatch timer;
+  const auto* log = actions.data_ptr<uint8_t>();
+  sim::StepOutput out;
+  for (int64_t off = 0; off < actions.numel(); off += batch_bytes) {
+    RETURN_IF_ERROR(Annotate(envs_->Step(log + off, &out),
+                             absl::StrCat("replaying the saved actions on ", envs_->location())));
+    std::memcpy(obs_.data(), out.obs.data(), obs_.size() * sizeof(float));
+  }
+  if (std::memcmp(obs_.data(), obs.data_ptr<float>(), obs_.size() * sizeof(float)) != 0) {
+    return absl::DataLossError(absl::StrCat(
+        "replaying ", actions.numel() / batch_bytes, " saved steps on ", envs_->location(),
+        " did not reach the saved observations: the simulator is not deterministic for a seed "
+        "and an action sequence, so this checkpoint cannot restore it"));
+  }
+  std::istringstream in(rng.toStringRef());
+  in >> rng_;
+  if (!in) return absl::DataLossError(absl::StrCat(path, ": unreadable rng state"));
+  action_log_.assign(log, log + actions.numel());
+  spdlog::info("replayed {} steps of {} envs from {} in {:.3f} s", actions.numel() / batch_bytes,
+               envs_->num_envs(), path, timer.Seconds());
+  return WorkReply();
 }
 
 }  // namespace rlforge

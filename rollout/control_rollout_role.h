@@ -8,6 +8,10 @@
 //                 truncated, valid [T, N, ...], last_values [N], episodes
 //
 // The env state carries over between tasks (episodes span iterations).
+// SaveState -> dir/rollout.pt: the sampler's generator, the observations and the log of every
+// action sent to the envs since setup. LoadState (after RolloutSetup's seeded reset) replays
+// that log, which brings any deterministic simulator (built-in, server or external) back to
+// the saved state, checked against the saved observations.
 #pragma once
 
 #include <memory>
@@ -32,6 +36,10 @@ class ControlRolloutRole final : public Role {
   absl::StatusOr<WorkReply> Setup(const proto::RolloutSetup& setup);
   absl::StatusOr<WorkReply> Load(const proto::LoadWeights& load, std::vector<TensorFrame>& tensors);
   absl::StatusOr<WorkReply> Rollout(const proto::RolloutTask& task);
+  absl::StatusOr<WorkReply> SaveState(const proto::SaveState& save);
+  absl::StatusOr<WorkReply> LoadState(const proto::LoadState& load);
+  // Bytes of one env's action as the envs take it (int64, or action_size floats).
+  int64_t EnvActionBytes() const;
   // Whether this rollout steps the servers group by group (sim.pipeline).
   bool Pipelined() const;
   // Counts a rollout of `steps` steps that took `seconds`; sim.pipeline auto
@@ -58,6 +66,8 @@ class ControlRolloutRole final : public Role {
   WeightReader reader_;
   std::vector<float> flat_;
   std::mt19937_64 rng_;
+  // Every action batch stepped since setup, in order: what LoadState replays.
+  std::vector<uint8_t> action_log_;
 };
 
 }  // namespace rlforge

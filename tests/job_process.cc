@@ -1,5 +1,6 @@
 #include "tests/job_process.h"
 
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -98,6 +99,19 @@ std::vector<nlohmann::json> ReadMetricsJsonl(const std::string& run_dir) {
   std::string line;
   while (std::getline(in, line)) out.push_back(nlohmann::json::parse(line));
   return out;
+}
+
+std::string WithLengthReward(const std::string& config, const std::string& path) {
+  std::string text = ReadFile(config);
+  const std::string exact = "kind: exact_answer\n      params:\n        extract: full\n";
+  const size_t at = text.find(exact);
+  EXPECT_NE(at, std::string::npos) << config << "'s reward section changed";
+  if (at != std::string::npos) {
+    text.replace(at, exact.size(),
+                 "kind: length_penalty\n      params:\n        max_length: 4\n        buffer: 3\n");
+  }
+  std::ofstream(path) << text;
+  return path;
 }
 
 }  // namespace rlforge::testing

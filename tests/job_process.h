@@ -48,6 +48,10 @@ std::pair<int, std::string> RunRlforge(const std::vector<std::string>& args, dou
 std::vector<int> ActorPids(const std::string& controller_output);
 bool ProcessExists(int pid);
 
+// `config` with its `exact` reward replaced by a length penalty, written to `path`: a
+// seconds-long SFT model never answers correctly, and all-zero rewards leave nothing to learn.
+std::string WithLengthReward(const std::string& config, const std::string& path);
+
 // The records of <run_dir>/metrics.jsonl, in order.
 std::vector<nlohmann::json> ReadMetricsJsonl(const std::string& run_dir);
 

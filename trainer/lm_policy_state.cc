@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/atomic_file.h"
 #include "common/clock.h"
 #include "common/exceptions.h"
 #include "common/status.h"
@@ -12,6 +13,7 @@
 #include "models/compute_threads.h"
 #include "models/hf_checkpoint.h"
 #include "models/tokenizer.h"
+#include "nlohmann/json.hpp"
 #include "trainer/lm_losses.h"
 #include "trainer/lm_metrics.h"
 #include "trainer/lr_schedule.h"
@@ -167,6 +169,25 @@ absl::StatusOr<WorkReply> LmPolicyState::Save(const std::string& dir) {
   RETURN_IF_ERROR(models::SaveTokenizer(*tokenizer, dir));
   (*reply.result.mutable_metrics())["save_s"] = timer.Seconds();
   return reply;
+}
+
+absl::Status LmPolicyState::SaveJobState(const std::string& dir) {
+  RETURN_IF_ERROR(SaveShardedState(dir, *policy_, *optimizer_));
+  if (comm_->rank() != 0) return absl::OkStatus();
+  const nlohmann::json j{{"version", version_}, {"optimizer_steps", optimizer_steps_}};
+  return WriteFileAtomic(dir + "/policy.json", j.dump() + "\n");
+}
+
+absl::Status LmPolicyState::LoadJobState(const std::string& dir) {
+  RETURN_IF_ERROR(LoadShardedState(dir, *policy_, *optimizer_));
+  ASSIGN_OR_RETURN(std::string text, ReadFileToString(dir + "/policy.json"));
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.contains("version") || !j.contains("optimizer_steps")) {
+    return absl::DataLossError(dir + "/policy.json: no version and optimizer_steps");
+  }
+  version_ = j["version"].get<int64_t>();
+  optimizer_steps_ = j["optimizer_steps"].get<int64_t>();
+  return absl::OkStatus();
 }
 
 double LmPolicyState::NextLearningRate(int64_t total_steps) {

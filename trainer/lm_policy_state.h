@@ -100,6 +100,12 @@ class LmPolicyState {
   // LmSave: the current policy as a Hugging Face checkpoint in `dir` (model.dtype) with
   // model.path's tokenizer and chat template. Every rank gathers unit by unit; rank 0 writes.
   absl::StatusOr<WorkReply> Save(const std::string& dir);
+  // Whole-job checkpoints: this rank's shards of the policy and AdamW moments in `dir`
+  // (trainer/sharded_checkpoint.h, so a resume may change trainer.ranks) and, from rank 0,
+  // dir/policy.json with the version and the schedule's step. Every rank calls both.
+  absl::Status SaveJobState(const std::string& dir);
+  // Reads them back; the caller then announces the restored version (Announce).
+  absl::Status LoadJobState(const std::string& dir);
 
  private:
   explicit LmPolicyState(const JobConfig& config) : config_(config) {}

@@ -57,9 +57,18 @@ absl::StatusOr<WorkReply> LmRlTrainerRole::Handle(const proto::WorkRequest& requ
     if (request.task_case() == proto::WorkRequest::kLmSave) {
       return state_->Save(request.lm_save().dir());
     }
-    return absl::InvalidArgumentError(
-        absl::StrCat("the ", config_.job.algorithm->name,
-                     " trainer takes grpo_train, publish_weights and lm_save work"));
+    if (request.task_case() == proto::WorkRequest::kSaveState) {
+      // A critic's state is not saved: the config refuses checkpoint.every for lm_ppo.
+      RETURN_IF_ERROR(state_->SaveJobState(request.save_state().dir()));
+      return WorkReply();
+    }
+    if (request.task_case() == proto::WorkRequest::kLoadState) {
+      RETURN_IF_ERROR(state_->LoadJobState(request.load_state().dir()));
+      return state_->Announce();
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the ", config_.job.algorithm->name,
+        " trainer takes grpo_train, publish_weights, lm_save, save_state and load_state work"));
   });
 }
 

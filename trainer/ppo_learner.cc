@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <sstream>
 
+#include "absl/strings/str_cat.h"
 #include "trainer/lr_schedule.h"
 #include "trainer/ppo_loss.h"
 
@@ -206,6 +208,59 @@ std::map<std::string, double> PpoLearner::Update(const PpoBatch& batch, int64_t 
   m["explained_variance"] = ExplainedVariance(batch.values, batch.returns);
   if (!model_->options().discrete) m["action_std"] = model_->log_std().exp().mean().item<double>();
   return m;
+}
+
+namespace {
+
+// The tensors a checkpoint of the learner holds, by archive key (plain identifiers: the
+// archive is a TorchScript module, whose attribute names they become).
+std::vector<std::pair<std::string, torch::Tensor>> StateTensors(ActorCritic& model,
+                                                                const FlatAdamW& opt) {
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for (const auto& p : model->parameters()) out.emplace_back(absl::StrCat("param_", out.size()), p);
+  for (const auto& b : model->buffers()) out.emplace_back(absl::StrCat("buffer_", out.size()), b);
+  out.emplace_back("adam_exp_avg", opt.exp_avg());
+  out.emplace_back("adam_exp_avg_sq", opt.exp_avg_sq());
+  return out;
+}
+
+}  // namespace
+
+absl::Status PpoLearner::SaveState(const std::string& path) {
+  torch::serialize::OutputArchive a;
+  for (const auto& [key, t] : StateTensors(model_, *optimizer_)) a.write(key, t.detach());
+  std::ostringstream rng;
+  rng << rng_;
+  a.write("rng", c10::IValue(rng.str()));
+  a.write("version", c10::IValue(version_));
+  a.write("adam_steps", c10::IValue(optimizer_->steps()));
+  a.save_to(path);
+  return absl::OkStatus();
+}
+
+absl::Status PpoLearner::LoadState(const std::string& path) {
+  torch::serialize::InputArchive a;
+  a.load_from(path);
+  torch::NoGradGuard no_grad;
+  for (auto& [key, t] : StateTensors(model_, *optimizer_)) {
+    torch::Tensor saved;
+    if (!a.try_read(key, saved) || saved.sizes() != t.sizes() || saved.dtype() != t.dtype()) {
+      return absl::DataLossError(absl::StrCat(path, ": '", key, "' is missing or has another ",
+                                              "shape or dtype than this job's model"));
+    }
+    t.copy_(saved);
+  }
+  c10::IValue rng, version, steps;
+  if (!a.try_read("rng", rng) || !a.try_read("version", version) ||
+      !a.try_read("adam_steps", steps)) {
+    return absl::DataLossError(absl::StrCat(path, ": no rng, version or adam_steps entry"));
+  }
+  std::istringstream in(rng.toStringRef());
+  in >> rng_;
+  if (!in) return absl::DataLossError(absl::StrCat(path, ": unreadable rng state"));
+  version_ = version.toInt();
+  optimizer_->set_steps(steps.toInt());
+  return absl::OkStatus();
 }
 
 }  // namespace rlforge

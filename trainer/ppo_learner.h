@@ -15,6 +15,7 @@
 #include <random>
 #include <string>
 
+#include "absl/status/status.h"
 #include "config/job_config.h"
 #include "models/actor_critic.h"
 #include "proto/control.pb.h"
@@ -37,6 +38,13 @@ class PpoLearner {
   // explained_variance, lr, grad_norm, epochs run).
   std::map<std::string, double> Update(const PpoBatch& batch, int64_t iteration,
                                        int64_t num_iterations);
+
+  // Whole-job checkpoints: parameters, observation statistics, AdamW moments and step count,
+  // the shuffling generator and the version, in one torch archive at `path`. LoadState
+  // copies into the existing tensors (the optimizer's flat views stay valid) and names the
+  // first entry that is missing or has another shape.
+  absl::Status SaveState(const std::string& path);
+  absl::Status LoadState(const std::string& path);
 
   ActorCritic& model() { return model_; }
   int64_t version() const { return version_; }

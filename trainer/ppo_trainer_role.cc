@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <filesystem>
+
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
 #include "common/exceptions.h"
@@ -40,8 +42,13 @@ absl::StatusOr<WorkReply> PpoTrainerRole::Handle(const proto::WorkRequest& reque
         return Init(request.train_init());
       case proto::WorkRequest::kTrainStep:
         return Step(request.train_step(), std::move(tensors));
+      case proto::WorkRequest::kSaveState:
+        return SaveState(request.save_state());
+      case proto::WorkRequest::kLoadState:
+        return LoadState(request.load_state());
       default:
-        return absl::InvalidArgumentError("the PPO trainer takes train_init and train_step work");
+        return absl::InvalidArgumentError(
+            "the PPO trainer takes train_init, train_step, save_state and load_state work");
     }
   });
 }
@@ -108,6 +115,22 @@ absl::StatusOr<WorkReply> PpoTrainerRole::Step(const proto::TrainStep& step,
   for (const auto& [k, v] : metrics) (*reply.result.mutable_metrics())[k] = v;
   (*reply.result.mutable_metrics())["update_s"] = update_s;
   return reply;
+}
+
+absl::StatusOr<WorkReply> PpoTrainerRole::SaveState(const proto::SaveState& save) {
+  if (!learner_) return absl::FailedPreconditionError("save_state before train_init");
+  std::error_code ec;
+  std::filesystem::create_directories(save.dir(), ec);
+  if (ec)
+    return absl::UnavailableError(absl::StrCat("cannot create ", save.dir(), ": ", ec.message()));
+  RETURN_IF_ERROR(learner_->SaveState(save.dir() + "/learner.pt"));
+  return WorkReply();
+}
+
+absl::StatusOr<WorkReply> PpoTrainerRole::LoadState(const proto::LoadState& load) {
+  if (!learner_) return absl::FailedPreconditionError("load_state before train_init");
+  RETURN_IF_ERROR(learner_->LoadState(load.dir() + "/learner.pt"));
+  return Publish();
 }
 
 }  // namespace rlforge

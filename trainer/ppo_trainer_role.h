@@ -27,6 +27,10 @@ class PpoTrainerRole final : public Role {
   absl::StatusOr<WorkReply> Init(const proto::TrainInit& init);
   absl::StatusOr<WorkReply> Step(const proto::TrainStep& step, std::vector<TensorFrame> tensors);
   WorkReply Publish();
+  // Whole-job checkpoints: the learner's state in dir/learner.pt; LoadState publishes the
+  // restored version.
+  absl::StatusOr<WorkReply> SaveState(const proto::SaveState& save);
+  absl::StatusOr<WorkReply> LoadState(const proto::LoadState& load);
 
   JobConfig config_;
   proto::Assignment assignment_;

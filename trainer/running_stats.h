@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace rlforge {
@@ -14,6 +15,12 @@ class RunningMeanStd {
   double mean() const { return mean_; }
   double var() const { return var_; }
   double count() const { return count_; }
+  // For checkpoints: the three moments, restored exactly.
+  void Restore(double mean, double var, double count) {
+    mean_ = mean;
+    var_ = var;
+    count_ = count;
+  }
 
  private:
   double mean_ = 0, var_ = 1, count_ = 1e-4;
@@ -31,6 +38,13 @@ class RewardScaler {
   // Every env's episode was cut (its envs were reset): running returns start again from 0;
   // the statistics are kept.
   void RestartEpisodes() { std::fill(returns_.begin(), returns_.end(), 0.0); }
+  // For checkpoints: the discounted return of every env and the statistics over them.
+  const std::vector<double>& returns() const { return returns_; }
+  const RunningMeanStd& stats() const { return stats_; }
+  void Restore(std::vector<double> returns, const RunningMeanStd& stats) {
+    returns_ = std::move(returns);
+    stats_ = stats;
+  }
 
  private:
   double gamma_, clip_;

@@ -1,0 +1,226 @@
+// Whole-job checkpoints and `rlforge run --resume` through the rlforge binary: a job killed
+// (SIGKILL of the controller) or interrupted (SIGINT) and then resumed writes the same
+// metrics.jsonl as one that ran through, every metric of every step; a torn checkpoint is
+// skipped with a message naming it; the actors of a killed controller do not outlive it.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
+#include "nlohmann/json.hpp"
+#include "tests/job_process.h"
+
+namespace rlforge::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string Manifest(const std::string& run_dir, int step) {
+  return run_dir + "/checkpoints/step_" + std::to_string(step) + "/state/manifest.json";
+}
+
+bool WaitForFile(const std::string& path, double timeout_s) {
+  auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (std::chrono::steady_clock::now() < until) {
+    if (fs::exists(path)) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return false;
+}
+
+// Each record's step and metrics: everything but the timings.
+std::vector<nlohmann::json> Metrics(const std::string& run_dir) {
+  std::vector<nlohmann::json> out;
+  for (const auto& r : ReadMetricsJsonl(run_dir)) out.push_back({r["step"], r["metrics"]});
+  return out;
+}
+
+// The steps of the complete checkpoints left in a run directory.
+std::vector<int> CheckpointSteps(const std::string& run_dir) {
+  std::vector<int> steps;
+  for (const auto& e : fs::directory_iterator(run_dir + "/checkpoints")) {
+    if (fs::exists(e.path() / "state" / "manifest.json")) {
+      steps.push_back(std::stoi(e.path().filename().string().substr(5)));
+    }
+  }
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
+void ExpectSameRun(const std::vector<nlohmann::json>& want, const std::vector<nlohmann::json>& got,
+                   const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_EQ(got[i], want[i]) << what << ": record " << i;
+  }
+}
+
+// Starts `args` and, once the checkpoint of `step` is complete, sends `sig` to the controller.
+// Returns the exit code and the output.
+std::pair<int, std::string> RunAndSignal(const std::vector<std::string>& args,
+                                         const std::string& run_dir, int step, int sig,
+                                         const std::string& out_path) {
+  JobProcess job(args, out_path);
+  EXPECT_TRUE(WaitForFile(Manifest(run_dir, step), 120)) << job.Output();
+  job.Signal(sig);
+  auto code = job.Wait(60);
+  return {code.value_or(-1), job.Output()};
+}
+
+// The actors a controller started are gone within `timeout_s` after it died.
+void ExpectNoOrphans(const std::vector<int>& pids, double timeout_s) {
+  auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  for (int pid : pids) {
+    while (ProcessExists(pid) && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    EXPECT_FALSE(ProcessExists(pid)) << "actor pid " << pid << " outlived its controller";
+  }
+}
+
+std::vector<std::string> PpoArgs(const std::string& root, const std::string& name) {
+  // 100 iterations of 256 env steps: a few seconds, long enough to be killed in the middle.
+  return {"run",
+          SourceDir() + "/configs/ppo_cartpole.yaml",
+          "job.run_root=" + root,
+          "job.name=" + name,
+          "ppo.total_steps=25600",
+          "ppo.epochs=4",
+          "checkpoint.every=10",
+          "checkpoint.keep=2",
+          "dashboard.enabled=false"};
+}
+
+TEST(ResumeTest, PpoCartpoleKilledAndResumedWritesTheSameMetrics) {
+  const std::string root = FreshDir("resume_ppo_kill");
+  auto [code, out] = RunRlforge(PpoArgs(root, "full"), 300);
+  ASSERT_EQ(code, 0) << out;
+  const auto full = Metrics(root + "/full");
+  ASSERT_EQ(full.size(), 100u);
+  EXPECT_EQ(CheckpointSteps(root + "/full"), (std::vector<int>{90, 100}));  // checkpoint.keep
+
+  const std::string run = root + "/killed";
+  auto [killed, kout] = RunAndSignal(PpoArgs(root, "killed"), run, 20, SIGKILL, root + "/k.txt");
+  ASSERT_EQ(killed, 128 + SIGKILL) << kout;
+  ASSERT_LT(Metrics(run).size(), 100u) << "the job ended before it was killed";
+  ExpectNoOrphans(ActorPids(kout), 5);
+
+  auto [rc, rout] = RunRlforge({"run", "--resume", run}, 300);
+  ASSERT_EQ(rc, 0) << rout;
+  EXPECT_NE(rout.find("resuming from checkpoint"), std::string::npos) << rout;
+  ExpectSameRun(full, Metrics(run), "killed and resumed");
+}
+
+TEST(ResumeTest, PpoCartpoleOnSimServersInterruptedAndResumedWritesTheSameMetrics) {
+  const std::string root = FreshDir("resume_ppo_sigint");
+  std::vector<std::string> full_args = PpoArgs(root, "full");
+  full_args.push_back("sim.backend=server");
+  full_args.push_back("sim.servers_per_worker=2");
+  auto [code, out] = RunRlforge(full_args, 300);
+  ASSERT_EQ(code, 0) << out;
+  const auto full = Metrics(root + "/full");
+
+  const std::string run = root + "/stopped";
+  std::vector<std::string> args = PpoArgs(root, "stopped");
+  args.push_back("sim.backend=server");
+  args.push_back("sim.servers_per_worker=2");
+  auto [stopped, sout] = RunAndSignal(args, run, 10, SIGINT, root + "/s.txt");
+  ASSERT_EQ(stopped, 128 + SIGINT) << sout;
+  // The first Ctrl-C lets the iteration under way finish and checkpoints it.
+  const auto partial = Metrics(run);
+  ASSERT_LT(partial.size(), 100u) << "the job ended before it was interrupted";
+  const int last = partial.back()[0].get<int>();
+  EXPECT_TRUE(fs::exists(Manifest(run, last))) << sout;
+  EXPECT_NE(sout.find("rlforge run --resume"), std::string::npos) << sout;
+
+  auto [rc, rout] = RunRlforge({"run", "--resume", run}, 300);
+  ASSERT_EQ(rc, 0) << rout;
+  EXPECT_NE(rout.find("step_" + std::to_string(last) + "/state (iteration"), std::string::npos)
+      << rout;
+  ExpectSameRun(full, Metrics(run), "interrupted and resumed");
+}
+
+TEST(ResumeTest, TornCheckpointIsSkippedWithAMessageAndThePreviousOneUsed) {
+  const std::string root = FreshDir("resume_torn");
+  std::vector<std::string> args = PpoArgs(root, "run");
+  args.push_back("checkpoint.keep=3");
+  auto [code, out] = RunRlforge(args, 300);
+  ASSERT_EQ(code, 0) << out;
+  const std::string run = root + "/run";
+  const auto full = Metrics(run);
+  ASSERT_EQ(CheckpointSteps(run), (std::vector<int>{80, 90, 100}));
+  // Killed while writing step 100: its files are there, its manifest is not.
+  fs::remove(Manifest(run, 100));
+
+  auto [rc, rout] = RunRlforge({"run", "--resume", run}, 300);
+  ASSERT_EQ(rc, 0) << rout;
+  EXPECT_NE(rout.find("checkpoints/step_100/state is incomplete"), std::string::npos) << rout;
+  EXPECT_NE(rout.find("resuming from checkpoint " + run + "/checkpoints/step_90/state"),
+            std::string::npos)
+      << rout;
+  ExpectSameRun(full, Metrics(run), "resumed from the checkpoint before the torn one");
+  EXPECT_EQ(CheckpointSteps(run), (std::vector<int>{80, 90, 100}));
+}
+
+TEST(ResumeTest, ResumeRefusesADirectoryThatIsNotARun) {
+  const std::string root = FreshDir("resume_bad");
+  auto [rc, out] = RunRlforge({"run", "--resume", root + "/nothing"}, 60);
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_NE(out.find("not a run directory"), std::string::npos) << out;
+  auto [rc2, out2] = RunRlforge({"run", "--resume", root, "job.seed=2"}, 60);
+  EXPECT_EQ(rc2, 2) << out2;
+  EXPECT_NE(out2.find("takes no job file or overrides"), std::string::npos) << out2;
+}
+
+// configs/grpo_arith.yaml, shortened, from the seconds-long SFT stage, with a length reward
+// so that every iteration updates the policy (as grpo_test.cc's fleet test).
+std::vector<std::string> GrpoArgs(const std::string& root, const std::string& base,
+                                  const std::string& name) {
+  return {"run",
+          WithLengthReward(SourceDir() + "/configs/grpo_arith.yaml", root + "/grpo_length.yaml"),
+          "job.run_root=" + root,
+          "job.name=" + name,
+          "model.path=" + base,
+          "job.iterations=10",
+          "grpo.prompts_per_iteration=4",
+          "grpo.eval_every=5",
+          "grpo.eval_examples=8",
+          "trainer.lr=1e-3",
+          "checkpoint.every=2",
+          "dashboard.enabled=false"};
+}
+
+TEST(ResumeTest, GrpoArithKilledOrInterruptedAndResumedWritesTheSameMetrics) {
+  const std::string root = FreshDir("resume_grpo");
+  auto [sft_rc, sft_out] =
+      RunRlforge({"run", SourceDir() + "/configs/sft_tiny.yaml", "job.run_root=" + root,
+                  "job.name=sft", "sft.steps=4", "sft.eval_every=0", "sft.save_every=0"},
+                 300);
+  ASSERT_EQ(sft_rc, 0) << sft_out;
+  const std::string base = root + "/sft/checkpoints/step_4";
+
+  auto [code, out] = RunRlforge(GrpoArgs(root, base, "full"), 300);
+  ASSERT_EQ(code, 0) << out;
+  const auto full = Metrics(root + "/full");
+  ASSERT_EQ(full.size(), 11u);  // step 0 (the start's evaluation) and 10 iterations
+  // The policy moved: the checkpoints hold optimizer state that matters.
+  EXPECT_GE(full.back()[1]["policy_version"].get<double>(), 5) << out;
+
+  for (int sig : {SIGKILL, SIGINT}) {
+    const std::string name = sig == SIGKILL ? "killed" : "stopped";
+    const std::string run = root + "/" + name;
+    auto [rc, sout] =
+        RunAndSignal(GrpoArgs(root, base, name), run, 2, sig, root + "/" + name + ".txt");
+    ASSERT_EQ(rc, 128 + sig) << sout;
+    ASSERT_LT(Metrics(run).size(), 11u) << "the job ended before the signal";
+    if (sig == SIGKILL) ExpectNoOrphans(ActorPids(sout), 5);
+    auto [rrc, rout] = RunRlforge({"run", "--resume", run}, 300);
+    ASSERT_EQ(rrc, 0) << rout;
+    ExpectSameRun(full, Metrics(run), name + " and resumed");
+  }
+}
+
+}  // namespace
+}  // namespace rlforge::testing
