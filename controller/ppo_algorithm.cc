@@ -583,7 +583,7 @@ absl::Status PpoAlgorithm::Resume(Controller& c, const std::string& trainer,
                                             restored.result.weights().version(),
                                             ", controller.json says ", p->version));
   }
-  RETURN_IF_ERROR(Broadcast(c, restored.result.weights(), restored.tensors));
+  RETURN_IF_ERROR(Broadcast(c, restored.result.weights(), std::move(restored.tensors)));
   std::vector<uint64_t> ids;
   for (const std::string& id : workers_) {
     proto::WorkRequest req;
