@@ -107,6 +107,9 @@ class Controller {
   // (the earliest such index when several are done); the others stay pending. A failed work
   // fails the call as AwaitAll does, giving up on all of `work_ids`.
   absl::StatusOr<std::pair<size_t, WorkOutcome>> AwaitAny(const std::vector<uint64_t>& work_ids);
+  // Serves until one of `work_ids` has a result (ok or not) and returns its index, leaving every
+  // result pending: its owner collects it (Await, AwaitAll), and a failure surfaces there.
+  absl::StatusOr<size_t> AwaitReady(const std::vector<uint64_t>& work_ids);
 
   // One round of serving: waits up to timeout_ms for input, handles all of it,
   // then checks health. Non-OK means the job must stop.

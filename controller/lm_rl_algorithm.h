@@ -8,13 +8,20 @@
 // every grpo.eval_every iterations (and before the first, after the last): greedy answers
 //   to held-out prompts -> heldout_accuracy (exact match)
 //
-// Synchronous: rollout always serves the trainer's current version, so the policy-version
-// lag recorded per iteration is 0 unless something is wrong.
+// rollout.max_staleness 0 (synchronous): rollout always serves the trainer's current version,
+// so the policy-version lag recorded per iteration is 0 unless something is wrong.
+// rollout.max_staleness k >= 1 (asynchronous, docs/async_rl.md): the engines generate the next
+// batches (AsyncRollout) while the trainer trains; batch b is dispatched once the engines serve
+// step b-1-k's weights, and a group is admitted only when no token lags by more than k.
 #pragma once
 
 #include "controller/algorithm.h"
+#include "controller/trainer_group.h"
 
 namespace rlforge {
+
+class LmLoop;
+struct TaskText;
 
 class LmRlAlgorithm final : public Algorithm {
  public:
@@ -25,6 +32,10 @@ class LmRlAlgorithm final : public Algorithm {
 
  private:
   explicit LmRlAlgorithm(const JobConfig& config) : config_(config) {}
+  // After the start evaluation: the iterations, one mode or the other.
+  absl::Status RunSynchronous(JobContext& ctx, const TaskText& text, LmLoop& loop,
+                              TrainerGroup& trainer);
+  absl::Status RunAsync(JobContext& ctx, const TaskText& text, LmLoop& loop, TrainerGroup& trainer);
   JobConfig config_;
 };
 

@@ -154,6 +154,66 @@ absl::StatusOr<GroupAdvantages> ComputeGroupAdvantages(const torch::Tensor& rewa
   return out;
 }
 
+absl::StatusOr<OffPolicyCorrection> ParseOffPolicyCorrection(std::string_view name) {
+  if (name == "none") return OffPolicyCorrection::kNone;
+  if (name == "decoupled") return OffPolicyCorrection::kDecoupled;
+  if (name == "tis") return OffPolicyCorrection::kTruncatedIs;
+  if (name == "mask") return OffPolicyCorrection::kMask;
+  return absl::InvalidArgumentError(
+      absl::StrCat("off-policy correction: expected none, decoupled, tis or mask, got '",
+                   std::string(name), "'"));
+}
+
+namespace {
+
+// The correction's per-token weight and mask (undefined when it leaves pg or the mask as they
+// are) and its metrics.
+struct OffPolicyWeights {
+  torch::Tensor weight, mask;
+  double mean = 1, max = 1, corrected = 0;
+};
+
+absl::StatusOr<OffPolicyWeights> CorrectionWeights(const LmPolicyLossInput& in,
+                                                   const LmPolicyLossOptions& options) {
+  OffPolicyWeights out;
+  if (options.correction == OffPolicyCorrection::kNone) return out;
+  if (!(options.is_cap > 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("is_cap: expected a cap > 1, got ", options.is_cap));
+  }
+  RETURN_IF_ERROR(CheckShape(in.behaviour_logp, "behaviour_logp", in.logp.sizes()));
+  torch::NoGradGuard no_grad;
+  const double cap = options.is_cap;
+  auto m = in.mask.to(in.logp.scalar_type());
+  auto w = (in.old_logp - in.behaviour_logp).exp().to(in.logp.scalar_type());
+  auto on = m > 0;
+  const double tokens = std::max(1.0, m.sum().item<double>());
+  out.mean = (w * m).sum().item<double>() / tokens;
+  out.max = on.any().item<bool>() ? w.masked_select(on).max().item<double>() : 1.0;
+  torch::Tensor off;  // the tokens the correction acts on
+  switch (options.correction) {
+    case OffPolicyCorrection::kDecoupled:
+      off = w > cap;
+      out.weight = w.masked_fill(off, 0);
+      out.mask = m.masked_fill(off, 0);
+      break;
+    case OffPolicyCorrection::kTruncatedIs:
+      off = w > cap;
+      out.weight = w.clamp_max(cap);
+      break;
+    case OffPolicyCorrection::kMask:
+      off = (w > cap) | (w < 1.0 / cap);
+      out.mask = m.masked_fill(off, 0);
+      break;
+    case OffPolicyCorrection::kNone:
+      break;
+  }
+  out.corrected = (off & on).sum().item<double>() / tokens;
+  return out;
+}
+
+}  // namespace
+
 absl::StatusOr<LmPolicyLoss> ComputeLmPolicyLoss(const LmPolicyLossInput& in,
                                                  const LmPolicyLossOptions& options) {
   const ClipOptions& clip = options.clip;
@@ -186,6 +246,12 @@ absl::StatusOr<LmPolicyLoss> ComputeLmPolicyLoss(const LmPolicyLossInput& in,
   if (clip.dual_clip > 1) pg = torch::where(adv < 0, torch::min(pg, -adv * clip.dual_clip), pg);
 
   LmPolicyLoss out;
+  ASSIGN_OR_RETURN(const OffPolicyWeights w, CorrectionWeights(in, options));
+  if (w.weight.defined()) pg = pg * w.weight;
+  const torch::Tensor& mask = w.mask.defined() ? w.mask : in.mask;
+  out.is_weight_mean = w.mean;
+  out.is_weight_max = w.max;
+  out.is_corrected_fraction = w.corrected;
   auto per_token = pg;
   torch::Tensor kl;
   if (in.ref_logp.defined()) {
@@ -193,11 +259,10 @@ absl::StatusOr<LmPolicyLoss> ComputeLmPolicyLoss(const LmPolicyLossInput& in,
     if (options.kl_beta > 0) per_token = pg + options.kl_beta * kl;
   }
   ASSIGN_OR_RETURN(out.loss,
-                   AggregateLoss(per_token, in.mask, options.aggregation, options.norm_length));
+                   AggregateLoss(per_token, mask, options.aggregation, options.norm_length));
 
   torch::NoGradGuard no_grad;
-  ASSIGN_OR_RETURN(auto pg_loss,
-                   AggregateLoss(pg, in.mask, options.aggregation, options.norm_length));
+  ASSIGN_OR_RETURN(auto pg_loss, AggregateLoss(pg, mask, options.aggregation, options.norm_length));
   out.pg_loss = pg_loss.item<double>();
   if (kl.defined()) out.kl = MaskedMean(kl, in.mask).item<double>();
   ASSIGN_OR_RETURN(auto fractions,
