@@ -166,10 +166,12 @@ absl::StatusOr<OffPolicyCorrection> ParseOffPolicyCorrection(std::string_view na
 
 namespace {
 
-// The correction's per-token weight and mask (undefined when it leaves pg or the mask as they
-// are) and its metrics.
+// The correction's per-token weight (undefined when it leaves pg as it is) and its metrics.
+// A dropped token gets weight 0 but stays in the aggregation's token count (as AReaL's
+// decoupled loss divides by the original mask), so a batch sharded over ranks normalises as a
+// whole one does.
 struct OffPolicyWeights {
-  torch::Tensor weight, mask;
+  torch::Tensor weight;
   double mean = 1, max = 1, corrected = 0;
 };
 
@@ -195,7 +197,6 @@ absl::StatusOr<OffPolicyWeights> CorrectionWeights(const LmPolicyLossInput& in,
     case OffPolicyCorrection::kDecoupled:
       off = w > cap;
       out.weight = w.masked_fill(off, 0);
-      out.mask = m.masked_fill(off, 0);
       break;
     case OffPolicyCorrection::kTruncatedIs:
       off = w > cap;
@@ -203,7 +204,7 @@ absl::StatusOr<OffPolicyWeights> CorrectionWeights(const LmPolicyLossInput& in,
       break;
     case OffPolicyCorrection::kMask:
       off = (w > cap) | (w < 1.0 / cap);
-      out.mask = m.masked_fill(off, 0);
+      out.weight = torch::ones_like(w).masked_fill(off, 0);
       break;
     case OffPolicyCorrection::kNone:
       break;
@@ -248,7 +249,6 @@ absl::StatusOr<LmPolicyLoss> ComputeLmPolicyLoss(const LmPolicyLossInput& in,
   LmPolicyLoss out;
   ASSIGN_OR_RETURN(const OffPolicyWeights w, CorrectionWeights(in, options));
   if (w.weight.defined()) pg = pg * w.weight;
-  const torch::Tensor& mask = w.mask.defined() ? w.mask : in.mask;
   out.is_weight_mean = w.mean;
   out.is_weight_max = w.max;
   out.is_corrected_fraction = w.corrected;
@@ -259,10 +259,11 @@ absl::StatusOr<LmPolicyLoss> ComputeLmPolicyLoss(const LmPolicyLossInput& in,
     if (options.kl_beta > 0) per_token = pg + options.kl_beta * kl;
   }
   ASSIGN_OR_RETURN(out.loss,
-                   AggregateLoss(per_token, mask, options.aggregation, options.norm_length));
+                   AggregateLoss(per_token, in.mask, options.aggregation, options.norm_length));
 
   torch::NoGradGuard no_grad;
-  ASSIGN_OR_RETURN(auto pg_loss, AggregateLoss(pg, mask, options.aggregation, options.norm_length));
+  ASSIGN_OR_RETURN(auto pg_loss,
+                   AggregateLoss(pg, in.mask, options.aggregation, options.norm_length));
   out.pg_loss = pg_loss.item<double>();
   if (kl.defined()) out.kl = MaskedMean(kl, in.mask).item<double>();
   ASSIGN_OR_RETURN(auto fractions,

@@ -96,10 +96,10 @@ struct ClipOptions {
 // which the ratio is clipped.
 enum class OffPolicyCorrection {
   kNone,         // clip around the rollout's logprobs; no weight (the synchronous default)
-  kDecoupled,    // AReaL's decoupled PPO: pg * w, tokens with w > cap dropped from the loss
+  kDecoupled,    // AReaL's decoupled PPO: pg * w, and weight 0 where w > cap
   kTruncatedIs,  // truncated IS: pg * min(w, cap)
-  kMask,         // pg, tokens with w outside [1/cap, cap] dropped from the loss
-};
+  kMask,         // pg, and weight 0 where w is outside [1/cap, cap]
+};               // A token of weight 0 stays in the aggregation's token count (AReaL's normaliser).
 // "none", "decoupled", "tis", "mask".
 absl::StatusOr<OffPolicyCorrection> ParseOffPolicyCorrection(std::string_view name);
 
@@ -134,7 +134,7 @@ struct LmPolicyLoss {
   double approx_kl = 0;      // masked mean of (r - 1) - log r, r = exp(logp - old_logp)
   double ratio_mean = 0;     // masked mean of r
   // With a correction: w = exp(old_logp - behaviour_logp) over the response mask, its mean and
-  // max, and the share of tokens it corrected (w > cap for tis, dropped for decoupled and mask).
+  // max, and the share of tokens it corrected (truncated for tis, zeroed for decoupled, mask).
   double is_weight_mean = 1;
   double is_weight_max = 1;
   double is_corrected_fraction = 0;

@@ -169,30 +169,30 @@ TEST(LmLossesTest, TruncatedIsWeightsTokensByTheCappedRatio) {
       << in.logp.grad();
 }
 
-TEST(LmLossesTest, DecoupledPpoWeightsByProximalOverBehaviourAndDropsAboveTheCap) {
+TEST(LmLossesTest, DecoupledPpoWeightsByProximalOverBehaviourAndZeroesAboveTheCap) {
   auto in = OffPolicyCase();
   LmPolicyLossOptions opt;
   opt.clip.clip_high = 0.28;
   opt.correction = OffPolicyCorrection::kDecoupled;
   opt.is_cap = 2;
   auto l = ComputeLmPolicyLoss(in, opt).value();
-  // Token (0, 1) (w = 3) leaves the loss and its token count.
-  EXPECT_NEAR(l.loss.item<double>(), (-1.28 + 0.32 + 6) / 3, 1e-12);
+  // Token (0, 1) (w = 3) gets weight 0 and stays in the token count (AReaL's normaliser).
+  EXPECT_NEAR(l.loss.item<double>(), (-1.28 + 0 + 0.32 + 6) / 4, 1e-12);
   EXPECT_NEAR(l.is_corrected_fraction, 0.25, 1e-12);
   l.loss.backward();
-  EXPECT_TRUE(torch::allclose(in.logp.grad(), D2({0, 0, 0, 6.0 / 3}, 2), 1e-12, 1e-12))
+  EXPECT_TRUE(torch::allclose(in.logp.grad(), D2({0, 0, 0, 6.0 / 4}, 2), 1e-12, 1e-12))
       << in.logp.grad();
 }
 
-TEST(LmLossesTest, MaskDropsTokensOutsideTheBandAndKeepsTheOthersUnweighted) {
+TEST(LmLossesTest, MaskZeroesTokensOutsideTheBandAndKeepsTheOthersUnweighted) {
   auto in = OffPolicyCase();
   LmPolicyLossOptions opt;
   opt.clip.clip_high = 0.28;
   opt.correction = OffPolicyCorrection::kMask;
   opt.is_cap = 2;
   auto l = ComputeLmPolicyLoss(in, opt).value();
-  // w = 3 and w = 0.4 fall outside [0.5, 2].
-  EXPECT_NEAR(l.loss.item<double>(), (-1.28 + 4) / 2, 1e-12);
+  // w = 3 and w = 0.4 fall outside [0.5, 2]: weight 0, still counted.
+  EXPECT_NEAR(l.loss.item<double>(), (-1.28 + 4) / 4, 1e-12);
   EXPECT_NEAR(l.is_corrected_fraction, 0.5, 1e-12);
 }
 
