@@ -267,6 +267,8 @@ absl::Status LmRlAlgorithm::RunAsync(JobContext& ctx, const TaskText& text, LmLo
                        " by more than rollout.max_staleness (", k, ")"));
     }
     const double tokens = RecordBatch(config_, text, it, version, s, lag_tokens, ctx, rec);
+    // The reward sums cover every scored sample, admitted or not: so does their mean.
+    RewardStats(s, generated, rec.metrics, "");
     rec.metrics["stale_groups_discarded"] = static_cast<double>(stale);
     rec.metrics["groups_in_flight"] = static_cast<double>(rollout.owed_groups());
 
