@@ -114,5 +114,24 @@ TEST(AlgorithmRegistryTest, EngineFleetsUpTo64AreAcceptedForEveryLmJob) {
   EXPECT_TRUE(LoadJobText("job: {algorithm: grpo}\nreward: {workers: 3}\n", "t.yaml").ok());
 }
 
+TEST(AlgorithmRegistryTest, MaxStalenessIsForLanguageModelRlOnly) {
+  for (const char* algo : {"grpo", "drgrpo", "rloo", "lm_ppo"}) {
+    LoadedJob j = LoadJobText(
+        absl::StrCat("job: {algorithm: ", algo, "}\nrollout: {max_staleness: 2}\n"), "t.yaml");
+    EXPECT_TRUE(j.errors.empty()) << algo << ": " << Errors(j);
+  }
+  for (const char* algo : {"dpo", "ppo"}) {
+    LoadedJob j = LoadJobText(
+        absl::StrCat("job: {algorithm: ", algo, "}\nrollout: {max_staleness: 1}\n"), "t.yaml");
+    ASSERT_EQ(j.errors.size(), 1u) << algo << ": " << Errors(j);
+    EXPECT_EQ(j.errors[0].key, "rollout.max_staleness");
+    EXPECT_NE(j.errors[0].ToString().find(absl::StrCat("job.algorithm ", algo)), std::string::npos)
+        << Errors(j);
+  }
+  LoadedJob neg = LoadJobText("job: {algorithm: grpo}\nrollout: {max_staleness: -1}\n", "t.yaml");
+  ASSERT_EQ(neg.errors.size(), 1u) << Errors(neg);
+  EXPECT_EQ(neg.errors[0].key, "rollout.max_staleness");
+}
+
 }  // namespace
 }  // namespace rlforge

@@ -82,6 +82,14 @@ std::shared_ptr<const Schema> RolloutSection() {
   b.Int("steps_per_iteration", &RolloutOptions::steps_per_iteration,
         "Steps per env per iteration; the batch is workers x env.num_envs x this.")
       .Min(1);
+  b.Int("max_staleness", &RolloutOptions::max_staleness,
+        "Language-model RL (grpo, drgrpo, rloo, lm_ppo): how many policy versions a trained "
+        "token may lag the version being trained. 0: synchronous (generate, train, load, in "
+        "turn). k >= 1: engines generate the next batches while the trainer trains; a batch "
+        "is dispatched only once the engines serve the weights of step b-1-k, and a group is "
+        "admitted only if every token's version is within k (docs/async_rl.md).")
+      .Min(0)
+      .Max(64);
   return b.Build();
 }
 
@@ -209,6 +217,12 @@ void AddControlSections(SchemaBuilder<JobConfig>& b) {
   b.Check([](const JobConfig& c, CheckContext& ctx) {
     if (c.job.algorithm == nullptr) return;
     const AlgorithmFamily family = c.job.algorithm->family;
+    if (c.rollout.max_staleness != 0 && family != AlgorithmFamily::kLmRl) {
+      ctx.Error("rollout.max_staleness",
+                absl::StrCat("asynchronous rollout is built for language-model RL (grpo, "
+                             "drgrpo, rloo, lm_ppo); job.algorithm ",
+                             c.job.algorithm->name, " runs synchronously (set 0)"));
+    }
     if (family == AlgorithmFamily::kSft || family == AlgorithmFamily::kEcho) {
       CheckNoWeights(c.weights, ctx);
       return;

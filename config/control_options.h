@@ -31,6 +31,8 @@ struct RolloutOptions {
   int64_t workers = 1;
   bool external = false;
   int64_t steps_per_iteration = 128;  // per env
+  // Language-model RL: how many policy versions a trained token may lag (0: synchronous).
+  int64_t max_staleness = 0;
 };
 
 struct PolicyOptions {

@@ -62,6 +62,17 @@ void AddGrpoSection(SchemaBuilder<JobConfig>& job) {
            "per-token reward penalty for lm_ppo; 0: no reference.")
       .Min(0);
   b.Choice("kl_estimator", &GrpoOptions::kl_estimator, {"k1", "k2", "k3"}, "KL estimator.");
+  b.Choice("off_policy", &GrpoOptions::off_policy, {"none", "decoupled", "tis", "mask"},
+           "Per-token correction of tokens sampled by another policy than the trainer's (a "
+           "lagging engine under rollout.max_staleness, or the engine's numerics), with w = "
+           "pi_prox / pi_rollout and pi_prox the trainer's logprob before the step's first "
+           "update, around which the ratio is then clipped. none: clip around the rollout's "
+           "logprobs. decoupled: AReaL's decoupled PPO, loss x w, tokens with w > is_cap "
+           "dropped. tis: loss x min(w, is_cap). mask: tokens with w outside [1/is_cap, "
+           "is_cap] dropped (docs/async_rl.md).");
+  b.Double("is_cap", &GrpoOptions::is_cap,
+           "The cap C of grpo.off_policy's importance weights (> 1).")
+      .Min(1, false);
   b.Choice("loss_aggregation", &GrpoOptions::loss_aggregation,
            {"auto", "token-mean", "seq-mean-token-sum", "seq-mean-token-mean",
             "seq-mean-token-sum-norm"},
@@ -89,6 +100,9 @@ void AddGrpoSection(SchemaBuilder<JobConfig>& job) {
         "scoring starts before the slowest sample ends.")
       .Min(1);
   b.Check([](const GrpoOptions& g, CheckContext& ctx) {
+    if (g.off_policy == "none" && g.is_cap != GrpoOptions().is_cap) {
+      ctx.Error("is_cap", "only used with off_policy decoupled, tis or mask (off_policy is none)");
+    }
     if (g.dual_clip != 0 && g.dual_clip <= 1) {
       ctx.Error("dual_clip", absl::StrCat("must be 0 (off) or greater than 1, got ", g.dual_clip));
     }

@@ -30,6 +30,8 @@ struct GrpoOptions {
   int64_t eval_examples = 200;
   AnswerCheck eval_verifier = AnswerCheck::kExact;
   int64_t stream_groups = 4;
+  std::string off_policy = "none";  // none | decoupled | tis | mask (trainer/lm_losses.h)
+  double is_cap = 2.0;
 };
 
 // lm_ppo: a critic initialised from model.path with a fresh value head, trained beside the

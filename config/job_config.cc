@@ -261,6 +261,12 @@ std::shared_ptr<const Schema> BuildJobSchema() {
         ctx.Error("checkpoint.every", absl::StrCat("job.algorithm ", c.job.algorithm->name, " ",
                                                    why, "; got ", c.checkpoint.every, " (set 0)"));
       }
+      if (c.rollout.max_staleness > 0) {
+        ctx.Error("checkpoint.every",
+                  absl::StrCat("asynchronous runs (rollout.max_staleness ", c.rollout.max_staleness,
+                               ") have groups in flight that a checkpoint does not hold; got ",
+                               c.checkpoint.every, " (set 0, or rollout.max_staleness: 0)"));
+      }
     }
     if (c.job.algorithm != nullptr && c.trainer.ranks != 1) {
       const std::string why = OneRankReason(c.job.algorithm->family);

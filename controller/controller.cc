@@ -206,6 +206,19 @@ absl::StatusOr<std::pair<size_t, WorkOutcome>> Controller::AwaitFirst(
   }
 }
 
+absl::StatusOr<size_t> Controller::AwaitReady(const std::vector<uint64_t>& work_ids) {
+  if (work_ids.empty()) return absl::InvalidArgumentError("AwaitReady of no work");
+  for (uint64_t id : work_ids) {
+    if (!pending_.count(id)) return absl::NotFoundError(absl::StrCat("unknown work id ", id));
+  }
+  while (true) {
+    for (size_t k = 0; k < work_ids.size(); ++k) {
+      if (pending_.at(work_ids[k]).done) return k;
+    }
+    RETURN_IF_ERROR(Pump(options_.poll_ms));
+  }
+}
+
 absl::StatusOr<WorkOutcome> Controller::Await(uint64_t work_id) {
   ASSIGN_OR_RETURN(auto all, AwaitAll({work_id}));
   return std::move(all[0]);

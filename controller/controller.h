@@ -144,6 +144,9 @@ class Controller {
   // Serves until `role` has at least one live actor. Fails when none is live and none can come
   // back (every slot dead with no relaunch left), or after controller.register_timeout_s.
   absl::Status AwaitLive(const std::string& role);
+  // Serves until one of `work_ids` has a result (ok or not) and returns its index, leaving every
+  // result pending: its owner collects it (Await, AwaitAll), and a failure surfaces there.
+  absl::StatusOr<size_t> AwaitReady(const std::vector<uint64_t>& work_ids);
 
   // One round of serving: waits up to timeout_ms for input, handles all of it,
   // then checks health. Non-OK means the job must stop.

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <map>
 
 #include "absl/strings/match.h"
@@ -10,6 +11,7 @@
 #include "common/logging.h"
 #include "common/status.h"
 #include "common/timing_keys.h"
+#include "controller/async_rollout.h"
 #include "controller/lm_loop.h"
 #include "controller/trainer_group.h"
 
@@ -21,6 +23,113 @@ double Mean(const std::vector<double>& v) {
   double s = 0;
   for (double x : v) s += x;
   return v.empty() ? 0 : s / static_cast<double>(v.size());
+}
+
+// The batch's statistics into rec: rewards, lengths, the per-token version lag (its largest
+// and, as shares of the tokens, its histogram up to rollout.max_staleness), and a few samples
+// for the dashboard. Returns the batch's response tokens.
+double RecordBatch(const JobConfig& c, const TaskText& text, int64_t it, int64_t version,
+                   const Scored& s, const std::vector<double>& lag_tokens, JobContext& ctx,
+                   IterationRecord& rec) {
+  const int64_t n = c.grpo.group_size;
+  const double samples = static_cast<double>(s.groups.size() * n);
+  RewardStats(s, samples, rec.metrics, "");
+  double response_tokens = 0, stopped = 0;
+  int64_t lag = 0;
+  std::vector<SampleRecord> shown;
+  for (size_t i = 0; i < s.groups.size(); ++i) {
+    for (size_t j = 0; j < s.groups[i].samples.size(); ++j) {
+      const LmSample& smp = s.groups[i].samples[j];
+      response_tokens += static_cast<double>(smp.tokens.size());
+      stopped += smp.stopped ? 1 : 0;
+      for (int64_t v : smp.versions) lag = std::max(lag, version - v);
+      if (i < 2 && j < 2) {
+        shown.push_back({it, s.examples[i].prompt, text.Response(smp), s.rewards[i * n + j]});
+      }
+    }
+  }
+  ctx.AddSamples(shown);
+  rec.metrics["reward_mean"] = Mean(s.rewards);
+  rec.metrics["response_length"] = response_tokens / samples;
+  rec.metrics["stopped_fraction"] = stopped / samples;
+  rec.metrics["policy_version_lag"] = static_cast<double>(lag);
+  rec.metrics["engine_preemptions"] =
+      s.metrics.count("engine_preemptions") ? s.metrics.at("engine_preemptions") : 0.0;
+  double all = 0;
+  for (double t : lag_tokens) all += t;
+  for (size_t d = 0; d < lag_tokens.size(); ++d) {
+    rec.metrics[absl::StrCat("version_lag/", d)] = all > 0 ? lag_tokens[d] / all : 0;
+  }
+  return response_tokens;
+}
+
+// The trainer's GrpoTrain request for step `it` on s's groups.
+absl::Status SubmitTrain(TrainerGroup& trainer, const Scored& s, int64_t group_size, int64_t it) {
+  std::vector<TensorFrame> frames = GroupsToFrames(s.groups, true);
+  std::vector<float> rewards(s.rewards.begin(), s.rewards.end());
+  frames.push_back(TensorFrame::FromVector("rewards", rewards));
+  proto::WorkRequest train;
+  train.mutable_grpo_train()->set_group_size(group_size);
+  train.mutable_grpo_train()->set_step(it);
+  return trainer.Submit(std::move(train), std::move(frames));
+}
+
+// After step `it` trained: its metrics, the weight sync (engines then serve `version`), the
+// evaluation every grpo.eval_every iterations, the final checkpoint.
+absl::Status AfterTrain(JobContext& ctx, const JobConfig& c, LmLoop& loop, TrainerGroup& trainer,
+                        WorkOutcome trained, int64_t it, int64_t& version, IterationRecord& rec) {
+  const GrpoOptions& g = c.grpo;
+  SplitTimingsFromMetrics(trained.result.metrics(), rec.timings, rec.metrics);
+  const Stopwatch t_sync;
+  RETURN_IF_ERROR(
+      loop.SyncWeights(trainer, trained.result.weights(), std::move(trained.tensors), rec));
+  version = trained.result.weights().version();
+  rec.timings["weight_sync_s"] = t_sync.Seconds();
+  rec.metrics["policy_version"] = static_cast<double>(version);
+  const uint64_t seed = static_cast<uint64_t>(c.job.seed);
+  if (it == c.job.iterations || (g.eval_every > 0 && it % g.eval_every == 0)) {
+    RETURN_IF_ERROR(loop.Evaluate(g.max_new_tokens, seed, g.eval_verifier, rec));
+  }
+  if (it == c.job.iterations) {  // the final policy, for `rlforge eval` and later stages
+    proto::WorkRequest save;
+    const std::string dir = absl::StrCat(ctx.run_dir().path(), "/checkpoints/step_", it);
+    save.mutable_lm_save()->set_dir(dir);
+    ASSIGN_OR_RETURN(WorkOutcome saved, trainer.Run(std::move(save)));
+    SplitTimingsFromMetrics(saved.result.metrics(), rec.timings, rec.metrics);
+    spdlog::info("checkpoint {}", dir);
+  }
+  return absl::OkStatus();
+}
+
+// Rates and shares of the iteration: samples and tokens per second, the controller's own
+// share, and how much of the iteration the trainer and the engines sat idle (engine idle: of
+// engines x iteration seconds, those not spent generating training samples or loading).
+void EndTimings(double iteration_s, double samples, double tokens, double engines,
+                double engine_busy_s, IterationRecord& rec) {
+  auto& t = rec.timings;
+  t["iteration_s"] = iteration_s;
+  const double stages = t["rollout_wall_s"] + t["train_s"] + t["weight_sync_s"] + t["eval_s"];
+  t["controller_share"] = std::max(0.0, iteration_s - stages) / iteration_s;
+  t["samples_per_s"] = samples / iteration_s;
+  t["tokens_per_s"] = tokens / iteration_s;
+  double load_s = 0;
+  for (const auto& [k, v] : t) {
+    if (absl::StartsWith(k, "rollout/") && absl::EndsWith(k, "/weight_load_s")) load_s += v;
+  }
+  t["trainer_idle_share"] = std::clamp(1.0 - t["train_s"] / iteration_s, 0.0, 1.0);
+  t["engine_idle_share"] =
+      std::clamp(1.0 - (engine_busy_s + load_s) / (engines * iteration_s), 0.0, 1.0);
+}
+
+SamplingParams TrainSampling(const GrpoOptions& g) {
+  SamplingParams p;
+  p.n = g.group_size;
+  p.temperature = g.temperature;
+  p.top_p = g.top_p;
+  p.top_k = g.top_k;
+  p.max_tokens = g.max_new_tokens;
+  p.stream_groups = g.stream_groups;
+  return p;
 }
 
 }  // namespace
@@ -38,29 +147,34 @@ absl::Status LmRlAlgorithm::Run(JobContext& ctx) {
   const GrpoOptions& g = config_.grpo;
   ASSIGN_OR_RETURN(TaskText text, LoadTaskText(config_, g.eval_examples));
   LmLoop loop(ctx, text);
-  const int64_t iterations = config_.job.iterations;
-  ctx.SetTotalIterations(iterations);
-  const uint64_t seed = static_cast<uint64_t>(config_.job.seed);
-  int64_t version = 0;
-  spdlog::info("{}: {} prompts x {} samples per iteration, {} iterations, {} held-out prompts",
-               config_.job.algorithm->name, g.prompts_per_iteration, g.group_size, iterations,
-               text.heldout.size());
-
-  int64_t first = 1;
+  ctx.SetTotalIterations(config_.job.iterations);
+  spdlog::info(
+      "{}: {} prompts x {} samples per iteration, {} iterations, {} held-out prompts, max "
+      "staleness {}",
+      config_.job.algorithm->name, g.prompts_per_iteration, g.group_size, config_.job.iterations,
+      text.heldout.size(), config_.rollout.max_staleness);
+  if (config_.rollout.max_staleness > 0) {  // no checkpoints: the config refuses them
+    RETURN_IF_ERROR(loop.EvaluateStart(g.max_new_tokens, static_cast<uint64_t>(config_.job.seed),
+                                       g.eval_verifier));  // step 0: the starting policy
+    return RunAsync(ctx, text, loop, trainer);
+  }
+  int64_t first = 1, version = 0;
   if (const JobCheckpoint* from = ctx.resume_point()) {
     ASSIGN_OR_RETURN(version, Resume(trainer, loop, *from));
     first = from->step + 1;
-  } else {  // step 0: the starting policy
-    RETURN_IF_ERROR(loop.EvaluateStart(g.max_new_tokens, seed, g.eval_verifier));
+  } else {
+    RETURN_IF_ERROR(loop.EvaluateStart(g.max_new_tokens, static_cast<uint64_t>(config_.job.seed),
+                                       g.eval_verifier));  // step 0: the starting policy
   }
-  SamplingParams sampling;
-  sampling.n = g.group_size;
-  sampling.temperature = g.temperature;
-  sampling.top_p = g.top_p;
-  sampling.top_k = g.top_k;
-  sampling.max_tokens = g.max_new_tokens;
-  sampling.stream_groups = g.stream_groups;
-  for (int64_t it = first; it <= iterations; ++it) {
+  return RunSynchronous(ctx, text, loop, trainer, first, version);
+}
+
+absl::Status LmRlAlgorithm::RunSynchronous(JobContext& ctx, const TaskText& text, LmLoop& loop,
+                                           TrainerGroup& trainer, int64_t first, int64_t version) {
+  const GrpoOptions& g = config_.grpo;
+  const uint64_t seed = static_cast<uint64_t>(config_.job.seed);
+  SamplingParams sampling = TrainSampling(g);
+  for (int64_t it = first; it <= config_.job.iterations; ++it) {
     const Stopwatch t_iter;
     IterationRecord rec;
     rec.step = it;
@@ -68,74 +182,31 @@ absl::Status LmRlAlgorithm::Run(JobContext& ctx) {
     std::vector<PromptExample> batch = text.TrainBatch(seed, offset, g.prompts_per_iteration);
     sampling.seed = seed * 1000003ull + it;
     ASSIGN_OR_RETURN(Scored s, loop.GenerateAndScore(batch, sampling));
-    const double samples = static_cast<double>(batch.size() * g.group_size);
-    RewardStats(s, samples, rec.metrics, "");
-    double response_tokens = 0, stopped = 0;
-    int64_t lag = 0;
-    std::vector<SampleRecord> shown;
-    for (size_t i = 0; i < s.groups.size(); ++i) {
-      for (size_t j = 0; j < s.groups[i].samples.size(); ++j) {
-        const LmSample& smp = s.groups[i].samples[j];
-        response_tokens += static_cast<double>(smp.tokens.size());
-        stopped += smp.stopped ? 1 : 0;
-        for (int64_t v : smp.versions) lag = std::max(lag, version - v);
-        if (i < 2 && j < 2) {
-          shown.push_back(
-              {it, s.examples[i].prompt, text.Response(smp), s.rewards[i * g.group_size + j]});
-        }
-      }
+    std::vector<double> lag_tokens;
+    if (AdmitFresh(version, 0, s, lag_tokens) != 0) {  // EngineFleet::CheckReply prevents it
+      return absl::InternalError(absl::StrCat("iteration ", it, ": a sample lags policy version ",
+                                              version, " (synchronous mode)"));
     }
-    ctx.AddSamples(shown);
-    rec.metrics["reward_mean"] = Mean(s.rewards);
-    rec.metrics["response_length"] = response_tokens / samples;
-    rec.metrics["stopped_fraction"] = stopped / samples;
-    rec.metrics["policy_version_lag"] = static_cast<double>(lag);
-    rec.metrics["engine_preemptions"] = s.metrics["engine_preemptions"];
+    const double tokens = RecordBatch(config_, text, it, version, s, lag_tokens, ctx, rec);
+    rec.metrics["stale_groups_discarded"] = 0;
     for (const auto& [k, v] : s.timings) rec.timings[k] = v;
+    double engine_busy = 0;
     for (const auto& [k, v] : s.metrics) {
       // Per engine: version, groups; and the work dealt again after a worker was lost.
       if (absl::StartsWith(k, "rollout/") || absl::StartsWith(k, "faults/")) rec.metrics[k] = v;
     }
+    for (const auto& [k, v] : s.timings) {
+      if (absl::StartsWith(k, "rollout/") && absl::EndsWith(k, "/generate_s")) engine_busy += v;
+    }
     rec.timings["generate_tokens_per_s"] = s.metrics["generated_tokens"] / s.timings["generate_s"];
 
-    // Train.
     const Stopwatch t_train;
-    std::vector<TensorFrame> frames = GroupsToFrames(s.groups, true);
-    std::vector<float> rewards(s.rewards.begin(), s.rewards.end());
-    frames.push_back(TensorFrame::FromVector("rewards", rewards));
-    proto::WorkRequest train;
-    train.mutable_grpo_train()->set_group_size(g.group_size);
-    train.mutable_grpo_train()->set_step(it);
-    ASSIGN_OR_RETURN(WorkOutcome trained, trainer.Run(std::move(train), std::move(frames)));
-    SplitTimingsFromMetrics(trained.result.metrics(), rec.timings, rec.metrics);
+    RETURN_IF_ERROR(SubmitTrain(trainer, s, g.group_size, it));
+    ASSIGN_OR_RETURN(WorkOutcome trained, trainer.Await());
     rec.timings["train_s"] = t_train.Seconds();
-
-    // Weight sync.
-    const Stopwatch t_sync;
-    RETURN_IF_ERROR(
-        loop.SyncWeights(trainer, trained.result.weights(), std::move(trained.tensors), rec));
-    version = trained.result.weights().version();
-    rec.timings["weight_sync_s"] = t_sync.Seconds();
-    rec.metrics["policy_version"] = static_cast<double>(version);
-
-    if (it == iterations || (g.eval_every > 0 && it % g.eval_every == 0)) {
-      RETURN_IF_ERROR(loop.Evaluate(g.max_new_tokens, seed, g.eval_verifier, rec));
-    }
-    if (it == iterations) {  // the final policy, for `rlforge eval` and later stages
-      proto::WorkRequest save;
-      const std::string dir = absl::StrCat(ctx.run_dir().path(), "/checkpoints/step_", it);
-      save.mutable_lm_save()->set_dir(dir);
-      ASSIGN_OR_RETURN(WorkOutcome saved, trainer.Run(std::move(save)));
-      SplitTimingsFromMetrics(saved.result.metrics(), rec.timings, rec.metrics);
-      spdlog::info("checkpoint {}", dir);
-    }
-    rec.timings["iteration_s"] = t_iter.Seconds();
-    const double stages = rec.timings["rollout_wall_s"] + rec.timings["train_s"] +
-                          rec.timings["weight_sync_s"] + rec.timings["eval_s"];
-    rec.timings["controller_share"] =
-        std::max(0.0, rec.timings["iteration_s"] - stages) / rec.timings["iteration_s"];
-    rec.timings["samples_per_s"] = samples / rec.timings["iteration_s"];
-    rec.timings["tokens_per_s"] = response_tokens / rec.timings["iteration_s"];
+    RETURN_IF_ERROR(AfterTrain(ctx, config_, loop, trainer, std::move(trained), it, version, rec));
+    EndTimings(t_iter.Seconds(), static_cast<double>(batch.size() * g.group_size), tokens,
+               static_cast<double>(loop.fleet().size()), engine_busy, rec);
     RETURN_IF_ERROR(ctx.EndIteration(rec));
     RETURN_IF_ERROR(CheckpointAfterIteration(
         ctx, it, {{"iteration", it}, {"policy_version", version}}, [&](const std::string& dir) {
@@ -143,6 +214,93 @@ absl::Status LmRlAlgorithm::Run(JobContext& ctx) {
           save.mutable_save_state()->set_dir(dir + "/trainer");
           return trainer.Run(std::move(save)).status();
         }));
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+// Serves the rollout's work until `done` holds. An error when nothing is in flight that could
+// make it hold (never a wait without a deadline: each work has the request deadline).
+absl::Status ServeUntil(Controller& ctl, AsyncRollout& rollout, const std::function<bool()>& done) {
+  while (!done()) {
+    const std::vector<uint64_t> ids = rollout.Outstanding();
+    if (ids.empty()) return absl::InternalError("the rollout waits on a batch nothing generates");
+    ASSIGN_OR_RETURN(const size_t k, ctl.AwaitReady(ids));
+    RETURN_IF_ERROR(rollout.Handle(ids[k]));
+  }
+  return absl::OkStatus();
+}
+
+// Serves the rollout's work (engines keep generating, rewards keep scoring) until the
+// trainer's request in flight has a result; trainer.Await() then collects it.
+absl::Status ServeWhileTraining(Controller& ctl, AsyncRollout& rollout,
+                                const TrainerGroup& trainer) {
+  while (true) {
+    std::vector<uint64_t> ids = rollout.Outstanding();
+    const size_t own = ids.size();
+    ids.insert(ids.end(), trainer.in_flight().begin(), trainer.in_flight().end());
+    ASSIGN_OR_RETURN(const size_t k, ctl.AwaitReady(ids));
+    if (k >= own) return absl::OkStatus();
+    RETURN_IF_ERROR(rollout.Handle(ids[k]));
+  }
+}
+
+}  // namespace
+
+absl::Status LmRlAlgorithm::RunAsync(JobContext& ctx, const TaskText& text, LmLoop& loop,
+                                     TrainerGroup& trainer) {
+  const GrpoOptions& g = config_.grpo;
+  const int64_t k = config_.rollout.max_staleness, iterations = config_.job.iterations;
+  const uint64_t seed = static_cast<uint64_t>(config_.job.seed);
+  Controller& ctl = ctx.controller();
+  SamplingParams sampling = TrainSampling(g);
+  sampling.seed = seed * 1000003ull;  // with each group's run-wide request id
+  AsyncRollout rollout(ctl, loop.fleet(), text, config_.data.system_prompt, sampling);
+  int64_t version = 0, dispatched = 0;
+  for (int64_t it = 1; it <= iterations; ++it) {
+    const Stopwatch t_iter;
+    IterationRecord rec;
+    rec.step = it;
+    // The throttle (AReaL's): the fleet serves step it-1's weights now, and batch b may be
+    // generated from step b-1-k's on, so no token of it lags step b's version by more than k.
+    while (dispatched < iterations && dispatched - k <= it - 1) {
+      ++dispatched;
+      const uint64_t offset = static_cast<uint64_t>((dispatched - 1) * g.prompts_per_iteration);
+      RETURN_IF_ERROR(
+          rollout.Dispatch(dispatched, text.TrainBatch(seed, offset, g.prompts_per_iteration)));
+    }
+    const Stopwatch t_wait;
+    RETURN_IF_ERROR(ServeUntil(ctl, rollout, [&] { return rollout.Complete(it); }));
+    rec.timings["rollout_wall_s"] = t_wait.Seconds();  // the trainer waited for the batch
+    ASSIGN_OR_RETURN(Scored s, rollout.Take(it));
+    const double generated = static_cast<double>(s.groups.size() * g.group_size);
+    std::vector<double> lag_tokens;
+    const int64_t stale = AdmitFresh(version, k, s, lag_tokens);
+    if (s.groups.empty()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("iteration ", it, ": every group lags policy version ", version,
+                       " by more than rollout.max_staleness (", k, ")"));
+    }
+    const double tokens = RecordBatch(config_, text, it, version, s, lag_tokens, ctx, rec);
+    // The reward sums cover every scored sample, admitted or not: so does their mean.
+    RewardStats(s, generated, rec.metrics, "");
+    rec.metrics["stale_groups_discarded"] = static_cast<double>(stale);
+    rec.metrics["groups_in_flight"] = static_cast<double>(rollout.owed_groups());
+
+    const Stopwatch t_train;
+    RETURN_IF_ERROR(SubmitTrain(trainer, s, g.group_size, it));
+    RETURN_IF_ERROR(ServeWhileTraining(ctl, rollout, trainer));
+    ASSIGN_OR_RETURN(WorkOutcome trained, trainer.Await());
+    rec.timings["train_s"] = t_train.Seconds();
+    if (it == iterations || (g.eval_every > 0 && it % g.eval_every == 0)) {
+      // Evaluation deals its own prompts to the engines: they first return all they owe.
+      RETURN_IF_ERROR(ServeUntil(ctl, rollout, [&] { return rollout.owed_groups() == 0; }));
+    }
+    RETURN_IF_ERROR(AfterTrain(ctx, config_, loop, trainer, std::move(trained), it, version, rec));
+    EndTimings(t_iter.Seconds(), generated, tokens, static_cast<double>(loop.fleet().size()),
+               rollout.TakeEngineBusySeconds(), rec);
+    RETURN_IF_ERROR(ctx.EndIteration(rec));
   }
   return absl::OkStatus();
 }

@@ -8,8 +8,11 @@
 // every grpo.eval_every iterations (and before the first, after the last): greedy answers
 //   to held-out prompts -> heldout_accuracy (exact match)
 //
-// Synchronous: rollout always serves the trainer's current version, so the policy-version
-// lag recorded per iteration is 0 unless something is wrong.
+// rollout.max_staleness 0 (synchronous): rollout always serves the trainer's current version,
+// so the policy-version lag recorded per iteration is 0 unless something is wrong.
+// rollout.max_staleness k >= 1 (asynchronous, docs/async_rl.md): the engines generate the next
+// batches (AsyncRollout) while the trainer trains; batch b is dispatched once the engines serve
+// step b-1-k's weights, and a group is admitted only when no token lags by more than k.
 #pragma once
 
 #include "controller/algorithm.h"
@@ -17,6 +20,9 @@
 #include "controller/trainer_group.h"
 
 namespace rlforge {
+
+class LmLoop;
+struct TaskText;
 
 class LmRlAlgorithm final : public Algorithm {
  public:
@@ -30,6 +36,11 @@ class LmRlAlgorithm final : public Algorithm {
   // A resumed job: the trainer ranks read their state from the checkpoint, and the engines
   // load the restored version. Returns that version.
   absl::StatusOr<int64_t> Resume(TrainerGroup& trainer, LmLoop& loop, const JobCheckpoint& from);
+  // After the start evaluation (or a resume): the iterations from `first` on, synchronous
+  // (from policy `version`) or asynchronous.
+  absl::Status RunSynchronous(JobContext& ctx, const TaskText& text, LmLoop& loop,
+                              TrainerGroup& trainer, int64_t first, int64_t version);
+  absl::Status RunAsync(JobContext& ctx, const TaskText& text, LmLoop& loop, TrainerGroup& trainer);
   JobConfig config_;
 };
 

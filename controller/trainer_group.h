@@ -38,6 +38,10 @@ class TrainerGroup {
   absl::StatusOr<WorkOutcome> Run(proto::WorkRequest request,
                                   std::vector<TensorFrame> tensors = {});
 
+  // The work ids of the request in flight, by rank (empty when none): to wait on alongside
+  // other work with Controller::AwaitReady, then Await.
+  const std::vector<uint64_t>& in_flight() const { return in_flight_; }
+
   // Actor ids by rank; the first is the leader.
   const std::vector<std::string>& ids() const { return ids_; }
 

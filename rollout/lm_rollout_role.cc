@@ -96,8 +96,7 @@ absl::StatusOr<WorkReply> LmRolloutRole::Generate(const proto::LmGenerate& task,
   }
   const EngineStats before = engine_->stats();
   std::vector<LmGroup> done;
-  while (engine_->HasUnfinished() && static_cast<int64_t>(done.size()) < task.min_groups()) {
-    RETURN_IF_ERROR(engine_->Step());
+  auto collect = [&] {
     for (FinishedGroup& f : engine_->TakeFinished()) {
       LmGroup g;
       g.request_id = static_cast<int64_t>(f.request_id);
@@ -112,6 +111,13 @@ absl::StatusOr<WorkReply> LmRolloutRole::Generate(const proto::LmGenerate& task,
       }
       done.push_back(std::move(g));
     }
+  };
+  // Groups a weight load's drain finished since the last request first: with nothing left
+  // unfinished they would otherwise never be returned.
+  collect();
+  while (engine_->HasUnfinished() && static_cast<int64_t>(done.size()) < task.min_groups()) {
+    RETURN_IF_ERROR(engine_->Step());
+    collect();
   }
   const EngineStats& after = engine_->stats();
   WorkReply reply;

@@ -59,10 +59,10 @@ struct Engine {
   std::unique_ptr<Role> role;
 };
 
-Engine MakeEngine(const std::string& apply) {
+Engine MakeEngine(const std::string& apply, const std::string& more_yaml = "") {
   Engine e;
   LoadedJob j = LoadJobText("job: {algorithm: grpo}\nmodel: {path: " + TinyCheckpoint() +
-                                "}\nweights: {apply: " + apply + ", timeout_s: 20}\n",
+                                "}\nweights: {apply: " + apply + ", timeout_s: 20}\n" + more_yaml,
                             "test.yaml");
   for (const auto& err : j.errors) ADD_FAILURE() << err.ToString();
   e.config = j.config;
@@ -230,6 +230,71 @@ TEST(LmRolloutRoleTest, InPlaceEngineIsTornAndRefusesWorkWhenThePublisherDies) {
   auto after = Generate(*e.role);
   ASSERT_FALSE(after.ok());
   EXPECT_NE(after.status().message().find("torn"), std::string::npos) << after.status();
+}
+
+// Version `version` of `w` as an inline "weights" frame, checksums in `r`.
+std::vector<TensorFrame> InlineWeights(const std::vector<std::pair<std::string, torch::Tensor>>& w,
+                                       int64_t version, proto::WeightsReady& r) {
+  TensorFrame frame = TensorFrame::Allocate("weights", proto::U8,
+                                            {static_cast<int64_t>(r.manifest().total_bytes())});
+  MemorySink sink(r.manifest(), static_cast<char*>(frame.data()));
+  BucketWriter writer(r.manifest(), sink, version);
+  for (const auto& [name, t] : w)
+    EXPECT_TRUE(writer.Append(name, t.data_ptr<float>(), t.numel()).ok());
+  auto sums = writer.Finish();
+  EXPECT_TRUE(sums.ok());
+  if (sums.ok()) {
+    for (uint64_t s : *sums) r.add_bucket_checksums(s);
+  }
+  std::vector<TensorFrame> frames;
+  frames.push_back(std::move(frame));
+  return frames;
+}
+
+absl::StatusOr<std::vector<LmGroup>> GenerateGroups(Role& role,
+                                                    const std::vector<LmGroup>& prompts) {
+  proto::WorkRequest req;
+  proto::LmGenerate* g = req.mutable_lm_generate();
+  g->set_n(2);
+  g->set_temperature(1);
+  g->set_top_p(1);
+  g->set_max_tokens(4);
+  g->set_min_groups(1);
+  g->set_seed(5);
+  absl::StatusOr<WorkReply> reply = role.Handle(req, GroupsToFrames(prompts, false));
+  if (!reply.ok()) return reply.status();
+  return GroupsFromFrames(reply->tensors, true, 2);
+}
+
+// Asynchronous RL loads weights while groups are in flight: a group that the load's drain
+// finished on the old weights comes back with the next lm_generate, even when the engine has
+// nothing unfinished left (it was once lost: the reply was empty).
+TEST(LmRolloutRoleTest, GroupFinishedByALoadsDrainComesBackWithTheNextGenerate) {
+  Engine e = MakeEngine("staged", "engine: {max_tokens_per_step: 4, block_size: 4}\n");
+  ASSERT_TRUE(e.role);
+  LmGroup short_prompt, long_prompt;  // the long one's prefill takes several steps
+  short_prompt.request_id = 1;
+  short_prompt.prompt = {3, 4};
+  long_prompt.request_id = 2;
+  for (int t = 0; t < 14; ++t) long_prompt.prompt.push_back(5 + t);
+  auto first = GenerateGroups(*e.role, {short_prompt, long_prompt});
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_EQ(first->size(), 1u) << "the scenario needs the long prompt still generating";
+  EXPECT_EQ(first->at(0).request_id, 1);
+
+  const auto w = TrainerWeights(0.25f);
+  proto::WeightsReady r = Announce(w, 1, "inline");
+  auto loaded = Load(*e.role, r, InlineWeights(w, 1, r));
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(e.role->policy_version(), 1);
+
+  auto second = GenerateGroups(*e.role, {});
+  ASSERT_TRUE(second.ok()) << second.status();
+  ASSERT_EQ(second->size(), 1u);
+  EXPECT_EQ(second->at(0).request_id, 2);
+  for (const LmSample& s : second->at(0).samples) {
+    for (int64_t v : s.versions) EXPECT_EQ(v, 0);  // drained on the weights it started with
+  }
 }
 
 TEST(LmRolloutRoleTest, CorruptedInlineBucketIsRefusedNamingEngineVersionAndBucket) {

@@ -154,6 +154,67 @@ absl::StatusOr<GroupAdvantages> ComputeGroupAdvantages(const torch::Tensor& rewa
   return out;
 }
 
+absl::StatusOr<OffPolicyCorrection> ParseOffPolicyCorrection(std::string_view name) {
+  if (name == "none") return OffPolicyCorrection::kNone;
+  if (name == "decoupled") return OffPolicyCorrection::kDecoupled;
+  if (name == "tis") return OffPolicyCorrection::kTruncatedIs;
+  if (name == "mask") return OffPolicyCorrection::kMask;
+  return absl::InvalidArgumentError(
+      absl::StrCat("off-policy correction: expected none, decoupled, tis or mask, got '",
+                   std::string(name), "'"));
+}
+
+namespace {
+
+// The correction's per-token weight (undefined when it leaves pg as it is) and its metrics.
+// A dropped token gets weight 0 but stays in the aggregation's token count (as AReaL's
+// decoupled loss divides by the original mask), so a batch sharded over ranks normalises as a
+// whole one does.
+struct OffPolicyWeights {
+  torch::Tensor weight;
+  double mean = 1, max = 1, corrected = 0;
+};
+
+absl::StatusOr<OffPolicyWeights> CorrectionWeights(const LmPolicyLossInput& in,
+                                                   const LmPolicyLossOptions& options) {
+  OffPolicyWeights out;
+  if (options.correction == OffPolicyCorrection::kNone) return out;
+  if (!(options.is_cap > 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("is_cap: expected a cap > 1, got ", options.is_cap));
+  }
+  RETURN_IF_ERROR(CheckShape(in.behaviour_logp, "behaviour_logp", in.logp.sizes()));
+  torch::NoGradGuard no_grad;
+  const double cap = options.is_cap;
+  auto m = in.mask.to(in.logp.scalar_type());
+  auto w = (in.old_logp - in.behaviour_logp).exp().to(in.logp.scalar_type());
+  auto on = m > 0;
+  const double tokens = std::max(1.0, m.sum().item<double>());
+  out.mean = (w * m).sum().item<double>() / tokens;
+  out.max = on.any().item<bool>() ? w.masked_select(on).max().item<double>() : 1.0;
+  torch::Tensor off;  // the tokens the correction acts on
+  switch (options.correction) {
+    case OffPolicyCorrection::kDecoupled:
+      off = w > cap;
+      out.weight = w.masked_fill(off, 0);
+      break;
+    case OffPolicyCorrection::kTruncatedIs:
+      off = w > cap;
+      out.weight = w.clamp_max(cap);
+      break;
+    case OffPolicyCorrection::kMask:
+      off = (w > cap) | (w < 1.0 / cap);
+      out.weight = torch::ones_like(w).masked_fill(off, 0);
+      break;
+    case OffPolicyCorrection::kNone:
+      break;
+  }
+  out.corrected = (off & on).sum().item<double>() / tokens;
+  return out;
+}
+
+}  // namespace
+
 absl::StatusOr<LmPolicyLoss> ComputeLmPolicyLoss(const LmPolicyLossInput& in,
                                                  const LmPolicyLossOptions& options) {
   const ClipOptions& clip = options.clip;
@@ -186,6 +247,11 @@ absl::StatusOr<LmPolicyLoss> ComputeLmPolicyLoss(const LmPolicyLossInput& in,
   if (clip.dual_clip > 1) pg = torch::where(adv < 0, torch::min(pg, -adv * clip.dual_clip), pg);
 
   LmPolicyLoss out;
+  ASSIGN_OR_RETURN(const OffPolicyWeights w, CorrectionWeights(in, options));
+  if (w.weight.defined()) pg = pg * w.weight;
+  out.is_weight_mean = w.mean;
+  out.is_weight_max = w.max;
+  out.is_corrected_fraction = w.corrected;
   auto per_token = pg;
   torch::Tensor kl;
   if (in.ref_logp.defined()) {

@@ -89,8 +89,24 @@ struct ClipOptions {
                            // 0 disables
 };
 
+// How tokens sampled by another policy than the trainer's (an engine lagging some versions,
+// or one whose numerics differ) are corrected, per token, with w = pi_prox / pi_behav:
+// pi_behav the rollout's logprob (`behaviour_logp`), pi_prox the trainer's own logprob of the
+// sampled token at the start of the step, before any update (`old_logp`, recomputed), around
+// which the ratio is clipped.
+enum class OffPolicyCorrection {
+  kNone,         // clip around the rollout's logprobs; no weight (the synchronous default)
+  kDecoupled,    // AReaL's decoupled PPO: pg * w, and weight 0 where w > cap
+  kTruncatedIs,  // truncated IS: pg * min(w, cap)
+  kMask,         // pg, and weight 0 where w is outside [1/cap, cap]
+};               // A token of weight 0 stays in the aggregation's token count (AReaL's normaliser).
+// "none", "decoupled", "tis", "mask".
+absl::StatusOr<OffPolicyCorrection> ParseOffPolicyCorrection(std::string_view name);
+
 struct LmPolicyLossOptions {
   ClipOptions clip;
+  OffPolicyCorrection correction = OffPolicyCorrection::kNone;
+  double is_cap = 2.0;  // C > 1 of the correction
   LossAggregation aggregation = LossAggregation::kTokenMean;
   double norm_length = 0;  // for kSeqMeanTokenSumNorm; 0 means T
   double kl_beta = 0;      // > 0 adds beta * KL(policy || ref) per token
@@ -103,6 +119,9 @@ struct LmPolicyLossInput {
   torch::Tensor advantages;  // [B] (GRPO, broadcast over tokens) or [B, T] (PPO)
   torch::Tensor mask;        // [B, T] float response mask
   torch::Tensor ref_logp;    // [B, T] reference policy; required when kl_beta > 0
+  // [B, T] the rollout's logprobs when a correction is chosen (old_logp is then the
+  // trainer's recomputed proximal logprobs).
+  torch::Tensor behaviour_logp;
 };
 
 struct LmPolicyLoss {
@@ -114,10 +133,16 @@ struct LmPolicyLoss {
   double clipfrac_dual = 0;  // share of tokens with A < 0 and ratio > dual_clip
   double approx_kl = 0;      // masked mean of (r - 1) - log r, r = exp(logp - old_logp)
   double ratio_mean = 0;     // masked mean of r
+  // With a correction: w = exp(old_logp - behaviour_logp) over the response mask, its mean and
+  // max, and the share of tokens it corrected (truncated for tis, zeroed for decoupled, mask).
+  double is_weight_mean = 1;
+  double is_weight_max = 1;
+  double is_corrected_fraction = 0;
 };
 
 // Clipped surrogate per token: pg = max(-A r, -A clip(r, 1 - clip_low, 1 + clip_high)),
-// and with dual clip, for A < 0, pg = min(pg, -c A); then aggregated with the KL term.
+// and with dual clip, for A < 0, pg = min(pg, -c A); then the off-policy correction (weight,
+// or tokens dropped from the mask), then aggregated with the KL term.
 absl::StatusOr<LmPolicyLoss> ComputeLmPolicyLoss(const LmPolicyLossInput& in,
                                                  const LmPolicyLossOptions& options);
 

@@ -144,6 +144,99 @@ TEST(LmLossesTest, ClipHigherBoundsMatchHandComputation) {
   EXPECT_TRUE(torch::allclose(g, D2({0, -0.9 / 4, 0, 4.0 / 4}, 2), 1e-12, 1e-12)) << g;
 }
 
+// ClipCase with rollout logprobs such that w = pi_prox / pi_behav = [[1, 3], [0.4, 1.5]]
+// (old_logp, the proximal policy, is 0): cap 2 truncates or drops the 3, mask drops 0.4 too.
+LmPolicyLossInput OffPolicyCase() {
+  auto in = ClipCase();
+  in.behaviour_logp = -torch::log(D2({1, 3, 0.4, 1.5}, 2));
+  return in;
+}
+
+TEST(LmLossesTest, TruncatedIsWeightsTokensByTheCappedRatio) {
+  auto in = OffPolicyCase();
+  LmPolicyLossOptions opt;
+  opt.clip.clip_high = 0.28;
+  opt.correction = OffPolicyCorrection::kTruncatedIs;
+  opt.is_cap = 2;
+  auto l = ComputeLmPolicyLoss(in, opt).value();
+  // pg [[-1.28, -0.9], [0.8, 4]] x min(w, 2) [[1, 2], [0.4, 1.5]].
+  EXPECT_NEAR(l.loss.item<double>(), (-1.28 - 1.8 + 0.32 + 6) / 4, 1e-12);
+  EXPECT_NEAR(l.is_weight_mean, (1 + 3 + 0.4 + 1.5) / 4, 1e-12);
+  EXPECT_NEAR(l.is_weight_max, 3, 1e-12);
+  EXPECT_NEAR(l.is_corrected_fraction, 0.25, 1e-12);
+  l.loss.backward();
+  EXPECT_TRUE(torch::allclose(in.logp.grad(), D2({0, -1.8 / 4, 0, 6.0 / 4}, 2), 1e-12, 1e-12))
+      << in.logp.grad();
+}
+
+TEST(LmLossesTest, DecoupledPpoWeightsByProximalOverBehaviourAndZeroesAboveTheCap) {
+  auto in = OffPolicyCase();
+  LmPolicyLossOptions opt;
+  opt.clip.clip_high = 0.28;
+  opt.correction = OffPolicyCorrection::kDecoupled;
+  opt.is_cap = 2;
+  auto l = ComputeLmPolicyLoss(in, opt).value();
+  // Token (0, 1) (w = 3) gets weight 0 and stays in the token count (AReaL's normaliser).
+  EXPECT_NEAR(l.loss.item<double>(), (-1.28 + 0 + 0.32 + 6) / 4, 1e-12);
+  EXPECT_NEAR(l.is_corrected_fraction, 0.25, 1e-12);
+  l.loss.backward();
+  EXPECT_TRUE(torch::allclose(in.logp.grad(), D2({0, 0, 0, 6.0 / 4}, 2), 1e-12, 1e-12))
+      << in.logp.grad();
+}
+
+TEST(LmLossesTest, MaskZeroesTokensOutsideTheBandAndKeepsTheOthersUnweighted) {
+  auto in = OffPolicyCase();
+  LmPolicyLossOptions opt;
+  opt.clip.clip_high = 0.28;
+  opt.correction = OffPolicyCorrection::kMask;
+  opt.is_cap = 2;
+  auto l = ComputeLmPolicyLoss(in, opt).value();
+  // w = 3 and w = 0.4 fall outside [0.5, 2]: weight 0, still counted.
+  EXPECT_NEAR(l.loss.item<double>(), (-1.28 + 4) / 4, 1e-12);
+  EXPECT_NEAR(l.is_corrected_fraction, 0.5, 1e-12);
+}
+
+TEST(LmLossesTest, ImportanceWeightsAreExactlyOneWhenRolloutAndTrainerAgree) {
+  auto plain_in = ClipCase();
+  LmPolicyLossOptions plain;
+  plain.clip.clip_high = 0.28;
+  auto expect = ComputeLmPolicyLoss(plain_in, plain).value();
+  expect.loss.backward();
+  for (auto c : {OffPolicyCorrection::kDecoupled, OffPolicyCorrection::kTruncatedIs,
+                 OffPolicyCorrection::kMask}) {
+    auto in = ClipCase();
+    in.behaviour_logp = in.old_logp.clone();
+    LmPolicyLossOptions opt = plain;
+    opt.correction = c;
+    auto l = ComputeLmPolicyLoss(in, opt).value();
+    EXPECT_EQ(l.is_weight_mean, 1.0);
+    EXPECT_EQ(l.is_weight_max, 1.0);
+    EXPECT_EQ(l.is_corrected_fraction, 0.0);
+    EXPECT_EQ(l.loss.item<double>(), expect.loss.item<double>());
+    l.loss.backward();
+    EXPECT_TRUE(torch::equal(in.logp.grad(), plain_in.logp.grad()));
+  }
+}
+
+TEST(LmLossesTest, OffPolicyCorrectionNamesAndErrors) {
+  EXPECT_EQ(ParseOffPolicyCorrection("tis").value(), OffPolicyCorrection::kTruncatedIs);
+  EXPECT_EQ(ParseOffPolicyCorrection("decoupled").value(), OffPolicyCorrection::kDecoupled);
+  EXPECT_EQ(ParseOffPolicyCorrection("mask").value(), OffPolicyCorrection::kMask);
+  EXPECT_EQ(ParseOffPolicyCorrection("none").value(), OffPolicyCorrection::kNone);
+  EXPECT_FALSE(ParseOffPolicyCorrection("is").ok());
+  auto in = ClipCase();
+  LmPolicyLossOptions opt;
+  opt.correction = OffPolicyCorrection::kTruncatedIs;
+  auto missing = ComputeLmPolicyLoss(in, opt);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("behaviour_logp"), std::string::npos);
+  in.behaviour_logp = in.old_logp.clone();
+  opt.is_cap = 1;
+  auto bad = ComputeLmPolicyLoss(in, opt);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("is_cap"), std::string::npos);
+}
+
 TEST(LmLossesTest, DualClipCapsNegativeAdvantageLoss) {
   auto in = ClipCase();
   LmPolicyLossOptions opt;
@@ -232,9 +325,9 @@ TEST(LmLossesTest, DocExampleGrpoStep) {
   opt.kl_estimator = KlEstimator::kK3;
   opt.aggregation = ParseLossAggregation("token-mean").value();
   auto logp = TokenLogprobs(logits, tokens).value();
-  LmPolicyLossInput in{logp.index_select(0, keep), old_logp.index_select(0, keep),
+  LmPolicyLossInput in{logp.index_select(0, keep),           old_logp.index_select(0, keep),
                        adv.advantages.index_select(0, keep), mask.index_select(0, keep),
-                       ref_logp.index_select(0, keep)};
+                       ref_logp.index_select(0, keep),       {}};
   LmPolicyLoss loss = ComputeLmPolicyLoss(in, opt).value();
   loss.loss.backward();
   // --- example ends

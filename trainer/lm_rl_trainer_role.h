@@ -51,9 +51,10 @@ class LmRlTrainerRole final : public Role {
   // This rank's share of one minibatch (rows `idx` of the batch; `weight_zero`: an empty
   // share standing in with weight 0): the policy's loss weighted into the global
   // minibatch's and, when `update`, its step; then the estimator's own step. Adds the
-  // global minibatch's metrics to `sums`; first-epoch-only ones when `first`.
+  // global minibatch's metrics to `sums`; first-epoch-only ones when `first`. `proximal`:
+  // the share's logprobs before the step's first update (undefined: this forward's own).
   absl::Status Minibatch(const GroupBatch& b, const torch::Tensor& idx, bool weight_zero,
-                         bool update, bool first, Sums& sums);
+                         bool update, bool first, const torch::Tensor& proximal, Sums& sums);
   // Means of `sums` over the updates into `out`.
   static void Average(const Sums& sums, int64_t updates, int64_t first_epoch_updates,
                       std::map<std::string, double>& out);

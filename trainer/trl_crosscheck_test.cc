@@ -93,7 +93,7 @@ TEST(TrlCrosscheckTest, GrpoLossGradientAndMetricsMatchTrl) {
     TrlGrpoMode mode = ModeFor(c.at("trl_loss_type"));
     opt.aggregation = mode.aggregation;
     if (mode.norm_by_budget) opt.norm_length = c.at("max_completion_length").get<double>();
-    LmPolicyLossInput in{logp, old_logp, adv, mask, ref_logp};
+    LmPolicyLossInput in{logp, old_logp, adv, mask, ref_logp, {}};
     auto l = ComputeLmPolicyLoss(in, opt).value();
     EXPECT_NEAR(l.loss.item<double>(), c.at("loss").get<double>(), kTol);
     l.loss.backward();

@@ -1,0 +1,245 @@
+// The asynchronous LM RL loop (rollout.max_staleness k) against scripted fakes: k = 0 is the
+// synchronous loop; with k = 1 and 2 the engines generate while the trainer trains, every
+// trained token lags the trainer's version by at most k (checked from every sample's versions
+// in every train request), batches are dispatched no more than k steps ahead, and nothing is
+// discarded. No process, socket or sleep.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <functional>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "controller/algorithm.h"
+#include "controller/async_rollout.h"
+#include "controller/fake_actors.h"
+#include "controller/fake_lm_actors.h"
+
+namespace rlforge::testing {
+namespace {
+
+using Task = proto::WorkRequest::TaskCase;
+
+constexpr int64_t kPrompts = 6;  // per iteration
+
+struct Job {
+  JobConfig config;
+  std::unique_ptr<FakeActors> actors;
+  std::unique_ptr<FakeLmRollout> rollout;
+  std::unique_ptr<FakeJobContext> ctx;
+  absl::Status status;
+};
+
+class AsyncLoopTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = FreshTestDir();
+    WriteTokenizerCheckpoint(root_ + "/model");
+    auto tok = models::LoadTokenizer(root_ + "/model");
+    ASSERT_TRUE(tok.ok()) << tok.status();
+    tok_ = std::move(*tok);
+  }
+
+  // grpo on `workers` engines: 6 prompts x 2 samples, 5 iterations, streamed 2 groups at a
+  // time; `staleness` empty leaves the key out. The trainer answers `train_pumps` pumps late
+  // (a slow step), so engines that may run ahead do.
+  std::unique_ptr<Job> Run(const std::string& staleness, int workers = 1, int train_pumps = 0,
+                           int64_t eval_every = 2) {
+    auto job = std::make_unique<Job>();
+    job->config = TestConfig(absl::StrCat(
+        "job: {algorithm: grpo, seed: 3, iterations: 5}\n", "model: {path: ", root_, "/model}\n",
+        "data: {source: arithmetic, min_digits: 1, max_digits: 2, ops: ['+']}\n",
+        "controller: {request_timeout_s: 30}\n", "rollout: {workers: ", workers,
+        staleness.empty() ? "" : ", max_staleness: " + staleness, "}\n",
+        "grpo: {prompts_per_iteration: ", kPrompts,
+        ", group_size: 2, max_new_tokens: 6, eval_every: ", eval_every,
+        ", eval_examples: 4, stream_groups: 2}\n"));
+    auto algo = CreateAlgorithm(job->config);
+    EXPECT_TRUE(algo.ok()) << algo.status();
+    if (!algo.ok()) {
+      job->status = algo.status();
+      return job;
+    }
+    job->actors = std::make_unique<FakeActors>(job->config);
+    job->actors->AddRoles((*algo)->Roles());
+    Job* j = job.get();
+    // Right when bit j of the group's seed is set; greedy: right from version 2 on.
+    job->rollout = std::make_unique<FakeLmRollout>(
+        *tok_, tmpl_, [j](const std::string& prompt, const proto::LmGenerate& p, int64_t s) {
+          const std::string answer = PlainAnswer(prompt);
+          const bool right = p.temperature() > 0 ? ((j->rollout->group_seed() >> s) & 1) != 0
+                                                 : j->rollout->version() >= 2;
+          return right ? answer : answer + "1";
+        });
+    job->actors->On("rollout", Task::kLmGenerate, job->rollout->Generate());
+    job->actors->On("rollout", Task::kLoadWeights, job->rollout->LoadWeights());
+    job->actors->On("reward", Task::kScore, ScoreScript([](const reward::Sample& s) {
+                      return reward::SampleScore::Ok(s.response == s.answer ? 1.0 : 0.0);
+                    }));
+    job->actors->On("trainer", Task::kGrpoTrain, [train_pumps](const FakeWork& w) {
+      FakeReply r = WeightsReply(w.request.grpo_train().step(), "inline");
+      r.delay_pumps = train_pumps;
+      return r;
+    });
+    job->actors->On("trainer", Task::kLmSave, [](const FakeWork&) { return FakeReply::Ok(); });
+    job->status = job->actors->Start();
+    if (!job->status.ok()) return job;
+    const std::string dir = absl::StrCat(root_, "/run", runs_++);
+    std::filesystem::create_directories(dir);
+    job->ctx = std::make_unique<FakeJobContext>(*job->actors, job->config, dir);
+    job->status = (*algo)->Run(*job->ctx);
+    return job;
+  }
+
+  // The groups of every train request, by step (step s trains on version s - 1: the fake
+  // trainer publishes version = step).
+  static std::vector<std::vector<LmGroup>> TrainBatches(const Job& job) {
+    std::vector<std::vector<LmGroup>> out;
+    for (const FakeWork* w : job.actors->Received(Task::kGrpoTrain)) {
+      auto groups = GroupsFromFrames(w->tensors, true, 2);
+      EXPECT_TRUE(groups.ok()) << groups.status();
+      out.push_back(groups.ok() ? *groups : std::vector<LmGroup>{});
+    }
+    return out;
+  }
+
+  std::string root_;
+  int runs_ = 0;
+  std::unique_ptr<models::Tokenizer> tok_;
+  models::PromptTemplate tmpl_ = *models::PromptTemplate::Create("none");
+};
+
+TEST_F(AsyncLoopTest, StalenessZeroIsTheSynchronousLoop) {
+  auto sync = Run("");
+  auto zero = Run("0");
+  ASSERT_TRUE(sync->status.ok()) << sync->status;
+  ASSERT_TRUE(zero->status.ok()) << zero->status;
+  auto a = sync->actors->Received(Task::kGrpoTrain), b = zero->actors->Received(Task::kGrpoTrain);
+  ASSERT_EQ(a.size(), 5u);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t k = 0; k < a.size(); ++k) EXPECT_TRUE(SameWork(*a[k], *b[k])) << "train " << k;
+  ASSERT_EQ(sync->ctx->records.size(), zero->ctx->records.size());
+  for (size_t k = 0; k < sync->ctx->records.size(); ++k) {
+    EXPECT_EQ(sync->ctx->records[k].metrics, zero->ctx->records[k].metrics) << "record " << k;
+  }
+  // Synchronous: generation never overlaps a train step, every token is the trainer's version.
+  const std::vector<std::string> log = zero->actors->Log();
+  bool training = false;
+  for (const std::string& line : log) {
+    if (absl::EndsWith(line, "grpo_train")) training = true;
+    if (absl::EndsWith(line, "load_weights")) training = false;
+    EXPECT_FALSE(training && absl::EndsWith(line, "lm_generate")) << line;
+  }
+  for (size_t k = 1; k < zero->ctx->records.size(); ++k) {
+    const auto& m = zero->ctx->records[k].metrics;
+    EXPECT_EQ(m.at("version_lag/0"), 1.0);
+    EXPECT_EQ(m.at("stale_groups_discarded"), 0.0);
+    EXPECT_EQ(m.count("version_lag/1"), 0u);
+  }
+}
+
+TEST_F(AsyncLoopTest, NoAdmittedTokenLagsBeyondTheBoundAndTheEnginesRunAhead) {
+  for (int64_t k : {1, 2}) {
+    for (int workers : {1, 2}) {
+      SCOPED_TRACE(absl::StrCat("k ", k, ", workers ", workers));
+      auto job = Run(absl::StrCat(k), workers, /*train_pumps=*/4);
+      ASSERT_TRUE(job->status.ok()) << job->status;
+      const auto batches = TrainBatches(*job);
+      ASSERT_EQ(batches.size(), 5u);
+      int64_t largest = 0;
+      for (size_t s = 0; s < batches.size(); ++s) {
+        const int64_t trained = static_cast<int64_t>(s);  // the trainer's version at step s+1
+        EXPECT_EQ(batches[s].size(), static_cast<size_t>(kPrompts)) << "step " << s + 1;
+        for (const LmGroup& g : batches[s]) {
+          for (const LmSample& smp : g.samples) {
+            for (int64_t v : smp.versions) {
+              EXPECT_LE(v, trained) << "step " << s + 1;
+              EXPECT_LE(trained - v, k) << "step " << s + 1;
+              largest = std::max(largest, trained - v);
+            }
+          }
+        }
+      }
+      EXPECT_EQ(largest, k) << "the engines never ran ahead of the trainer";
+      for (size_t r = 1; r < job->ctx->records.size(); ++r) {
+        const auto& m = job->ctx->records[r].metrics;
+        EXPECT_EQ(m.at("stale_groups_discarded"), 0.0) << "record " << r;
+        double shares = 0;
+        for (int64_t d = 0; d <= k; ++d) shares += m.at(absl::StrCat("version_lag/", d));
+        EXPECT_DOUBLE_EQ(shares, 1.0) << "record " << r;
+        EXPECT_LE(m.at("policy_version_lag"), static_cast<double>(k));
+      }
+    }
+  }
+}
+
+TEST_F(AsyncLoopTest, EnginesGenerateWhileTheTrainerTrains) {
+  auto job = Run("1", 1, /*train_pumps=*/4);
+  ASSERT_TRUE(job->status.ok()) << job->status;
+  // Between a train request and the load of its weights the engine was asked for groups.
+  const std::vector<std::string> log = job->actors->Log();
+  bool training = false, overlapped = false;
+  for (const std::string& line : log) {
+    if (absl::EndsWith(line, "grpo_train")) training = true;
+    if (absl::EndsWith(line, "load_weights")) training = false;
+    overlapped = overlapped || (training && absl::EndsWith(line, "lm_generate"));
+  }
+  EXPECT_TRUE(overlapped);
+}
+
+TEST_F(AsyncLoopTest, ThrottleDispatchesNoBatchMoreThanKStepsAhead) {
+  for (int64_t k : {1, 2}) {
+    SCOPED_TRACE(absl::StrCat("k ", k));
+    auto job = Run(absl::StrCat(k), 1, /*train_pumps=*/4, /*eval_every=*/0);
+    ASSERT_TRUE(job->status.ok()) << job->status;
+    // Groups sent to engines before train step s: at most (s + k) batches' worth.
+    int64_t step = 0, sent = 0, most_ahead = 0;
+    for (const FakeWork& w : job->actors->received()) {
+      if (w.kind() == "grpo_train") {
+        ++step;
+        EXPECT_LE(sent, (step + k) * kPrompts) << "step " << step;
+        most_ahead = std::max(most_ahead, sent - step * kPrompts);
+      }
+      if (w.kind() == "lm_generate" && w.request.lm_generate().temperature() > 0) {
+        const TensorFrame* ids = w.Tensor("request_ids");
+        sent += ids == nullptr ? 0 : ids->numel();
+      }
+    }
+    EXPECT_EQ(step, 5);
+    EXPECT_GT(most_ahead, 0) << "nothing was generated ahead of training";
+  }
+}
+
+TEST(AdmitFreshTest, RemovesGroupsWithATokenBeyondTheBoundAndCountsLags) {
+  auto group = [](int64_t id, std::vector<int64_t> a, std::vector<int64_t> b) {
+    LmGroup g;
+    g.request_id = id;
+    for (auto& versions : {a, b}) {
+      LmSample s;
+      s.versions = versions;
+      s.tokens.assign(versions.size(), 7);
+      s.logprobs.assign(versions.size(), -1.0f);
+      g.samples.push_back(s);
+    }
+    return g;
+  };
+  Scored s;
+  s.groups = {group(0, {5, 5}, {4}), group(1, {5}, {3, 5}), group(2, {6}, {5}),
+              group(3, {4, 4}, {4})};
+  s.examples.resize(4);
+  for (int i = 0; i < 4; ++i) s.examples[i].prompt = absl::StrCat("p", i);
+  s.rewards = {0, 1, 2, 3, 4, 5, 6, 7};
+  std::vector<double> lags;
+  // Version 5, k = 1: group 1 has a token of version 3 (lag 2), group 2 one from the future.
+  EXPECT_EQ(AdmitFresh(5, 1, s, lags), 2);
+  ASSERT_EQ(s.groups.size(), 2u);
+  EXPECT_EQ(s.groups[0].request_id, 0);
+  EXPECT_EQ(s.groups[1].request_id, 3);
+  EXPECT_EQ(s.examples[1].prompt, "p3");
+  EXPECT_EQ(s.rewards, (std::vector<double>{0, 1, 6, 7}));
+  EXPECT_EQ(lags, (std::vector<double>{2, 4}));  // lag 0: two tokens; lag 1: four
+}
+
+}  // namespace
+}  // namespace rlforge::testing

@@ -1,0 +1,107 @@
+// AsyncRollout: the rollout side of asynchronous language-model RL (rollout.max_staleness
+// k >= 1): several iterations' batches generate on the engine fleet at once, while the
+// trainer trains.
+//
+// batch b's examples -> Dispatch (whole groups dealt by tokens over the engines serving the
+//   fleet's required version, queued per engine) -> one LmGenerate in flight per engine (the
+//   prompts queued since its last request, then chunks of finished groups) -> each group
+//   routed to its batch by request id -> the reward workers score each chunk -> Take(b): the
+//   batch's Scored, in example order
+//
+// Invariants: request ids are unique over the whole run (each group's seed is RequestSeed of
+// the run's seed and its id, so a batch's samples do not depend on how batches interleave);
+// an engine has at most one LmGenerate in flight, so chunks come back in the order asked for.
+// Every wait is the caller's, through Controller::AwaitReady on Outstanding(): each work has
+// the controller's request deadline. The throttle (which batch may be dispatched when) and
+// the admission rule (AdmitFresh) are the caller's.
+//
+// Not thread-safe: the LM RL loop owns it. `ctl`, `fleet` and `text` must outlive it.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "controller/controller.h"
+#include "controller/engine_fleet.h"
+#include "controller/lm_loop.h"
+
+namespace rlforge {
+
+class AsyncRollout {
+ public:
+  // `p.seed` seeds every group of the run (with its request id).
+  AsyncRollout(Controller& ctl, const EngineFleet& fleet, const TaskText& text,
+               std::string system_prompt, SamplingParams p);
+
+  // Queues batch `batch`'s groups on the engines that serve the fleet's required version now.
+  // An error when no engine does, or the batch was dispatched before.
+  absl::Status Dispatch(int64_t batch, const std::vector<PromptExample>& examples);
+  // Every group of `batch` generated and scored.
+  bool Complete(int64_t batch) const;
+  // The complete batch's groups, rewards and reward sums (reward/<name>/sum|sumsq,
+  // generated_tokens, engine_preemptions), in example order; forgets the batch.
+  absl::StatusOr<Scored> Take(int64_t batch);
+
+  // Work in flight (generation and scoring), to wait on with Controller::AwaitReady.
+  std::vector<uint64_t> Outstanding() const;
+  // Collects the result of outstanding work `work_id` (it must have arrived): routes its
+  // groups to their batches and asks the engine for more, or records its scores. A failed
+  // work fails the call naming the actor.
+  absl::Status Handle(uint64_t work_id);
+  // Groups dealt to engines and not yet returned.
+  int64_t owed_groups() const;
+  // Engine busy seconds (their generate_s, summed over engines) since the last call.
+  double TakeEngineBusySeconds();
+
+ private:
+  struct Batch {
+    std::vector<PromptExample> examples;
+    std::vector<LmGroup> groups;
+    std::vector<bool> arrived;
+    std::vector<double> rewards;
+    std::map<std::string, std::vector<double>> by_reward;
+    size_t generated = 0, scored = 0;
+    double tokens = 0, preemptions = 0;
+  };
+  struct Engine {
+    std::vector<LmGroup> queued;  // dealt, not yet sent
+    int64_t owed = 0;             // sent or queued, not yet returned
+    std::optional<uint64_t> work;
+  };
+  struct Scoring {
+    std::string worker;
+    std::vector<std::pair<int64_t, size_t>> groups;  // (batch, index)
+  };
+
+  absl::Status Request(size_t engine);
+  absl::Status Generated(size_t engine, WorkOutcome o);
+  absl::Status RecordScores(const Scoring& s, WorkOutcome o);
+
+  Controller& ctl_;
+  const EngineFleet& fleet_;
+  const TaskText& text_;
+  std::string system_prompt_;
+  SamplingParams p_;
+  std::vector<std::string> rewarders_;
+  std::vector<Engine> engines_;
+  std::map<int64_t, Batch> batches_;
+  std::map<int64_t, std::pair<int64_t, size_t>> where_;  // request id -> (batch, index)
+  std::map<uint64_t, size_t> generating_;                // work id -> engine
+  std::map<uint64_t, Scoring> scoring_;                  // work id -> what it scores
+  int64_t next_request_ = 0;
+  size_t next_rewarder_ = 0;
+  double busy_s_ = 0;
+};
+
+// AReaL's admission rule for a batch trained at policy version `version`: a group is admitted
+// only if every token's version v satisfies version - k <= v <= version. Removes the other
+// groups (and their rewards) and returns how many it removed. Also adds each admitted token's
+// lag (version - v) to `lag_tokens` (index = lag, sized k + 1).
+int64_t AdmitFresh(int64_t version, int64_t k, Scored& s, std::vector<double>& lag_tokens);
+
+}  // namespace rlforge
