@@ -10,7 +10,7 @@ The ratios are measured in the same run of this script; other load on the machin
 absolute figures (say it with them).
 
     python3 bench/async_bench.py [--iterations 200] [--eval-every 25] [--seed 1]
-        [--checkpoint runs/sft_arith_flawed/checkpoints/step_1500] [--ks 0 1 2]
+        [--checkpoint runs/sft_arith_flawed/checkpoints/step_3000] [--ks 0 1 2]
 """
 import argparse
 import json
@@ -56,7 +56,7 @@ def first_reach(curve, target):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rlforge", default=os.path.join(ROOT, "build", "rlforge"))
-    ap.add_argument("--checkpoint", default="runs/sft_arith_flawed/checkpoints/step_1500")
+    ap.add_argument("--checkpoint", default="runs/sft_arith_flawed/checkpoints/step_3000")
     ap.add_argument("--iterations", type=int, default=200)
     ap.add_argument("--eval-every", type=int, default=25)
     ap.add_argument("--eval-examples", type=int, default=500)
