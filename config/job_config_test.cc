@@ -62,6 +62,17 @@ TEST(JobConfigTest, WeightKeysThatWouldDoNothingAreErrors) {
   EXPECT_NE(all.find("weights.bucket_mb"), std::string::npos) << all;
 }
 
+TEST(JobConfigTest, CheckpointsOfAnAsynchronousRunAreRefused) {
+  LoadedJob async = LoadJobText(
+      "job: {algorithm: grpo}\nrollout: {max_staleness: 1}\ncheckpoint: {every: 5}\n", "t.yaml");
+  std::string all = config::FormatErrors(async.errors);
+  EXPECT_NE(all.find("checkpoint.every: asynchronous runs (rollout.max_staleness 1)"),
+            std::string::npos)
+      << all;
+  LoadedJob sync = LoadJobText("job: {algorithm: grpo}\ncheckpoint: {every: 5}\n", "t.yaml");
+  EXPECT_TRUE(sync.errors.empty()) << config::FormatErrors(sync.errors);
+}
+
 TEST(JobConfigTest, DpoOptionsAreChecked) {
   LoadedJob j = LoadJobText(
       "job: {algorithm: dpo}\ndata: {source: jsonl}\ndpo: {loss_type: ipo, label_smoothing: 0.1, "
