@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""Chaos in ctest: workers SIGKILLed or SIGSTOPped every ~1.2 s while a job runs.
+"""Chaos in ctest: workers SIGKILLed or SIGSTOPped while a job runs, paced by its progress.
 
 GRPO (2 engines + 2 reward workers, from a seconds-long SFT stage) and PPO on CartPole (2
-rollout workers, each with 2 sim servers) each take at least 10 faults from tools/chaos.py,
-must finish with every sample (chaos.py counts them from metrics.jsonl) and end where unfaulted
+rollout workers, each with 2 sim servers) each take at least 10 faults from tools/chaos.py
+(fault k once the job reaches iteration 10k, so a fast machine's short run takes them
+all as a slow one's does), must finish with every sample (chaos.py counts them from metrics.jsonl) and end where unfaulted
 runs end: GRPO exactly where the unfaulted run of the same seed ends (a group's samples follow
 from its seed, whichever engine makes them), PPO within the spread of three unfaulted seeds
 (widened by that spread: a faulted run is one more draw, and 3 draws bound a 4th only half
@@ -42,7 +43,7 @@ def comparable(m):
 
 def chaos(args, config, name, extra, overrides):
     cmd = [sys.executable, os.path.join(args.source, "tools/chaos.py"), "--rlforge", args.rlforge,
-           "--config", config, "--run-root", args.work, "--name", name, "--interval", "1.2",
+           "--config", config, "--run-root", args.work, "--name", name, "--interval", "0.2",
            "--warmup", "1", "--min-faults", "10", "--max-faults", "12", "--timeout", "240",
            "--seed", "7"] + extra + ["--"] + overrides
     out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -83,7 +84,8 @@ def grpo(args):
     run([args.rlforge, "run", config, f"job.run_root={args.work}", "job.name=grpo_clean"] +
         overrides, 300)
     clean = comparable(final_metrics(os.path.join(args.work, "grpo_clean")))
-    faulted = comparable(chaos(args, config, "grpo_chaos", ["--groups", "8"], overrides))
+    faulted = comparable(
+        chaos(args, config, "grpo_chaos", ["--groups", "8", "--every-steps", "10"], overrides))
     # The same samples and updates; engines batch differently, hence float noise only.
     diff = {k: (clean.get(k), faulted.get(k)) for k in set(clean) | set(faulted)
             if k not in clean or k not in faulted or
@@ -103,7 +105,8 @@ def ppo(args):
         run([args.rlforge, "run", config, f"job.run_root={args.work}", f"job.name={name}",
              f"job.seed={seed}"] + overrides, 300)
         returns.append(final_metrics(os.path.join(args.work, name))["episodic_return"])
-    faulted = chaos(args, config, "ppo_chaos", ["--env-steps", str(2 * 8 * 32)],
+    faulted = chaos(args, config, "ppo_chaos",
+                    ["--env-steps", str(2 * 8 * 32), "--every-steps", "10"],
                     overrides + ["job.seed=4"])["episodic_return"]
     low, high = min(returns), max(returns)
     spread = high - low

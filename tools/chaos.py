@@ -64,6 +64,16 @@ def read_jsonl(path):
         return [json.loads(line) for line in f if line.strip()]
 
 
+def progress_allows(run_dir, injected, args):
+    """With --every-steps N, fault k (from 1) waits for the job's iteration k * N: faults follow
+    the job's progress, so a fast machine's short run still takes them all."""
+    if not args.every_steps:
+        return True
+    records = read_jsonl(os.path.join(run_dir, "metrics.jsonl"))
+    step = max((r["step"] for r in records), default=0)
+    return step >= (injected + 1) * args.every_steps
+
+
 def inject(job, run_dir, args, rng):
     """Faults until the job exits or --max-faults went in: [(time, actor, signal name)]."""
     faults = []
@@ -76,7 +86,7 @@ def inject(job, run_dir, args, rng):
             url = dashboard_url(run_dir)
             next_at = time.time() + args.warmup
             continue
-        if time.time() < next_at:
+        if time.time() < next_at or not progress_allows(run_dir, len(faults), args):
             continue
         next_at = time.time() + args.interval * rng.uniform(0.5, 1.5)
         # A stopped worker counts as live until its heartbeats are missed: hit each process once.
@@ -131,6 +141,8 @@ def main():
     p.add_argument("--run-root", default="/tmp/rlforge_chaos")
     p.add_argument("--name", default="chaos")
     p.add_argument("--interval", type=float, default=3, help="mean seconds between faults")
+    p.add_argument("--every-steps", type=int, default=0,
+                   help="also wait for iteration k * N before the k-th fault (0: time only)")
     p.add_argument("--warmup", type=float, default=3,
                    help="seconds from the job's start (every actor registered) to the first fault")
     p.add_argument("--max-faults", type=int, default=1000)
