@@ -190,16 +190,7 @@ absl::StatusOr<Scored> AsyncRollout::Take(int64_t batch) {
   out.groups = std::move(b.groups);
   out.rewards = std::move(b.rewards);
   out.examples = std::move(b.examples);
-  // Sums in example order, so they do not depend on how chunks arrived.
-  for (const auto& [name, values] : b.by_reward) {
-    double sum = 0, sq = 0;
-    for (double v : values) {
-      sum += v;
-      sq += v * v;
-    }
-    out.metrics["reward/" + name + "/sum"] = sum;
-    out.metrics["reward/" + name + "/sumsq"] = sq;
-  }
+  AddRewardSums(b.by_reward, out.metrics);
   out.metrics["generated_tokens"] = b.tokens;
   out.metrics["engine_preemptions"] = b.preemptions;
   return out;

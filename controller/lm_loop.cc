@@ -361,15 +361,7 @@ absl::Status LmLoop::Round::OnScored(uint64_t work_id, WorkOutcome o) {
 }
 
 void LmLoop::Round::Finish() {
-  for (const auto& [name, values] : by_reward_) {
-    double sum = 0, sq = 0;
-    for (double v : values) {
-      sum += v;
-      sq += v * v;
-    }
-    out_.metrics["reward/" + name + "/sum"] = sum;
-    out_.metrics["reward/" + name + "/sumsq"] = sq;
-  }
+  AddRewardSums(by_reward_, out_.metrics);
   double busiest = 0;
   for (size_t e = 0; e < loop_.fleet_.size(); ++e) {
     const std::string prefix = absl::StrCat("rollout/", e, "/");
@@ -536,6 +528,19 @@ std::vector<RoleRequirement> LmRoles(const JobConfig& c) {
   return {{"trainer", static_cast<int>(c.trainer.ranks), false},
           {"rollout", static_cast<int>(c.rollout.workers), c.rollout.external, engines_recoverable},
           {"reward", static_cast<int>(c.reward.workers), c.reward.external, true}};
+}
+
+void AddRewardSums(const std::map<std::string, std::vector<double>>& by_reward,
+                   std::map<std::string, double>& metrics) {
+  for (const auto& [name, values] : by_reward) {
+    double sum = 0, sq = 0;
+    for (double v : values) {
+      sum += v;
+      sq += v * v;
+    }
+    metrics["reward/" + name + "/sum"] = sum;
+    metrics["reward/" + name + "/sumsq"] = sq;
+  }
 }
 
 void RewardStats(const Scored& s, double count, std::map<std::string, double>& metrics,

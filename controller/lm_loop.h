@@ -151,6 +151,11 @@ class LmLoop {
 // workers, reward.workers reward workers (each `external` as its section says).
 std::vector<RoleRequirement> LmRoles(const JobConfig& c);
 
+// Per-reward sums of each sample's reward (reward/<name>/sum|sumsq), in the order given, so
+// they do not depend on how scoring chunks arrived.
+void AddRewardSums(const std::map<std::string, std::vector<double>>& by_reward,
+                   std::map<std::string, double>& metrics);
+
 // Per-reward mean and std (as `prefix`reward/<name>/mean|std) from GenerateAndScore's sums.
 void RewardStats(const Scored& s, double count, std::map<std::string, double>& metrics,
                  const std::string& prefix);
