@@ -143,6 +143,13 @@ std::shared_ptr<const Schema> LaunchSection() {
            "Wait before relaunching a lost worker, doubled for each earlier relaunch of the same "
            "slot (at most 30 s).")
       .Min(0);
+  b.Int("max_job_restarts", &LaunchOptions::max_job_restarts,
+        "Times the whole job starts again, in the same run directory, from its newest complete "
+        "checkpoint (from the beginning if it has none) when an actor that cannot be replaced "
+        "is lost: a trainer rank, or a rollout engine on the gloo weight plane. 0: such a loss "
+        "stops the job.")
+      .Min(0)
+      .Max(1000);
   return b.Build();
 }
 

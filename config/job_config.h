@@ -33,8 +33,9 @@ struct JobOptions {
 struct ControllerOptions {
   std::string host = "127.0.0.1";
   int64_t port = 0;
-  int64_t heartbeat_interval_ms = 1000;
-  int64_t heartbeat_misses = 3;
+  // 2.5 s of silence declares an actor dead: within 3 s of the fault (docs/fault_tolerance.md).
+  int64_t heartbeat_interval_ms = 500;
+  int64_t heartbeat_misses = 5;
   int64_t max_message_mb = 1024;
   double register_timeout_s = 60;
   double request_timeout_s = 600;
@@ -65,6 +66,7 @@ struct LaunchOptions {
   std::string backend = "local";
   int64_t max_restarts = 3;        // relaunches of a role's lost workers, over the job
   double restart_backoff_s = 1.0;  // before a slot's k-th relaunch: this * 2^k (at most 30 s)
+  int64_t max_job_restarts = 0;    // whole-job restarts from the newest checkpoint
 };
 
 // Whole-job checkpoints (docs/checkpoints.md): runs/<name>/checkpoints/step_<N>/state/.

@@ -415,6 +415,7 @@ void Controller::HandleResult(ActorInfo& actor, Message msg) {
 absl::Status Controller::ActorLost(const ActorInfo& actor, const std::string& what) {
   ActorInfo* a = registry_.Find(actor.id);
   a->state = ActorState::kDead;
+  if (!shutting_down_) ++faults_.fatal_losses;
   std::string msg =
       absl::StrCat("actor ", a->id,
                    a->pid ? absl::StrCat(" (pid ", a->pid, " on ", a->host, ")") : "", " ", what);
@@ -435,6 +436,7 @@ absl::Status Controller::CheckHealth() {
         std::string tail = TailOfFile(it->second.log_path, 8);
         if (!tail.empty()) absl::StrAppend(&msg, "\n  last lines:\n", tail);
         services_.erase(it);
+        ++faults_.fatal_losses;
         return absl::UnavailableError(msg);
       }
       ActorInfo* a = registry_.FindByLaunchedPid(e.pid);

@@ -57,6 +57,9 @@ struct FaultStats {
   uint64_t restarts = 0;
   uint64_t rejoins = 0;
   uint64_t works_given_back = 0;
+  // Actors lost that could not be replaced (trainer ranks, services): the job stops, and
+  // launch.max_job_restarts may start it again from its newest checkpoint.
+  uint64_t fatal_losses = 0;
 };
 
 // Counts of input the controller refused, by reason.

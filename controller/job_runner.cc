@@ -262,6 +262,16 @@ absl::Status FindResumePoint(const RunDirectory& dir, std::optional<JobCheckpoin
   return TruncateMetrics(dir.path() + "/metrics.jsonl", out->has_value() ? (*out)->step : -1);
 }
 
+// events.jsonl: a whole-job restart, beside the workers' failures.
+void RecordJobRestart(const std::string& run_dir, int64_t restart) {
+  auto events = MetricsLog::Open(run_dir + "/events.jsonl");
+  absl::Status s = events.ok() ? events->Append({{"time", dashboard::WallTimeSeconds()},
+                                                 {"event", "job_restart"},
+                                                 {"restart", restart}})
+                               : events.status();
+  if (!s.ok()) spdlog::warn("events.jsonl: {}", Msg(s));
+}
+
 int ExitCodeFor(const absl::Status& s, const std::atomic<int>* stop) {
   if (s.ok()) return 0;
   if (s.code() == absl::StatusCode::kCancelled && stop != nullptr && stop->load() != 0) {
@@ -272,7 +282,14 @@ int ExitCodeFor(const absl::Status& s, const std::atomic<int>* stop) {
 
 }  // namespace
 
-int RunJob(const JobConfig& config, const RunOptions& options) {
+// What a restart of a failed attempt needs to know.
+struct Attempt {
+  std::string run_dir;      // "" when the run directory could not be made
+  bool actor_lost = false;  // it failed after losing an actor that could not be replaced
+};
+
+// One attempt at the job; returns RunJob's exit code.
+int RunAttempt(const JobConfig& config, const RunOptions& options, Attempt* attempt) {
   auto token = ResolveDashboardToken(config.dashboard, std::getenv("RLFORGE_DASHBOARD_TOKEN"));
   if (!token.ok()) {
     std::fprintf(stderr, "error: %s\n", Msg(token.status()).c_str());
@@ -289,6 +306,7 @@ int RunJob(const JobConfig& config, const RunOptions& options) {
                                                                config.job.algorithm->name);
   SetUpControllerLog(*dir, config.job.log_level, progress, options.interactive);
   spdlog::info("run directory {}", dir->path());
+  attempt->run_dir = dir->path();
   StatusWriter status_file(&*dir, &config);
   std::optional<JobCheckpoint> resume;
   absl::Status written = resuming ? FindResumePoint(*dir, &resume)
@@ -456,6 +474,7 @@ int RunJob(const JobConfig& config, const RunOptions& options) {
   controller.Shutdown(status.ok() ? "job finished" : std::string(status.message()));
   PublishActors(controller, actor_metrics, &run_state);
   int code = ExitCodeFor(status, options.stop);
+  attempt->actor_lost = controller.faults().fatal_losses > 0;
   if (status.ok()) {
     spdlog::info("job finished; results in {}", dir->path());
     status_file.Write("finished", "");
@@ -482,6 +501,28 @@ int RunJob(const JobConfig& config, const RunOptions& options) {
     }
   }
   return code;
+}
+
+int RunJob(const JobConfig& config, const RunOptions& options) {
+  RunOptions next = options;
+  for (int64_t restarts = 0;; ++restarts) {
+    Attempt attempt;
+    const int code = RunAttempt(config, next, &attempt);
+    const bool stopped = options.stop != nullptr && options.stop->load() != 0;
+    if (code != 1 || !attempt.actor_lost || stopped || attempt.run_dir.empty() ||
+        restarts >= config.launch.max_job_restarts) {
+      if (code == 1 && attempt.actor_lost && config.launch.max_job_restarts > 0) {
+        spdlog::error("no job restarts left ({} of launch.max_job_restarts used)", restarts);
+      }
+      return code;
+    }
+    spdlog::warn(
+        "restarting the job from its newest checkpoint in {} (job restart {} of {}, "
+        "launch.max_job_restarts)",
+        attempt.run_dir, restarts + 1, config.launch.max_job_restarts);
+    RecordJobRestart(attempt.run_dir, restarts + 1);
+    next.resume_dir = attempt.run_dir;
+  }
 }
 
 }  // namespace rlforge
