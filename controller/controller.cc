@@ -58,12 +58,13 @@ absl::Status Controller::LaunchAll(const std::function<ProcessSpec(const ActorIn
   return absl::OkStatus();
 }
 
-absl::Status Controller::LaunchService(const ProcessSpec& spec) {
+absl::Status Controller::LaunchService(const ProcessSpec& spec, const std::string& owner,
+                                       const std::string& role) {
   if (launcher_ == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat("cannot start ", spec.name, ": no launcher"));
   }
   ASSIGN_OR_RETURN(int pid, launcher_->Start(spec));
-  services_[pid] = Service{spec.name, spec.log_path};
+  services_[pid] = Service{spec.name, spec.log_path, owner, role, spec};
   spdlog::info("started {} (pid {}), log {}", spec.name, pid, spec.log_path);
   return absl::OkStatus();
 }
@@ -431,13 +432,10 @@ absl::Status Controller::CheckHealth() {
   if (launcher_ != nullptr && !shutting_down_) {
     for (const ProcessExit& e : launcher_->Reap()) {
       if (auto it = services_.find(e.pid); it != services_.end()) {
-        std::string msg = absl::StrCat(it->second.name, " (pid ", e.pid, ") ", e.Describe(),
-                                       "; its log: ", it->second.log_path);
-        std::string tail = TailOfFile(it->second.log_path, 8);
-        if (!tail.empty()) absl::StrAppend(&msg, "\n  last lines:\n", tail);
+        Service lost = std::move(it->second);
         services_.erase(it);
-        ++faults_.fatal_losses;
-        return absl::UnavailableError(msg);
+        RETURN_IF_ERROR(ServiceLost(std::move(lost), e));
+        continue;
       }
       ActorInfo* a = registry_.FindByLaunchedPid(e.pid);
       if (a == nullptr || a->state == ActorState::kDead) continue;  // already handled

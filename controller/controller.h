@@ -114,9 +114,13 @@ class Controller {
   void ExpectRole(const std::string& role, int count, bool external, bool recoverable = false);
   // Starts every non-external actor with `make_spec(actor)` (local backend).
   absl::Status LaunchAll(const std::function<ProcessSpec(const ActorInfo&)>& make_spec);
-  // Starts a helper process that is not an actor (a sim_bridge server): its
-  // exit stops the job like an actor's, and Shutdown terminates it first.
-  absl::Status LaunchService(const ProcessSpec& spec);
+  // Starts a helper process that is not an actor (a sim_bridge server); Shutdown terminates
+  // it first. Without an `owner` its exit stops the job like an actor's. With one (the
+  // recoverable actor that uses it) a lost service is started again at once, as `role` under
+  // launch.max_restarts, and its owner is lost with it: the owner's replacement connects to
+  // the new service from scratch.
+  absl::Status LaunchService(const ProcessSpec& spec, const std::string& owner = "",
+                             const std::string& role = "");
 
   // For a store started after the controller (as a service): call before WaitForActors.
   void set_trainer_store_address(std::string address) {
@@ -213,7 +217,12 @@ class Controller {
   struct Service {
     std::string name;
     std::string log_path;
+    std::string owner;  // "" when its loss stops the job
+    std::string role;   // its restarts count against launch.max_restarts for this role
+    ProcessSpec spec;   // to start it again
   };
+  // A service's exit: relaunched with its owner lost (OK), or the error that stops the job.
+  absl::Status ServiceLost(Service service, const ProcessExit& exit);
   std::map<int, Service> services_;  // by pid
   uint64_t next_work_id_ = 1;
   DropStats drops_;
