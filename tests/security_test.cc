@@ -3,6 +3,7 @@
 // refused with a message while the job carries on; loopback jobs stay key-free.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <map>
@@ -11,6 +12,8 @@
 
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "common/clock.h"
+#include "dashboard/server.h"
 #include "tests/job_process.h"
 
 namespace rlforge::testing {
@@ -101,6 +104,19 @@ TEST(SecurityTest, DocExampleJoinsWithKeysAndRefusesAnActorWithout) {
                                    "(pass --keys runs/NAME/keys/actor.key or set RLFORGE_KEYS)"),
             std::string::npos)
       << stranger.Output();
+
+  // The dashboard counts the refusals (refreshed every 200 ms while the controller waits).
+  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(dashboard at (http://[0-9.]+:[0-9]+)/)")));
+  const std::string dashboard = m[1];
+  const std::regex counted(R"(rlforge_dropped_messages_total\{reason="unauthenticated"\} [1-9])");
+  std::string prometheus;
+  for (int64_t until = RealClock::Get()->NowMicros() + 10'000'000;
+       RealClock::Get()->NowMicros() < until && !std::regex_search(prometheus, counted);) {
+    auto r = dashboard::HttpGet(dashboard, "/metrics", "");
+    if (r.ok()) prometheus = r->body;
+    usleep(50'000);
+  }
+  EXPECT_TRUE(std::regex_search(prometheus, counted)) << prometheus;
 
   JobProcess a(cmds[1].args, root + "/a.txt", cmds[1].env);
   JobProcess b(cmds[2].args, root + "/b.txt", cmds[2].env);
