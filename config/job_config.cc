@@ -105,6 +105,12 @@ std::shared_ptr<const Schema> ControllerSection() {
   b.String("host", &ControllerOptions::host,
            "Address the controller binds; actors on other hosts connect here.");
   b.Int("port", &ControllerOptions::port, "TCP port; 0 picks a free one.").Min(0).Max(65535);
+  b.Choice("security", &ControllerOptions::security, {"auto", "curve", "none"},
+           "ZeroMQ CURVE on the control plane (docs/multi_host.md#security). auto: CURVE exactly "
+           "when controller.host is not loopback (127.0.0.0/8, ::1, localhost); curve: always, "
+           "with per-job keys in runs/NAME/keys/ (actors need actor.key: --keys or RLFORGE_KEYS); "
+           "none: plaintext, even off loopback (logged as a warning: anyone who reaches the "
+           "port can join the job).");
   b.Int("heartbeat_interval_ms", &ControllerOptions::heartbeat_interval_ms,
         "How often every actor sends a heartbeat.")
       .Min(10)

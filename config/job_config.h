@@ -33,6 +33,9 @@ struct JobOptions {
 struct ControllerOptions {
   std::string host = "127.0.0.1";
   int64_t port = 0;
+  // auto: CURVE exactly when `host` is not loopback; curve; none (plaintext, a loud warning
+  // off loopback). Resolved at job start (controller/job_keys.h).
+  std::string security = "auto";
   // 2.5 s of silence declares an actor dead: within 3 s of the fault (docs/fault_tolerance.md).
   int64_t heartbeat_interval_ms = 500;
   int64_t heartbeat_misses = 5;

@@ -86,8 +86,11 @@ absl::Status Controller::WaitForActors() {
     if (!announced) {
       for (const ActorInfo* a : pending) {
         if (a->external) {
-          spdlog::info("waiting for {} to join: rlforge actor --role {} --rank {} --connect {}",
-                       a->id, a->role, a->rank, transport_->endpoint());
+          spdlog::info("waiting for {} to join: rlforge actor --role {} --rank {} --connect {}{}",
+                       a->id, a->role, a->rank, transport_->endpoint(),
+                       options_.actor_keys_path.empty()
+                           ? ""
+                           : absl::StrCat(" --keys ", options_.actor_keys_path));
         }
       }
       announced = true;
@@ -244,6 +247,7 @@ absl::Status Controller::Pump(int timeout_ms) {
     }
     r = transport_->Receive(0);
   }
+  drops_.unauthenticated = transport_->refused_handshakes();
   absl::Status health = drained ? CheckHealth() : absl::OkStatus();
   if (pump_observer_) pump_observer_();
   return health;

@@ -71,6 +71,9 @@ struct DropStats {
   uint64_t wrong_job = 0;
   uint64_t duplicate_results = 0;
   uint64_t from_lost_actor = 0;  // sent by an actor after it was declared dead
+  // Connections refused at the CURVE handshake (no key, a wrong key): never a message, so not
+  // in total().
+  uint64_t unauthenticated = 0;
   uint64_t total() const {
     return malformed + wrong_version + oversized + unknown_sender + wrong_job + duplicate_results +
            from_lost_actor;
@@ -83,6 +86,8 @@ class Controller {
     std::string job_id;
     std::string config_yaml;  // sent to every actor in its Assignment
     std::string run_dir;
+    // actor.key of a CURVE job, for the join hint of external actors; empty: no CURVE.
+    std::string actor_keys_path;
     int64_t heartbeat_interval_ms = 1000;
     int64_t heartbeat_misses = 3;
     double register_timeout_s = 60;

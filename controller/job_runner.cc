@@ -19,6 +19,7 @@
 #include "controller/algorithm.h"
 #include "controller/controller.h"
 #include "controller/job_checkpoint.h"
+#include "controller/job_keys.h"
 #include "controller/run_directory.h"
 #include "dashboard/progress.h"
 #include "dashboard/run_state.h"
@@ -142,7 +143,8 @@ void PublishActors(const Controller& c, const ActorMetrics& metrics, dashboard::
                                      {"unknown_sender", d.unknown_sender},
                                      {"wrong_job", d.wrong_job},
                                      {"duplicate_results", d.duplicate_results},
-                                     {"from_lost_actor", d.from_lost_actor}});
+                                     {"from_lost_actor", d.from_lost_actor},
+                                     {"unauthenticated", d.unauthenticated}});
 }
 
 // The resolved config as the dashboard shows it: without the token.
@@ -321,9 +323,17 @@ int RunAttempt(const JobConfig& config, const RunOptions& options, Attempt* atte
     }
   }
 
+  auto security = PrepareJobSecurity(config.controller, dir->path());
+  if (!security.ok()) {
+    spdlog::error("controller.security: {}", Msg(security.status()));
+    status_file.Write("failed", std::string(security.status().message()));
+    return 1;
+  }
+  WarnPlaintextSockets(config);
   zmq::context_t ctx;
   ZmqOptions zo;
   zo.limits.max_message_bytes = static_cast<size_t>(config.controller.max_message_mb) << 20;
+  zo.curve = security->controller_keys;
   auto transport = ZmqServerTransport::Bind(
       ctx, absl::StrCat("tcp://", config.controller.host, ":", config.controller.port), zo);
   if (!transport.ok()) {
@@ -337,6 +347,7 @@ int RunAttempt(const JobConfig& config, const RunOptions& options, Attempt* atte
   co.job_id = NewJobId(dir->name());
   co.config_yaml = ResolvedYaml(config);
   co.run_dir = dir->path();
+  co.actor_keys_path = security->actor_key_path;
   co.heartbeat_interval_ms = config.controller.heartbeat_interval_ms;
   co.heartbeat_misses = config.controller.heartbeat_misses;
   co.register_timeout_s = config.controller.register_timeout_s;
@@ -456,6 +467,8 @@ int RunAttempt(const JobConfig& config, const RunOptions& options, Attempt* atte
     // libgomp reads this before main(): idle OpenMP threads must not spin
     // against OpenBLAS's own threads (measured: 40% of a 2-core machine).
     if (std::getenv("OMP_WAIT_POLICY") == nullptr) spec.env["OMP_WAIT_POLICY"] = "PASSIVE";
+    // Empty without CURVE: a RLFORGE_KEYS of the caller must not reach a plaintext job.
+    spec.env[kKeysEnv] = security->actor_key_path;
     return spec;
   };
   if (status.ok()) status = controller.LaunchAll(actor_spec);
@@ -489,6 +502,10 @@ int RunAttempt(const JobConfig& config, const RunOptions& options, Attempt* atte
   if (controller.drops().total() > 0) {
     spdlog::warn("the controller dropped {} bad message(s) during the run",
                  controller.drops().total());
+  }
+  if (controller.drops().unauthenticated > 0) {
+    spdlog::warn("the controller refused {} connection(s) without this job's CURVE key",
+                 controller.drops().unauthenticated);
   }
   if (server != nullptr && config.dashboard.linger_s > 0) {
     spdlog::info("dashboard stays up for {} s at {} (dashboard.linger_s; Ctrl-C ends it)",
