@@ -17,7 +17,8 @@ namespace rlforge {
 namespace {
 
 bool PassedToSteps(const std::string& name) {
-  for (const char* exact : {"PATH", "HOME", "LANG", "LC_ALL", "LD_LIBRARY_PATH", "TMPDIR"}) {
+  for (const char* exact :
+       {"PATH", "HOME", "LANG", "LC_ALL", "LD_LIBRARY_PATH", "TMPDIR", "RLFORGE_KEYS"}) {
     if (name == exact) return true;
   }
   for (const char* prefix : {"NCCL_", "GLOO_", "UCX_", "FI_"}) {

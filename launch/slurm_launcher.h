@@ -22,7 +22,8 @@
 namespace rlforge {
 
 // The variables of `environ` that every step gets: PATH, HOME, LANG, LC_ALL, LD_LIBRARY_PATH,
-// TMPDIR, and any NCCL_*, GLOO_*, UCX_*, FI_* (network tuning a user sets for the job).
+// TMPDIR, RLFORGE_KEYS (the job's CURVE keys file), and any NCCL_*, GLOO_*, UCX_*, FI_*
+// (network tuning a user sets for the job).
 std::map<std::string, std::string> StepEnvironment(char** environ_vars);
 
 // The srun command line that runs `spec` on node spec.host, exporting to the step only the

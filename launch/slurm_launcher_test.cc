@@ -61,9 +61,11 @@ TEST(SlurmLauncherTest, SrunRunsTheActorAsOneStepOnItsNode) {
 
 TEST(SlurmLauncherTest, StepsInheritOnlyTheListedVariables) {
   std::string a = "PATH=/usr/bin", b = "NCCL_IB_HCA=mlx5", c = "SECRET=x",
-              d = "CUDA_VISIBLE_DEVICES=0", e = "RLFORGE_DASHBOARD_TOKEN=t";
-  char* env[] = {a.data(), b.data(), c.data(), d.data(), e.data(), nullptr};
-  std::map<std::string, std::string> expected = {{"NCCL_IB_HCA", "mlx5"}, {"PATH", "/usr/bin"}};
+              d = "CUDA_VISIBLE_DEVICES=0", e = "RLFORGE_DASHBOARD_TOKEN=t",
+              f = "RLFORGE_KEYS=/runs/x/keys/actor.key";
+  char* env[] = {a.data(), b.data(), c.data(), d.data(), e.data(), f.data(), nullptr};
+  std::map<std::string, std::string> expected = {
+      {"NCCL_IB_HCA", "mlx5"}, {"PATH", "/usr/bin"}, {"RLFORGE_KEYS", "/runs/x/keys/actor.key"}};
   EXPECT_EQ(StepEnvironment(env), expected);
 }
 
