@@ -296,11 +296,11 @@ absl::Status FindResumePoint(const RunDirectory& dir, std::optional<JobCheckpoin
   return TruncateMetrics(dir.path() + "/metrics.jsonl", out->has_value() ? (*out)->step : -1);
 }
 
+// A job that a signal asked to stop was stopped by it, whichever error ended its loop: scancel
+// signals the controller and every step at once, and an actor's exit may be seen first.
 int ExitCodeFor(const absl::Status& s, const std::atomic<int>* stop) {
   if (s.ok()) return 0;
-  if (s.code() == absl::StatusCode::kCancelled && stop != nullptr && stop->load() != 0) {
-    return 128 + stop->load();
-  }
+  if (stop != nullptr && stop->load() != 0) return 128 + stop->load();
   return 1;
 }
 
