@@ -4,8 +4,8 @@
 Starts slurmctld and two slurmd (-N n1, -N n2) from a slurm.conf written into a fresh temp
 folder (auth/none, free ports chosen now, state and logs in the folder), then:
   (a) ppo_cartpole through `rlforge slurm` (sbatch), its rollout workers on n1 and n2;
-  (b) a short grpo_arith through `rlforge run` inside `salloc -N2`, engines and reward
-      workers on both nodes;
+  (b) a short grpo_arith through `rlforge run` inside `salloc -N2`, its two sharded
+      trainer ranks, engines and reward workers on both nodes;
   (c) a long `rlforge slurm` job: an actor killed inside its step is a lost worker that
       comes back as a new step on its node; then scancel: status interrupted, no process
       of the job left behind;
@@ -215,7 +215,8 @@ def test_salloc_grpo(cluster, args, runs):
         ["salloc", "-N2", "--immediate=60", args.rlforge, "run",
          os.path.join(args.source, "configs/grpo_arith.yaml"), f"job.run_root={runs}",
          "job.name=grpo", f"model.path={runs}/sft/checkpoints/step_4",
-         "launch.backend=slurm", "rollout.workers=2", "reward.workers=2",
+         "launch.backend=slurm", "trainer.ranks=2", "launch.placement.trainer.per_node=1",
+         "rollout.workers=2", "reward.workers=2",
          "launch.placement.rollout.per_node=1", "launch.placement.reward.per_node=1",
          "job.iterations=3", "grpo.prompts_per_iteration=4", "grpo.group_size=4",
          "grpo.eval_every=0", "grpo.eval_examples=16"], timeout=300, cwd=args.source)
