@@ -23,7 +23,7 @@ namespace fs = std::filesystem;
 absl::StatusOr<BatchJob> MakeBatchJob(const JobConfig& config, const std::string& job_path,
                                       const std::vector<std::string>& overrides) {
   ASSIGN_OR_RETURN(auto algorithm, CreateAlgorithm(config));
-  const std::vector<RoleSlots> slots = PlacementSlots(config, algorithm->Roles());
+  ASSIGN_OR_RETURN(const std::vector<RoleSlots> slots, PlacementSlots(config, algorithm->Roles()));
   const int needed = NodesNeeded(slots);
   if (config.launch.nodes > 0 && config.launch.nodes < needed) {
     return absl::InvalidArgumentError(absl::StrCat("launch.nodes: ", config.launch.nodes,

@@ -1,13 +1,15 @@
 #include "controller/actor_placement.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "controller/controller.h"
 
 namespace rlforge {
 
-std::vector<RoleSlots> PlacementSlots(const JobConfig& config,
-                                      const std::vector<RoleRequirement>& roles) {
+absl::StatusOr<std::vector<RoleSlots>> PlacementSlots(const JobConfig& config,
+                                                      const std::vector<RoleRequirement>& roles) {
   const PlacementOptions& p = config.launch.placement;
   const std::map<std::string, const RolePlacementOptions*> sections = {
       {kTrainerRole, &p.trainer}, {kRolloutRole, &p.rollout}, {"reward", &p.reward}};
@@ -25,6 +27,17 @@ std::vector<RoleSlots> PlacementSlots(const JobConfig& config,
       s.gpus = it->second->gpus;
     }
     out.push_back(std::move(s));
+  }
+  // A section for a role that this job launches none of would do nothing.
+  for (const auto& [role, section] : sections) {
+    if (*section == RolePlacementOptions{}) continue;
+    const bool placed = std::any_of(out.begin(), out.end(),
+                                    [&, r = role](const RoleSlots& s) { return s.role == r; });
+    if (!placed) {
+      return absl::InvalidArgumentError(absl::StrCat("launch.placement.", role, ": job.algorithm ",
+                                                     config.job.algorithm->name, " launches no ",
+                                                     role, " actors here; remove this section"));
+    }
   }
   return out;
 }

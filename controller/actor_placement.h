@@ -17,8 +17,9 @@ namespace rlforge {
 
 // One RoleSlots per launched role (external roles are nobody's to place). Trainer ranks are
 // packed; roles without a launch.placement section (echo) go round-robin over every node.
-std::vector<RoleSlots> PlacementSlots(const JobConfig& config,
-                                      const std::vector<RoleRequirement>& roles);
+// A placement section for a role the job launches none of is an error.
+absl::StatusOr<std::vector<RoleSlots>> PlacementSlots(const JobConfig& config,
+                                                      const std::vector<RoleRequirement>& roles);
 
 // What the job places on: `allocation` cut to launch.nodes when set (an error if the
 // allocation is smaller).

@@ -18,7 +18,9 @@ TEST(ActorPlacementTest, EachLaunchedActorGetsItsRolesNode) {
       "  placement:\n    trainer: {per_node: 1, gpus: 2}\n    rollout: {nodes: [1]}\n");
   std::vector<RoleRequirement> roles = {
       {"trainer", 2, false, false}, {"rollout", 3, false, true}, {"reward", 2, true, true}};
-  std::vector<RoleSlots> slots = PlacementSlots(c, roles);
+  auto placed_roles = PlacementSlots(c, roles);
+  ASSERT_TRUE(placed_roles.ok()) << placed_roles.status();
+  const std::vector<RoleSlots>& slots = *placed_roles;
   ASSERT_EQ(slots.size(), 2u);  // the external reward workers are nobody's to place
   EXPECT_TRUE(slots[0].packed);
   EXPECT_FALSE(slots[1].packed);
@@ -39,6 +41,17 @@ TEST(ActorPlacementTest, EachLaunchedActorGetsItsRolesNode) {
   EXPECT_EQ(short_of_one.status().message(),
             "launch.placement.trainer: 2 ranks do not fit on nodes [0] at per_node 1 "
             "(nodes: n1)");
+}
+
+TEST(ActorPlacementTest, PlacementOfARoleTheJobDoesNotLaunchIsAnError) {
+  JobConfig c = Config(
+      "job: {algorithm: ppo}\nlaunch:\n  backend: slurm\n  placement:\n"
+      "    reward: {per_node: 1}\n");
+  auto slots = PlacementSlots(c, {{"rollout", 2, false, true}, {"trainer", 1, false, false}});
+  ASSERT_FALSE(slots.ok());
+  EXPECT_EQ(slots.status().message(),
+            "launch.placement.reward: job.algorithm ppo launches no reward actors here; remove "
+            "this section");
 }
 
 TEST(ActorPlacementTest, LaunchNodesTakesTheFirstNodesOfTheAllocation) {

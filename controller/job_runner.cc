@@ -235,7 +235,8 @@ absl::Status SetUpLaunch(const JobConfig& config, const std::vector<RoleRequirem
   if (!UnderSlurm(config.launch)) return absl::OkStatus();
   ASSIGN_OR_RETURN(std::vector<std::string> allocation, AllocationNodes(30));
   ASSIGN_OR_RETURN(std::vector<std::string> nodes, JobNodes(config, std::move(allocation)));
-  ASSIGN_OR_RETURN(out->places, PlaceActors(PlacementSlots(config, roles), nodes));
+  ASSIGN_OR_RETURN(std::vector<RoleSlots> slots, PlacementSlots(config, roles));
+  ASSIGN_OR_RETURN(out->places, PlaceActors(slots, nodes));
   out->slurm = std::make_unique<SlurmProcessLauncher>(&out->local);
   for (const auto& [id, place] : out->places) {
     spdlog::info("{} runs on {}{}", id, place.node,

@@ -35,6 +35,15 @@ TEST(SlurmCommandTest, TooFewNodesForThePlacementIsAnError) {
       << out;
 }
 
+TEST(SlurmCommandTest, PlacementOfARoleThatPpoDoesNotStartIsAnError) {
+  auto [code, out] =
+      RunRlforge({"slurm", PpoJob(), "launch.placement.reward.per_node=1", "--dry-run"});
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_NE(out.find("launch.placement.reward: job.algorithm ppo launches no reward actors"),
+            std::string::npos)
+      << out;
+}
+
 TEST(SlurmCommandTest, SlurmBackendOutsideAnAllocationSaysSo) {
   unsetenv("SLURM_JOB_NODELIST");  // the child inherits this environment
   const std::string root = FreshDir("slurm_outside");
