@@ -33,6 +33,9 @@ absl::StatusOr<BatchJob> MakeBatchJob(const JobConfig& config, const std::string
   BatchJob job;
   job.name = config.job.name;
   job.nodes = config.launch.nodes > 0 ? static_cast<int>(config.launch.nodes) : needed;
+  for (const RoleSlots& s : slots) {  // what cannot fit fails here, not in the queue
+    RETURN_IF_ERROR(PlaceRole(s, job.nodes).status());
+  }
   ASSIGN_OR_RETURN(job.gpus_per_node, GpusPerNodeNeeded(slots, job.nodes));
   job.workdir = fs::current_path().string();
   job.run_root = fs::absolute(config.job.run_root).lexically_normal().string();

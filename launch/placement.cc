@@ -20,6 +20,10 @@ absl::StatusOr<std::vector<int>> PlaceRole(const RoleSlots& role, int num_nodes)
   if (allowed.empty()) {
     for (int n = 0; n < num_nodes; ++n) allowed.push_back(n);
   }
+  if (allowed.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(role.key, ": there are no nodes to place ",
+                                                   role.count, " ", role.role, " actor(s) on"));
+  }
   for (int64_t n : allowed) {
     if (n < 0 || n >= num_nodes) {
       return absl::InvalidArgumentError(

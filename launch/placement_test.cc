@@ -59,6 +59,13 @@ TEST(PlacementTest, ANodeOutsideTheAllocationIsAnError) {
             "node(s) (indices 0..1)");
 }
 
+TEST(PlacementTest, NoNodesIsAnError) {
+  auto p = PlaceRole(Role(1, false, {}, 0), 0);
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().message(),
+            "launch.placement.rollout: there are no nodes to place 1 rollout actor(s) on");
+}
+
 TEST(PlacementTest, NodesNeededIsTheMostAnyRoleNeeds) {
   EXPECT_EQ(NodesNeeded({Role(4, false, {}, 0)}), 1);
   EXPECT_EQ(NodesNeeded({Role(4, false, {}, 0), Role(5, true, {}, 2)}), 3);

@@ -35,6 +35,16 @@ TEST(SlurmCommandTest, TooFewNodesForThePlacementIsAnError) {
       << out;
 }
 
+TEST(SlurmCommandTest, WorkersThatDoNotFitTheirNodesFailBeforeSubmission) {
+  auto [code, out] =
+      RunRlforge({"slurm", PpoJob(), "rollout.workers=5", "launch.placement.rollout.nodes=[1]",
+                  "launch.placement.rollout.per_node=2", "--dry-run"});
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_NE(out.find("launch.placement.rollout: 5 workers do not fit on nodes [1] at per_node 2"),
+            std::string::npos)
+      << out;
+}
+
 TEST(SlurmCommandTest, PlacementOfARoleThatPpoDoesNotStartIsAnError) {
   auto [code, out] =
       RunRlforge({"slurm", PpoJob(), "launch.placement.reward.per_node=1", "--dry-run"});
