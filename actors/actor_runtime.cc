@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cstdlib>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -23,7 +24,11 @@ std::string RandomInstanceId() {
   return absl::StrFormat("%08x%08x", rd(), rd());
 }
 
+// Slurm's node name when the actor is a job step (the name placement and the dashboard use),
+// else the host name.
 std::string HostName() {
+  const char* node = std::getenv("SLURMD_NODENAME");
+  if (node != nullptr && *node != '\0') return node;
   char buf[256] = {0};
   if (gethostname(buf, sizeof buf - 1) != 0) return "unknown";
   return buf;

@@ -4,6 +4,7 @@
 //   rlforge run --resume RUN_DIR              continue a run from its newest checkpoint
 //   rlforge controller JOB.yaml [key=value]   run the controller; every actor joins by hand
 //   rlforge validate JOB.yaml [key=value ...] check a job file without running it
+//   rlforge slurm JOB.yaml [key=value] [--dry-run]  submit the job to Slurm (sbatch)
 //   rlforge actor --role R --connect ADDR     join a running job as one actor
 //   rlforge generate --model DIR [...]        sample from a checkpoint (rlforge-lm)
 //   rlforge eval --model DIR --data FILE [...] evaluate a checkpoint (rlforge-lm)
@@ -27,6 +28,7 @@
 
 #include "CLI/CLI.hpp"
 #include "cli/signals.h"
+#include "cli/slurm_command.h"
 #include "common/logging.h"
 #include "common/status.h"
 #include "config/dashboard_config.h"
@@ -240,6 +242,13 @@ int main(int argc, char** argv) {
   validate->add_option("job", job_path, "Job file (YAML)")->required();
   validate->add_option("overrides", overrides, "Dotted overrides");
 
+  bool slurm_dry_run = false;
+  auto* slurm = app.add_subcommand(
+      "slurm", "Submit the job to Slurm: an sbatch script running it with launch.backend=slurm");
+  slurm->add_option("job", job_path, "Job file (YAML)")->required();
+  slurm->add_option("overrides", overrides, "Dotted overrides");
+  slurm->add_flag("--dry-run", slurm_dry_run, "Print the sbatch script instead of submitting it");
+
   // Listed for --help; `actor` itself is handed to rlforge-actor before parsing.
   app.add_subcommand("actor", "Join a running job as one actor (--role R --connect ADDR ...)")
       ->allow_extras();
@@ -298,6 +307,7 @@ int main(int argc, char** argv) {
   if (*run) return CmdRun(job_path, overrides, false);
   if (*ctl) return CmdRun(job_path, overrides, true);
   if (*validate) return CmdValidate(job_path, overrides);
+  if (*slurm) return rlforge::RunSlurmCommand(job_path, overrides, slurm_dry_run);
   if (*docs) return CmdConfigDocs(write_path);
   if (*stat) return CmdStatus(status_target, status_token);
   if (*simsrv) return CmdSimServer(sim_env, sim_num_envs, sim_max_steps, sim_bind, sim_spin_us);

@@ -74,11 +74,4 @@ struct WeightsOptions {
   double timeout_s = 120;          // longest wait for one bucket, either side
 };
 
-// What weights.transport means for a language-model job: "shm", "gloo" or "zmq" (auto: gloo
-// when the rollout workers are external, so possibly on other hosts; shm otherwise).
-inline std::string LmWeightTransport(const WeightsOptions& w, bool external_rollout) {
-  if (w.transport != "auto") return w.transport;
-  return external_rollout ? "gloo" : "shm";
-}
-
 }  // namespace rlforge

@@ -135,10 +135,60 @@ std::shared_ptr<const Schema> ControllerSection() {
   return b.Build();
 }
 
+std::shared_ptr<const Schema> RolePlacementSection(const std::string& role, bool packed) {
+  SchemaBuilder<RolePlacementOptions> b(absl::StrCat(
+      "Where ", role, " actors run (launch.backend slurm): ",
+      packed ? "ranks are packed in rank order, each node filled to per_node before the next."
+             : "workers are dealt round-robin over the allowed nodes."));
+  b.IntList("nodes", &RolePlacementOptions::nodes,
+            "Indices (from 0) of the allocation's nodes the role may use; empty: every node.");
+  b.Int("per_node", &RolePlacementOptions::per_node,
+        "Most actors of the role on one node; 0: no limit.")
+      .Min(0);
+  b.Int("gpus", &RolePlacementOptions::gpus,
+        "GPUs per actor: its step gets `srun --gpus-per-task`, and Slurm sets "
+        "CUDA_VISIBLE_DEVICES.")
+      .Min(0)
+      .Max(64);
+  b.Check([](const RolePlacementOptions& p, config::CheckContext& ctx) {
+    for (size_t i = 0; i < p.nodes.size(); ++i) {
+      if (p.nodes[i] < 0) {
+        ctx.Error("nodes", absl::StrCat("node indices start at 0, got ", p.nodes[i]));
+      }
+      for (size_t j = 0; j < i; ++j) {
+        if (p.nodes[j] == p.nodes[i]) {
+          ctx.Error("nodes", absl::StrCat("node ", p.nodes[i], " is listed twice"));
+        }
+      }
+    }
+  });
+  return b.Build();
+}
+
+std::shared_ptr<const Schema> PlacementSection() {
+  SchemaBuilder<PlacementOptions> b(
+      "Per-role placement on the allocation's nodes (launch.backend slurm; "
+      "docs/multi_host.md).");
+  b.Section("trainer", &PlacementOptions::trainer, RolePlacementSection("trainer", true));
+  b.Section("rollout", &PlacementOptions::rollout, RolePlacementSection("rollout", false));
+  b.Section("reward", &PlacementOptions::reward, RolePlacementSection("reward", false));
+  return b.Build();
+}
+
 std::shared_ptr<const Schema> LaunchSection() {
   SchemaBuilder<LaunchOptions> b("How actor processes are started.");
-  b.Choice("backend", &LaunchOptions::backend, {"local"},
-           "`local`: the controller starts actors as child processes on this host.");
+  b.Choice("backend", &LaunchOptions::backend, {"local", "slurm"},
+           "`local`: the controller starts actors as child processes on this host. `slurm`: "
+           "inside a Slurm allocation (salloc, sbatch, or `rlforge slurm`), each actor is an "
+           "`srun --overlap` step on the node launch.placement names; controller.host "
+           "127.0.0.1 then means 0.0.0.0, and actors connect to this host's name.");
+  b.Int("nodes", &LaunchOptions::nodes,
+        "Slurm: how many of the allocation's nodes the job uses (the first ones), and how many "
+        "`rlforge slurm` asks for; 0: every node of the allocation, and `rlforge slurm` asks "
+        "for the fewest that launch.placement needs.")
+      .Min(0)
+      .Max(100000);
+  b.Section("placement", &LaunchOptions::placement, PlacementSection());
   b.Int("max_restarts", &LaunchOptions::max_restarts,
         "Relaunches allowed per role over the job when a rollout, reward or sim worker is lost "
         "(exits, misses heartbeats, or overruns controller.request_timeout_s); its work is "
@@ -157,6 +207,55 @@ std::shared_ptr<const Schema> LaunchSection() {
       .Min(0)
       .Max(1000);
   return b.Build();
+}
+
+bool IsLoopback(const std::string& host) {
+  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
+// Keys that only the Slurm backend reads, and settings that cannot work across its nodes.
+void CheckLaunchBackend(const JobConfig& c, config::CheckContext& ctx) {
+  const PlacementOptions& p = c.launch.placement;
+  const std::pair<const char*, const RolePlacementOptions*> roles[] = {
+      {"trainer", &p.trainer}, {"rollout", &p.rollout}, {"reward", &p.reward}};
+  if (!UnderSlurm(c.launch)) {
+    const char* why =
+        "only launch.backend slurm places actors on nodes (local runs every actor on this "
+        "host); remove it or set launch.backend: slurm";
+    if (c.launch.nodes != 0) ctx.Error("launch.nodes", why);
+    for (const auto& [role, rp] : roles) {
+      if (!(*rp == RolePlacementOptions{})) {
+        ctx.Error(absl::StrCat("launch.placement.", role), why);
+      }
+    }
+    return;
+  }
+  const bool external[] = {false, c.rollout.external, c.reward.external};
+  for (int i = 0; i < 3; ++i) {
+    if (external[i] && !(*roles[i].second == RolePlacementOptions{})) {
+      ctx.Error(absl::StrCat("launch.placement.", roles[i].first),
+                absl::StrCat(roles[i].first,
+                             ".external is set: those actors join by address, and nothing "
+                             "places them"));
+    }
+  }
+  if (IsLoopback(c.controller.host) && c.controller.host != "127.0.0.1") {
+    ctx.Error("controller.host",
+              absl::StrCat("launch.backend slurm starts actors on other nodes, which cannot "
+                           "reach loopback address ",
+                           c.controller.host, "; leave the default or name this host's address"));
+  }
+  if (c.sim.backend == "server") {
+    ctx.Error("sim.backend",
+              "server starts sim servers on the controller's host, reached through shared "
+              "memory or a Unix socket; Slurm steps run on other nodes (use inprocess, or "
+              "external with addresses the nodes reach)");
+  }
+  if (c.weights.transport == "shm") {
+    ctx.Error("weights.transport",
+              "shm reaches only processes on the trainer's host; Slurm steps run on other "
+              "nodes (use auto, zmq or gloo)");
+  }
 }
 
 std::shared_ptr<const Schema> CheckpointSection() {
@@ -268,6 +367,7 @@ std::shared_ptr<const Schema> BuildJobSchema() {
   AddLmSections(b);
   b.Check([](const JobConfig& c, config::CheckContext& ctx) {
     CheckAlgorithmSections(c, ctx);
+    CheckLaunchBackend(c, ctx);
     if (c.job.algorithm != nullptr && c.checkpoint.every > 0) {
       const std::string why = NoCheckpointReason(*c.job.algorithm);
       if (!why.empty()) {
@@ -327,10 +427,25 @@ void ApplyAlgorithmDefaults(JobConfig& c) {
   }
 }
 
+// Under Slurm the controller binds every address unless told otherwise: its actors are steps
+// on other nodes.
+void ApplyBackendDefaults(JobConfig& c) {
+  if (UnderSlurm(c.launch) && c.controller.host == ControllerOptions{}.host) {
+    c.controller.host = "0.0.0.0";
+  }
+}
+
+std::string LmWeightTransport(const JobConfig& c) {
+  if (c.weights.transport != "auto") return c.weights.transport;
+  if (c.rollout.external) return "gloo";
+  return UnderSlurm(c.launch) ? "zmq" : "shm";
+}
+
 LoadedJob LoadJobFile(const std::string& path, const std::vector<std::string>& overrides) {
   LoadedJob out;
   out.errors = config::LoadFileInto(JobSchema(), &out.config, path, overrides);
   ApplyAlgorithmDefaults(out.config);
+  ApplyBackendDefaults(out.config);
   if (out.config.job.name.empty()) {
     out.config.job.name = std::filesystem::path(path).stem().string();
   }
@@ -341,6 +456,7 @@ LoadedJob LoadJobText(const std::string& yaml_text, const std::string& origin) {
   LoadedJob out;
   out.errors = config::LoadInto(JobSchema(), &out.config, config::LoadInput{yaml_text, origin, {}});
   ApplyAlgorithmDefaults(out.config);
+  ApplyBackendDefaults(out.config);
   return out;
 }
 

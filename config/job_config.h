@@ -65,8 +65,26 @@ struct TrainerOptions {
   std::string mixed_precision = "none";  // "none" | "bf16"
 };
 
+// Where one role's actors run under launch.backend slurm (docs/multi_host.md).
+struct RolePlacementOptions {
+  std::vector<int64_t> nodes;  // node indices of the allocation; empty: every node
+  int64_t per_node = 0;        // most actors of the role on one node; 0: no limit
+  int64_t gpus = 0;            // GPUs per actor (srun --gpus-per-task)
+  bool operator==(const RolePlacementOptions& o) const {
+    return nodes == o.nodes && per_node == o.per_node && gpus == o.gpus;
+  }
+};
+
+struct PlacementOptions {
+  RolePlacementOptions trainer;
+  RolePlacementOptions rollout;
+  RolePlacementOptions reward;
+};
+
 struct LaunchOptions {
-  std::string backend = "local";
+  std::string backend = "local";  // local | slurm; test with UnderSlurm()
+  int64_t nodes = 0;              // slurm: nodes of the allocation used; 0: all (or as needed)
+  PlacementOptions placement;
   int64_t max_restarts = 3;        // relaunches of a role's lost workers, over the job
   double restart_backoff_s = 1.0;  // before a slot's k-th relaunch: this * 2^k (at most 30 s)
   int64_t max_job_restarts = 0;    // whole-job restarts from the newest checkpoint
@@ -111,6 +129,14 @@ struct JobConfig {
   DataOptions data;
   SftOptions sft;
 };
+
+// Whether actors run as Slurm job steps (launch.backend: slurm).
+inline bool UnderSlurm(const LaunchOptions& l) { return l.backend == "slurm"; }
+
+// What weights.transport means for a language-model job: "shm", "gloo" or "zmq". auto: gloo
+// when the rollout workers are external (possibly on other hosts), zmq (through the
+// controller) when they are Slurm steps on other nodes, shm otherwise.
+std::string LmWeightTransport(const JobConfig& c);
 
 // The schema of JobConfig (built once).
 const config::Schema& JobSchema();

@@ -62,6 +62,49 @@ TEST(JobConfigTest, WeightKeysThatWouldDoNothingAreErrors) {
   EXPECT_NE(all.find("weights.bucket_mb"), std::string::npos) << all;
 }
 
+TEST(JobConfigTest, PlacementIsAnErrorUnderTheLocalBackend) {
+  LoadedJob j = LoadJobText(
+      "job: {algorithm: ppo}\nlaunch:\n  nodes: 2\n  placement:\n    rollout: {per_node: 1}\n",
+      "t.yaml");
+  std::string all = config::FormatErrors(j.errors);
+  EXPECT_EQ(j.errors.size(), 2u) << all;
+  EXPECT_NE(all.find("launch.nodes: only launch.backend slurm places actors on nodes"),
+            std::string::npos)
+      << all;
+  EXPECT_NE(all.find("launch.placement.rollout: only launch.backend slurm places actors"),
+            std::string::npos)
+      << all;
+  LoadedJob slurm = LoadJobText(
+      "job: {algorithm: ppo}\nlaunch:\n  backend: slurm\n  nodes: 2\n  placement:\n"
+      "    rollout: {per_node: 1, nodes: [0, 1]}\n    trainer: {gpus: 1}\n",
+      "t.yaml");
+  EXPECT_TRUE(slurm.ok()) << config::FormatErrors(slurm.errors);
+  EXPECT_EQ(slurm.config.launch.placement.rollout.nodes, (std::vector<int64_t>{0, 1}));
+}
+
+TEST(JobConfigTest, SlurmBindsBeyondLoopbackAndRefusesSameHostTransports) {
+  LoadedJob j = LoadJobText("job: {algorithm: grpo}\nlaunch: {backend: slurm}\n", "t.yaml");
+  EXPECT_EQ(j.config.controller.host, "0.0.0.0");  // the default 127.0.0.1 is unreachable
+  EXPECT_EQ(LmWeightTransport(j.config), "zmq");
+  LoadedJob local = LoadJobText("job: {algorithm: grpo}\n", "t.yaml");
+  EXPECT_EQ(local.config.controller.host, "127.0.0.1");
+  EXPECT_EQ(LmWeightTransport(local.config), "shm");
+  LoadedJob bad = LoadJobText(
+      "job: {algorithm: ppo}\ncontroller: {host: localhost}\n"
+      "sim: {backend: server}\nweights: {transport: shm}\n"
+      "launch:\n  backend: slurm\n  placement:\n    rollout: {nodes: [1, 1]}\n",
+      "t.yaml");
+  std::string all = config::FormatErrors(bad.errors);
+  for (const char* expected :
+       {"controller.host: launch.backend slurm starts actors on other nodes, which cannot reach "
+        "loopback address localhost",
+        "sim.backend: server starts sim servers on the controller's host",
+        "weights.transport: shm reaches only processes on the trainer's host",
+        "launch.placement.rollout.nodes: node 1 is listed twice"}) {
+    EXPECT_NE(all.find(expected), std::string::npos) << expected << "\n" << all;
+  }
+}
+
 TEST(JobConfigTest, CheckpointsOfAnAsynchronousRunAreRefused) {
   LoadedJob async = LoadJobText(
       "job: {algorithm: grpo}\nrollout: {max_staleness: 1}\ncheckpoint: {every: 5}\n", "t.yaml");

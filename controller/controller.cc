@@ -228,12 +228,15 @@ absl::StatusOr<WorkOutcome> Controller::Await(uint64_t work_id) {
   return std::move(all[0]);
 }
 
+absl::Status Controller::Stopped() const {
+  if (stop_ == nullptr || stop_->load() == 0) return absl::OkStatus();
+  int sig = stop_->load();
+  return absl::CancelledError(
+      absl::StrCat("interrupted by signal ", sig, " (", strsignal(sig), ")"));
+}
+
 absl::Status Controller::Pump(int timeout_ms) {
-  if (stop_ != nullptr && stop_->load() != 0) {
-    int sig = stop_->load();
-    return absl::CancelledError(
-        absl::StrCat("interrupted by signal ", sig, " (", strsignal(sig), ")"));
-  }
+  RETURN_IF_ERROR(Stopped());
   // Wait for the first message, then drain what is queued without waiting, so
   // heartbeats that queued up while the caller was busy count before the
   // liveness check.
@@ -250,6 +253,9 @@ absl::Status Controller::Pump(int timeout_ms) {
   drops_.unauthenticated = transport_->refused_handshakes();
   absl::Status health = drained ? CheckHealth() : absl::OkStatus();
   if (pump_observer_) pump_observer_();
+  // A signal that stops the whole job (scancel signals every step at once) also ends its
+  // actors: their exits are the stop's doing, not failures.
+  if (!health.ok() && !Stopped().ok()) return Stopped();
   return health;
 }
 

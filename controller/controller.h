@@ -163,6 +163,8 @@ class Controller {
   // One round of serving: waits up to timeout_ms for input, handles all of it,
   // then checks health. Non-OK means the job must stop.
   absl::Status Pump(int timeout_ms);
+  // Cancelled ("interrupted by signal N") once the stop flag is set; OK before.
+  absl::Status Stopped() const;
 
   // Asks every live actor to exit, waits up to shutdown_grace_s, then
   // terminates and finally kills what remains. Leaves no child running.

@@ -454,6 +454,24 @@ TEST_F(ControllerTest, ChildExitStopsTheJobNamingActorAndSignal) {
   EXPECT_NE(s.message().find("its log: /nonexistent/echo-0.log"), std::string::npos) << s;
 }
 
+// scancel signals the controller and every step at once: an actor's exit that the same pump
+// reaps is the stop's doing, and the job ends interrupted rather than failed.
+TEST_F(ControllerTest, ChildExitDuringAStopSignalIsAnInterruptNotAFailure) {
+  controller().ExpectRole("echo", 1, false);
+  ASSERT_TRUE(controller()
+                  .LaunchAll([](const ActorInfo& a) {
+                    return ProcessSpec{a.id, {"/bin/true"}, "/nonexistent/echo-0.log", {}, {}};
+                  })
+                  .ok());
+  SendRegister("p0", "echo", 0, "i0", launcher_.specs[0].env.at("RLFORGE_LAUNCH_TOKEN"));
+  ASSERT_TRUE(controller().WaitForActors().ok());
+  launcher_.Exit(1000, true, SIGTERM);
+  controller().set_pump_observer([this] { stop_ = SIGTERM; });  // arrives mid-pump
+  absl::Status s = controller().Pump(0);
+  EXPECT_EQ(s.code(), absl::StatusCode::kCancelled) << s;
+  EXPECT_NE(s.message().find("interrupted by signal 15"), std::string::npos) << s;
+}
+
 TEST_F(ControllerTest, StopFlagCancels) {
   RegisterTwo();
   stop_ = SIGINT;

@@ -16,6 +16,7 @@
 #include "common/logging.h"
 #include "common/status.h"
 #include "config/dashboard_config.h"
+#include "controller/actor_placement.h"
 #include "controller/algorithm.h"
 #include "controller/controller.h"
 #include "controller/job_checkpoint.h"
@@ -26,6 +27,7 @@
 #include "dashboard/server.h"
 #include "dashboard/tensorboard_writer.h"
 #include "launch/process_launcher.h"
+#include "launch/slurm_launcher.h"
 #include "proto/zmq_transport.h"
 #include "spdlog/sinks/basic_file_sink.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
@@ -204,12 +206,45 @@ class StatusWriter {
   std::string url_;
 };
 
-// Where local children connect: a wildcard bind is reached over loopback.
-std::string LocalConnectAddress(const std::string& endpoint) {
+// Where launched actors connect: a wildcard bind is reached over loopback by local children,
+// and by this host's name from Slurm steps on other nodes.
+std::string ActorConnectAddress(const std::string& endpoint, const LaunchOptions& launch) {
   const std::string wildcard = "tcp://0.0.0.0:";
-  if (endpoint.rfind(wildcard, 0) == 0)
-    return "tcp://127.0.0.1:" + endpoint.substr(wildcard.size());
-  return endpoint;
+  if (endpoint.rfind(wildcard, 0) != 0) return endpoint;
+  const std::string host = UnderSlurm(launch) ? HostName() : "127.0.0.1";
+  return "tcp://" + host + ":" + endpoint.substr(wildcard.size());
+}
+
+// launch.backend's launcher and, under Slurm, the node and GPUs of every launched actor.
+struct ActorLaunch {
+  LocalProcessLauncher local;
+  std::unique_ptr<SlurmProcessLauncher> slurm;
+  std::map<std::string, ActorPlace> places;  // by actor id; empty for the local backend
+  ProcessLauncher* launcher() {
+    if (slurm) return slurm.get();
+    return &local;
+  }
+  void Place(ProcessSpec& spec) const {
+    if (auto it = places.find(spec.name); it != places.end()) {
+      spec.host = it->second.node;
+      spec.gpus = it->second.gpus;
+    }
+  }
+};
+
+absl::Status SetUpLaunch(const JobConfig& config, const std::vector<RoleRequirement>& roles,
+                         ActorLaunch* out) {
+  if (!UnderSlurm(config.launch)) return absl::OkStatus();
+  ASSIGN_OR_RETURN(std::vector<std::string> allocation, AllocationNodes(30));
+  ASSIGN_OR_RETURN(std::vector<std::string> nodes, JobNodes(config, std::move(allocation)));
+  ASSIGN_OR_RETURN(std::vector<RoleSlots> slots, PlacementSlots(config, roles));
+  ASSIGN_OR_RETURN(out->places, PlaceActors(slots, nodes));
+  out->slurm = std::make_unique<SlurmProcessLauncher>(&out->local);
+  for (const auto& [id, place] : out->places) {
+    spdlog::info("{} runs on {}{}", id, place.node,
+                 place.gpus > 0 ? absl::StrCat(" with ", place.gpus, " GPU(s)") : "");
+  }
+  return absl::OkStatus();
 }
 
 // Starts rlforge-store, the trainer ranks' rendezvous point for the job's lifetime (a service:
@@ -247,7 +282,7 @@ bool NeedsStore(const Controller& controller, const JobConfig& config) {
   if (controller.actors().CountOfRole(kTrainerRole) > 1) return true;
   const AlgorithmFamily f = config.job.algorithm->family;
   return (f == AlgorithmFamily::kLmRl || f == AlgorithmFamily::kDpo) &&
-         LmWeightTransport(config.weights, config.rollout.external) == "gloo";
+         LmWeightTransport(config) == "gloo";
 }
 
 // `rlforge run --resume`: the newest complete checkpoint of `dir` into *out (none: the job
@@ -274,11 +309,11 @@ void RecordJobRestart(const std::string& run_dir, int64_t restart) {
   if (!s.ok()) spdlog::warn("events.jsonl: {}", Msg(s));
 }
 
+// A job that a signal asked to stop was stopped by it, whichever error ended its loop: scancel
+// signals the controller and every step at once, and an actor's exit may be seen first.
 int ExitCodeFor(const absl::Status& s, const std::atomic<int>* stop) {
   if (s.ok()) return 0;
-  if (s.code() == absl::StatusCode::kCancelled && stop != nullptr && stop->load() != 0) {
-    return 128 + stop->load();
-  }
+  if (stop != nullptr && stop->load() != 0) return 128 + stop->load();
   return 1;
 }
 
@@ -356,12 +391,17 @@ int RunAttempt(const JobConfig& config, const RunOptions& options, Attempt* atte
   co.collective_timeout_s = config.trainer.collective_timeout_s;
   co.max_restarts = config.launch.max_restarts;
   co.restart_backoff_s = config.launch.restart_backoff_s;
-  LocalProcessLauncher launcher;
+  ActorLaunch launch;
+  if (absl::Status s = SetUpLaunch(config, (*algorithm)->Roles(), &launch); !s.ok()) {
+    spdlog::error("{}", Msg(s));
+    status_file.Write("failed", std::string(s.message()));
+    return 1;
+  }
   // With checkpoints, the first signal waits for the iteration's end (the loop checkpoints and
   // stops); the controller itself stops at the second.
   const bool defer_stop = config.checkpoint.every > 0 && options.signals != nullptr;
   std::atomic<int> hard_stop{0};
-  Controller controller(co, transport->get(), RealClock::Get(), &launcher,
+  Controller controller(co, transport->get(), RealClock::Get(), launch.launcher(),
                         defer_stop ? &hard_stop : options.stop);
   for (const RoleRequirement& r : (*algorithm)->Roles()) {
     controller.ExpectRole(r.role, r.count, r.external, r.recoverable);
@@ -445,7 +485,7 @@ int RunAttempt(const JobConfig& config, const RunOptions& options, Attempt* atte
   }
 
   status_file.Write("starting", "");
-  std::string connect = LocalConnectAddress((*transport)->endpoint());
+  std::string connect = ActorConnectAddress((*transport)->endpoint(), config.launch);
   absl::Status status =
       NeedsStore(controller, config)
           ? StartTrainerStore(controller, *dir, options, config.controller.register_timeout_s)
@@ -469,6 +509,7 @@ int RunAttempt(const JobConfig& config, const RunOptions& options, Attempt* atte
     if (std::getenv("OMP_WAIT_POLICY") == nullptr) spec.env["OMP_WAIT_POLICY"] = "PASSIVE";
     // Empty without CURVE: a RLFORGE_KEYS of the caller must not reach a plaintext job.
     spec.env[kKeysEnv] = security->actor_key_path;
+    launch.Place(spec);
     return spec;
   };
   if (status.ok()) status = controller.LaunchAll(actor_spec);

@@ -540,7 +540,7 @@ bool LmLoop::ReplacementArrived() const {
 
 std::vector<RoleRequirement> LmRoles(const JobConfig& c) {
   // Engines in a gloo weight group cannot be replaced: the group's members are fixed.
-  const bool engines_recoverable = LmWeightTransport(c.weights, c.rollout.external) != "gloo";
+  const bool engines_recoverable = LmWeightTransport(c) != "gloo";
   return {{"trainer", static_cast<int>(c.trainer.ranks), false},
           {"rollout", static_cast<int>(c.rollout.workers), c.rollout.external, engines_recoverable},
           {"reward", static_cast<int>(c.reward.workers), c.reward.external, true}};

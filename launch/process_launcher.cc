@@ -35,6 +35,11 @@ LocalProcessLauncher::~LocalProcessLauncher() {
 
 absl::StatusOr<int> LocalProcessLauncher::Start(const ProcessSpec& spec) {
   if (spec.argv.empty()) return absl::InvalidArgumentError("empty argv for " + spec.name);
+  if (!spec.host.empty() || spec.gpus > 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot start ", spec.name, " on host '", spec.host, "' with ", spec.gpus,
+        " GPU(s): the local launcher starts processes on this host and binds no GPUs"));
+  }
   // Everything the child needs is prepared before fork: after fork only
   // async-signal-safe calls are allowed (the controller has other threads).
   std::vector<char*> argv;

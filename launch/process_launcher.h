@@ -7,6 +7,7 @@
 // tested with FakeProcessLauncher, without forking. Call from one thread.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -21,6 +22,8 @@ struct ProcessSpec {
   std::string log_path;                    // stdout and stderr go here (appended)
   std::map<std::string, std::string> env;  // added to the controller's environment
   std::vector<int> cpus;                   // pinned to these before exec; empty: inherited
+  std::string host{};                      // node to run on (Slurm's name); "": this host
+  int64_t gpus = 0;                        // GPUs the process gets (Slurm binds them)
 };
 
 struct ProcessExit {

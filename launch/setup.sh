@@ -16,6 +16,7 @@ RLFORGE_PACKAGES=(
   libicu-dev
   python3 python3-zmq python3-protobuf
   chromium chromium-driver python3-selenium
+  slurmctld slurmd slurm-client
 )
 
 rlforge_missing_packages() {

@@ -141,7 +141,7 @@ absl::StatusOr<std::unique_ptr<LmPolicyState>> LmPolicyState::Create(
     const uint64_t bucket = static_cast<uint64_t>(w.bucket_mb * 1048576.0) / 64 * 64;
     s->manifest_ = MakeManifest(specs, w.dtype, bucket);
     s->store_address_ = assignment.store_address();
-    const std::string transport = LmWeightTransport(w, config.rollout.external);
+    const std::string transport = LmWeightTransport(config);
     if (transport == "zmq") {
       s->location_ = "inline";
     } else if (transport == "gloo") {
