@@ -191,9 +191,13 @@ int RunActor(const ActorOptions& options) {
   hbo.job_id = reg->job_id;
   hbo.curve = zo.curve;
   hbo.interval_ms = static_cast<int>(a.heartbeat_interval_ms());
-  // Generous: a busy controller answers late; local actors also die with it (PDEATHSIG).
-  hbo.controller_timeout_ms = std::max<int>(
-      30'000, 10 * static_cast<int>(a.heartbeat_interval_ms() * a.heartbeat_misses()));
+  // A controller that exited closed the connection: seconds, on any host. Silence alone (a
+  // host or network gone) is given longer, since a busy controller answers late. Local actors
+  // also die with it (PDEATHSIG).
+  const int silence_ms = static_cast<int>(a.heartbeat_interval_ms() * a.heartbeat_misses());
+  hbo.controller_timeout_ms = std::max(10'000, 4 * silence_ms);
+  hbo.disconnect_grace_ms = std::max(1'500, 2 * static_cast<int>(a.heartbeat_interval_ms()));
+  hbo.exit_grace_ms = 5'000;  // a request under way when it was lost gets this long
   HeartbeatSender heartbeat(ctx, hbo, &status);
   heartbeat.Start();
   int code = Serve(**transport, **role, *reg, status, heartbeat, options);

@@ -1,6 +1,9 @@
 #include "actors/heartbeat_sender.h"
 
+#include <unistd.h>
+
 #include <chrono>
+#include <cstdio>
 
 #include "common/clock.h"
 #include "common/logging.h"
@@ -27,6 +30,7 @@ void HeartbeatSender::Loop() {
   zo.linger_ms = 0;
   zo.send_timeout_ms = options_.interval_ms;
   zo.curve = options_.curve;
+  zo.watch_connection = true;
   auto transport = ZmqClientTransport::Connect(ctx_, options_.endpoint, zo);
   if (!transport.ok()) {
     spdlog::error("heartbeat channel: {}", transport.status().ToString());
@@ -35,6 +39,7 @@ void HeartbeatSender::Loop() {
   }
   const Clock* clock = RealClock::Get();
   int64_t last_ack = clock->NowMicros();
+  int64_t lost_at = 0;  // when the controller was found lost
   int64_t next_beat = 0;
   while (!stop_) {
     int64_t now = clock->NowMicros();
@@ -54,14 +59,34 @@ void HeartbeatSender::Loop() {
     // Wake often enough to stop promptly.
     auto got = (*transport)->Receive(std::min(50, options_.interval_ms));
     if (got && got->ok() && (*got)->envelope.has_heartbeat_ack()) last_ack = clock->NowMicros();
-    if (clock->NowMicros() - last_ack > int64_t{options_.controller_timeout_ms} * 1000) {
-      if (!controller_lost_) {
-        spdlog::error("no answer from the controller at {} for {} ms", options_.endpoint,
-                      options_.controller_timeout_ms);
-      }
-      controller_lost_ = true;
+    const int64_t t = clock->NowMicros();
+    if (CheckLost(t, last_ack, (*transport)->LinkDownMicros(t)) && lost_at == 0) lost_at = t;
+    if (lost_at > 0 && options_.exit_grace_ms > 0 &&
+        t - lost_at > int64_t{options_.exit_grace_ms} * 1000) {
+      spdlog::error("{}: still busy {} ms after losing the controller; exiting now",
+                    options_.actor_id, options_.exit_grace_ms);
+      spdlog::default_logger()->flush();
+      std::fflush(nullptr);
+      _exit(1);
     }
   }
+}
+
+bool HeartbeatSender::CheckLost(int64_t now_us, int64_t last_ack_us, int64_t link_down_us) {
+  if (controller_lost_) return true;
+  if (link_down_us > int64_t{options_.disconnect_grace_ms} * 1000) {
+    spdlog::error(
+        "the controller at {} closed the connection and has not come back in {} ms "
+        "(it exited?)",
+        options_.endpoint, link_down_us / 1000);
+  } else if (now_us - last_ack_us > int64_t{options_.controller_timeout_ms} * 1000) {
+    spdlog::error("no answer from the controller at {} for {} ms", options_.endpoint,
+                  options_.controller_timeout_ms);
+  } else {
+    return false;
+  }
+  controller_lost_ = true;
+  return true;
 }
 
 }  // namespace rlforge

@@ -3,6 +3,11 @@
 // every interval: snapshot of ActorStatus -> Heartbeat -> controller;
 // HeartbeatAck back resets the controller-lost timer.
 //
+// The controller is lost when its connection closed and stayed closed for disconnect_grace_ms
+// (its process exited: seconds, on any host), or when it was silent for controller_timeout_ms
+// (its host or the network went away). The actor's main loop then exits; if it is still busy
+// exit_grace_ms later (a long request), the process exits from here: no orphans.
+//
 // Owns its own socket; the only shared state is ActorStatus, all atomics.
 #pragma once
 
@@ -34,6 +39,10 @@ class HeartbeatSender {
     int interval_ms = 1000;
     // No ack for this long: the controller is considered gone.
     int controller_timeout_ms = 30'000;
+    // The connection closed (the controller process exited) and not back for this long.
+    int disconnect_grace_ms = 1'500;
+    // From the loss to a forced exit of the process (0: never forced).
+    int exit_grace_ms = 0;
     std::optional<CurveKeys> curve;  // the work channel's keys, if any
   };
   HeartbeatSender(zmq::context_t& ctx, Options options, const ActorStatus* status);
@@ -44,6 +53,8 @@ class HeartbeatSender {
 
  private:
   void Loop();
+  // Whether the controller is gone as of `now_us`; logs why, once.
+  bool CheckLost(int64_t now_us, int64_t last_ack_us, int64_t link_down_us);
   zmq::context_t& ctx_;
   Options options_;
   const ActorStatus* status_;

@@ -13,6 +13,7 @@
 #include "common/clock.h"
 #include "common/logging.h"
 #include "common/status.h"
+#include "proto/zmq_monitor.h"
 #include "zmq_addon.hpp"
 
 namespace rlforge {
@@ -21,45 +22,6 @@ namespace {
 
 constexpr char kZapEndpoint[] = "inproc://zeromq.zap.01";
 constexpr char kZapDomain[] = "rlforge";
-
-// A fresh inproc address for the monitor of `socket`.
-std::string MonitorAddress(const zmq::socket_t& socket) {
-  return absl::StrFormat("inproc://rlforge-monitor-%p", static_cast<const void*>(&socket));
-}
-
-absl::StatusOr<zmq::socket_t> OpenMonitor(zmq::context_t& ctx, zmq::socket_t& socket, int events) {
-  const std::string address = MonitorAddress(socket);
-  if (zmq_socket_monitor(socket.handle(), address.c_str(), events) != 0) {
-    return absl::InternalError(
-        absl::StrCat("zmq_socket_monitor(", address, "): ", zmq_strerror(zmq_errno())));
-  }
-  zmq::socket_t monitor(ctx, zmq::socket_type::pair);
-  monitor.set(zmq::sockopt::linger, 0);
-  monitor.connect(address);
-  return monitor;
-}
-
-struct MonitorEvent {
-  uint16_t event = 0;
-  uint32_t value = 0;
-};
-
-// One event from a monitor socket, if one is queued.
-std::optional<MonitorEvent> NextEvent(zmq::socket_t& monitor) {
-  std::vector<zmq::message_t> frames;
-  try {
-    if (!zmq::recv_multipart(monitor, std::back_inserter(frames), zmq::recv_flags::dontwait)) {
-      return std::nullopt;
-    }
-  } catch (const zmq::error_t&) {
-    return std::nullopt;
-  }
-  MonitorEvent e;
-  if (frames.empty() || frames[0].size() < 6) return e;
-  std::memcpy(&e.event, frames[0].data(), sizeof e.event);
-  std::memcpy(&e.value, static_cast<const char*>(frames[0].data()) + 2, sizeof e.value);
-  return e;
-}
 
 std::string PeerAddress(int fd) {
   sockaddr_storage sa{};

@@ -4,6 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "proto/zmq_curve.h"
+#include "proto/zmq_monitor.h"
 #include "zmq_addon.hpp"
 
 namespace rlforge {
@@ -126,8 +127,11 @@ std::optional<Received> ZmqServerTransport::Receive(int timeout_ms) {
 }
 
 ZmqClientTransport::ZmqClientTransport(zmq::socket_t socket, std::unique_ptr<HandshakeWatch> watch,
-                                       ZmqOptions options)
-    : socket_(std::move(socket)), watch_(std::move(watch)), options_(options) {}
+                                       std::unique_ptr<ConnectionWatch> link, ZmqOptions options)
+    : socket_(std::move(socket)),
+      watch_(std::move(watch)),
+      link_(std::move(link)),
+      options_(options) {}
 
 ZmqClientTransport::~ZmqClientTransport() = default;
 
@@ -141,17 +145,28 @@ absl::StatusOr<std::unique_ptr<ZmqClientTransport>> ZmqClientTransport::Connect(
     ASSIGN_OR_RETURN(
         watch, HandshakeWatch::Start(ctx, s, address, options.curve ? options.curve->path : ""));
   }
+  std::unique_ptr<ConnectionWatch> link;
+  if (options.watch_connection) {
+    if (options.watch_handshake) {
+      return absl::InvalidArgumentError("a socket has one monitor: watch its handshake or link");
+    }
+    ASSIGN_OR_RETURN(link, ConnectionWatch::Start(ctx, s));
+  }
   try {
     s.connect(address);
   } catch (const zmq::error_t& e) {
     return absl::InvalidArgumentError(absl::StrCat("cannot connect to ", address, ": ", e.what()));
   }
   return std::unique_ptr<ZmqClientTransport>(
-      new ZmqClientTransport(std::move(s), std::move(watch), options));
+      new ZmqClientTransport(std::move(s), std::move(watch), std::move(link), options));
 }
 
 absl::Status ZmqClientTransport::HandshakeError() {
   return watch_ == nullptr ? absl::OkStatus() : watch_->Check();
+}
+
+int64_t ZmqClientTransport::LinkDownMicros(int64_t now_us) {
+  return link_ == nullptr ? 0 : link_->DownForMicros(now_us);
 }
 
 absl::Status ZmqClientTransport::Send(Message msg) {

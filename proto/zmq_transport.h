@@ -30,10 +30,14 @@ struct ZmqOptions {
   // Client only: watch the handshake so that a refusal is an error (HandshakeError), not a
   // silent wait.
   bool watch_handshake = false;
+  // Client only: watch the link (ConnectionWatch), for LinkDownMicros. A socket has one
+  // monitor, so not with watch_handshake.
+  bool watch_connection = false;
 };
 
 class CurveGuard;
 class HandshakeWatch;
+class ConnectionWatch;
 
 class ZmqServerTransport final : public ServerTransport {
  public:
@@ -68,13 +72,17 @@ class ZmqClientTransport final : public ClientTransport {
   // With watch_handshake: an error once the controller refused our handshake (no keys, wrong
   // keys), saying what to pass. OK while none was refused (or nothing is watched).
   absl::Status HandshakeError();
+  // With watch_connection: how long the link to the server has been down after being up
+  // (0 while up). A server process that exits closes it at once.
+  int64_t LinkDownMicros(int64_t now_us);
   ~ZmqClientTransport() override;
 
  private:
   ZmqClientTransport(zmq::socket_t socket, std::unique_ptr<HandshakeWatch> watch,
-                     ZmqOptions options);
+                     std::unique_ptr<ConnectionWatch> link, ZmqOptions options);
   zmq::socket_t socket_;
   std::unique_ptr<HandshakeWatch> watch_;
+  std::unique_ptr<ConnectionWatch> link_;
   ZmqOptions options_;
   uint64_t seq_ = 0;
   int receive_timeout_ms_ = -2;  // ZMQ_RCVTIMEO as last set

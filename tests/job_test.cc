@@ -140,6 +140,30 @@ TEST(JobTest, ExternalActorsJoinByAddress) {
   EXPECT_EQ(ReadMetricsJsonl(root + "/x").size(), 3u);
 }
 
+// An actor on another host does not die with the controller (no PDEATHSIG there): it notices
+// the controller's connection close and exits by itself, in seconds.
+TEST(JobTest, AnActorJoinedByHandExitsSoonAfterItsControllerIsKilled) {
+  std::string root = FreshDir("orphan");
+  JobProcess job(
+      {"run", EchoConfig(), "job.run_root=" + root, "job.name=o", "job.iterations=1000000",
+       "echo.external=true", "echo.workers=1", "echo.work_micros=1000"},
+      root + "/out.txt");
+  ASSERT_TRUE(job.WaitForOutput("waiting for echo-0 to join", 30)) << job.Output();
+  std::smatch m;
+  std::string out = job.Output();
+  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(--connect (tcp://[0-9.]+:[0-9]+))")));
+  JobProcess actor({"actor", "--role", "echo", "--connect", m[1]}, root + "/a.txt");
+  ASSERT_TRUE(job.WaitForOutput("running echo", 30)) << job.Output();
+  job.Signal(SIGKILL);
+  ASSERT_EQ(job.Wait(10), 128 + SIGKILL);
+  // Bounded well above the ~1.5 s it takes (disconnect_grace_ms), not a timing check.
+  auto code = actor.Wait(15);
+  ASSERT_TRUE(code.has_value()) << "the actor outlived its controller:\n" << actor.Output();
+  EXPECT_EQ(*code, 1) << actor.Output();
+  EXPECT_NE(actor.Output().find("closed the connection and has not come back"), std::string::npos)
+      << actor.Output();
+}
+
 TEST(JobTest, ActorForAnotherRoleIsRefusedWithReason) {
   std::string root = FreshDir("refused");
   JobProcess job({"run", EchoConfig(), "job.run_root=" + root, "job.name=r", "job.iterations=1",
