@@ -1,6 +1,5 @@
 #include "config/dashboard_config.h"
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace rlforge {
@@ -42,10 +41,6 @@ void AddDashboardSection(SchemaBuilder<JobConfig>& b) {
     }
   });
   b.Section("dashboard", &JobConfig::dashboard, d.Build());
-}
-
-bool IsLoopbackHost(const std::string& host) {
-  return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
 }
 
 absl::StatusOr<std::string> ResolveDashboardToken(const DashboardOptions& options,

@@ -4,14 +4,12 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/net_address.h"  // IsLoopbackHost
 #include "config/job_config.h"
 
 namespace rlforge {
 
 void AddDashboardSection(config::SchemaBuilder<JobConfig>& b);
-
-// Whether `host` only accepts connections from this machine.
-bool IsLoopbackHost(const std::string& host);
 
 // The token the dashboard requires: dashboard.token, else the environment's
 // RLFORGE_DASHBOARD_TOKEN (`env_token`, may be null). Empty means none. Fails,
