@@ -33,6 +33,9 @@ struct JobOptions {
 struct ControllerOptions {
   std::string host = "127.0.0.1";
   int64_t port = 0;
+  int64_t store_port = 0;      // the trainer ranks' rendezvous store; 0: any free port
+  std::string advertise_host;  // how other hosts reach this one; "": controller.host, or the
+                               // host name when that is a wildcard (docs/multi_host.md)
   int64_t heartbeat_interval_ms = 1000;
   int64_t heartbeat_misses = 3;
   int64_t max_message_mb = 1024;
@@ -62,7 +65,7 @@ struct TrainerOptions {
 };
 
 struct LaunchOptions {
-  std::string backend = "local";
+  std::string backend = "local";   // local | kubernetes (EveryRoleJoins)
   int64_t max_restarts = 3;        // relaunches of a role's lost workers, over the job
   double restart_backoff_s = 1.0;  // before a slot's k-th relaunch: this * 2^k (at most 30 s)
 };
@@ -106,6 +109,10 @@ struct JobConfig {
   DataOptions data;
   SftOptions sft;
 };
+
+// launch.backend kubernetes: the controller starts no actor; every role, trainer ranks
+// included, joins by address (`rlforge actor --role R --rank K --connect ADDR`).
+inline bool EveryRoleJoins(const LaunchOptions& l) { return l.backend == "kubernetes"; }
 
 // The schema of JobConfig (built once).
 const config::Schema& JobSchema();
