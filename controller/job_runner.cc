@@ -14,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "common/clock.h"
 #include "common/logging.h"
+#include "common/net_address.h"
 #include "common/status.h"
 #include "config/dashboard_config.h"
 #include "controller/algorithm.h"
@@ -152,12 +153,6 @@ std::string ShownConfig(const JobConfig& config) {
   return ResolvedYaml(copy);
 }
 
-std::string HostName() {
-  char buf[256] = {};
-  if (gethostname(buf, sizeof(buf) - 1) != 0) return "localhost";
-  return buf;
-}
-
 std::string NewJobId(const std::string& name) {
   std::random_device rd;
   return absl::StrFormat("%s-%08x", name, rd());
@@ -210,16 +205,42 @@ std::string LocalConnectAddress(const std::string& endpoint) {
   return endpoint;
 }
 
+// Where actors join: tcp://HOST:PORT with the host other hosts reach this one by
+// (controller.advertise_host, the bound address, or this host's name for a wildcard bind).
+std::string JoinAddress(const std::string& endpoint, const ControllerOptions& c) {
+  const size_t colon = endpoint.rfind(':');
+  if (colon == std::string::npos) return endpoint;
+  return absl::StrCat("tcp://", AdvertisedHost(c.host, c.advertise_host, LocalHostName()),
+                      endpoint.substr(colon));
+}
+
+// rlforge-store's command line: at controller.store_port, reachable (and advertised) where the
+// controller is; a loopback-only job keeps its store on loopback.
+std::vector<std::string> StoreArgv(const std::string& exe, const ControllerOptions& c,
+                                   const std::string& address_file) {
+  const bool local = IsLoopbackHost(c.host) && c.advertise_host.empty();
+  const std::string here = IsWildcardHost(c.host) || IsLoopbackHost(c.host) ? "127.0.0.1" : c.host;
+  std::vector<std::string> argv = {
+      exe, "--host", here, "--port", std::to_string(c.store_port), "--address-file", address_file};
+  if (!local) {
+    argv.push_back("--advertise");
+    argv.push_back(AdvertisedHost(c.host, c.advertise_host, LocalHostName()));
+  }
+  return argv;
+}
+
 // Starts rlforge-store, the trainer ranks' rendezvous point for the job's lifetime (a service:
 // its exit stops the job, and shutdown stops it), and gives the controller its host:port once
 // it listens. Its own process, so that this one never loads libtorch.
 absl::Status StartTrainerStore(Controller& controller, const RunDirectory& dir,
-                               const RunOptions& options, double timeout_s) {
+                               const RunOptions& options, const ControllerOptions& c) {
+  const double timeout_s = c.register_timeout_s;
   const std::string file = dir.path() + "/trainer_store.address";
   ProcessSpec spec;
   spec.name = "trainer-store";
-  spec.argv = {StoreExecutable(options.self_exe), "--host", "127.0.0.1", "--address-file", file};
+  spec.argv = StoreArgv(StoreExecutable(options.self_exe), c, file);
   spec.log_path = dir.LogPath(spec.name);
+  controller.set_awaiting_trainer_store();  // actors that join by address may come first
   RETURN_IF_ERROR(controller.LaunchService(spec));
   const int64_t deadline = RealClock::Get()->NowMicros() + static_cast<int64_t>(timeout_s * 1e6);
   while (true) {
@@ -325,6 +346,7 @@ int RunJob(const JobConfig& config, const RunOptions& options) {
   co.request_timeout_s = config.controller.request_timeout_s;
   co.shutdown_grace_s = config.controller.shutdown_grace_s;
   co.collective_timeout_s = config.trainer.collective_timeout_s;
+  co.join_address = JoinAddress((*transport)->endpoint(), config.controller);
   co.max_restarts = config.launch.max_restarts;
   co.restart_backoff_s = config.launch.restart_backoff_s;
   LocalProcessLauncher launcher;
@@ -335,7 +357,8 @@ int RunJob(const JobConfig& config, const RunOptions& options) {
   Controller controller(co, transport->get(), RealClock::Get(), &launcher,
                         defer_stop ? &hard_stop : options.stop);
   for (const RoleRequirement& r : (*algorithm)->Roles()) {
-    controller.ExpectRole(r.role, r.count, r.external, r.recoverable);
+    controller.ExpectRole(r.role, r.count, r.external || EveryRoleJoins(config.launch),
+                          r.recoverable);
   }
   // events.jsonl: every failure, restart and rejoin of a worker, with its wall-clock time.
   auto events = MetricsLog::Open(dir->path() + "/events.jsonl");
@@ -406,8 +429,8 @@ int RunJob(const JobConfig& config, const RunOptions& options) {
   }
   std::unique_ptr<dashboard::EventFileWriter> tensorboard;
   if (config.dashboard.tensorboard) {
-    auto tb =
-        dashboard::EventFileWriter::Create(dir->path(), dashboard::WallTimeSeconds(), HostName());
+    auto tb = dashboard::EventFileWriter::Create(dir->path(), dashboard::WallTimeSeconds(),
+                                                 LocalHostName());
     if (tb.ok()) {
       tensorboard = std::move(*tb);
     } else {
@@ -417,10 +440,9 @@ int RunJob(const JobConfig& config, const RunOptions& options) {
 
   status_file.Write("starting", "");
   std::string connect = LocalConnectAddress((*transport)->endpoint());
-  absl::Status status =
-      NeedsStore(controller, config)
-          ? StartTrainerStore(controller, *dir, options, config.controller.register_timeout_s)
-          : absl::OkStatus();
+  absl::Status status = NeedsStore(controller, config)
+                            ? StartTrainerStore(controller, *dir, options, config.controller)
+                            : absl::OkStatus();
   auto actor_spec = [&](const ActorInfo& a) {
     ProcessSpec spec;
     spec.name = a.id;

@@ -410,6 +410,9 @@ absl::Status LmLoop::SyncWeights(TrainerGroup& trainer, const proto::WeightsRead
                                  std::vector<TensorFrame> tensors, IterationRecord& rec) {
   if (fleet_.size() == 0) return absl::FailedPreconditionError("the job has no rollout worker");
   trainer_ = &trainer;
+  if (last_weights_.location() != announced.location()) {  // the first version, in practice
+    spdlog::info("policy weights reach the engines via {}", announced.location());
+  }
   last_weights_ = announced;
   last_frames_.clear();
   for (TensorFrame& t : tensors) {
