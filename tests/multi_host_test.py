@@ -1,0 +1,321 @@
+#!/usr/bin/env python3
+"""A GRPO job across four hosts made of network namespaces, over real TCP (docs/multi_host.md).
+
+    ctl  10.231.7.1   the controller (launch.backend kubernetes: it starts no actor) and the
+                      trainer ranks' rendezvous store, bound to its own address
+    trn  10.231.7.2   trainer rank 0
+    gen  10.231.7.3   trainer rank 1 and both rollout engines
+    rwd  10.231.7.4   the reward worker: the host whose link the test cuts
+
+Each host's eth0 is a veth pair whose other end is a port of a bridge in a fifth namespace of
+the test's own (the root namespace's network is never touched). Every actor joins by address
+(`rlforge actor --role R --rank K --connect tcp://10.231.7.1:PORT`); the trainer ranks meet at
+the store, and the weights reach the engines by gloo broadcast from trainer rank 0 (checked in
+the controller's log). Once the job runs, the reward host's bridge port goes down: the
+controller must declare the reward worker lost (events.jsonl, with its silent_s), give its
+scoring work back (works_given_back) and wait; the link comes back, the old process is refused
+and exits, a replacement joins the slot (event "rejoined") and the job finishes every iteration.
+
+With CURVE in the build (controller.security), the job runs with it (auto: the bind is not
+loopback) and an actor without the job's key is refused.
+
+Skips (77) when network namespaces cannot be made (not root, no `ip netns`). Namespaces are
+named rlfmh-<pid>-<random>-<host>: concurrent runs never share one, and a run removes those
+of dead runs. Everything it made is removed at the end, whatever happened.
+"""
+
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+SKIP = 77
+PREFIX = "rlfmh-"
+SUBNET = "10.231.7"
+HOSTS = {"ctl": 1, "trn": 2, "gen": 3, "rwd": 4}
+CONTROLLER_PORT = 29411
+STORE_PORT = 29412
+ITERATIONS = 8
+
+
+def ip(*args, check=True):
+    out = subprocess.run(["ip", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True, timeout=20)
+    if check and out.returncode != 0:
+        raise RuntimeError(f"ip {' '.join(args)}: {out.stdout.strip()}")
+    return out
+
+
+def remove_namespace(ns):
+    """Kills what runs in `ns` (only this test's processes live there), then deletes it."""
+    pids = ip("netns", "pids", ns, check=False).stdout.split()
+    for pid in pids:
+        try:
+            os.kill(int(pid), signal.SIGKILL)
+        except (ProcessLookupError, ValueError):
+            pass
+    ip("netns", "del", ns, check=False)
+
+
+def remove_stale_namespaces():
+    """Namespaces of earlier runs whose process is gone (killed by a ctest timeout)."""
+    for line in ip("netns", "list", check=False).stdout.splitlines():
+        name = line.split()[0] if line.split() else ""
+        if not name.startswith(PREFIX):
+            continue
+        pid = name[len(PREFIX):].split("-")[0]
+        if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+            remove_namespace(name)
+
+
+class Hosts:
+    """The namespaces, the bridge joining them, and the processes started in them."""
+
+    def __init__(self):
+        self.tag = f"{os.getpid()}-{random.randrange(16**4):04x}"
+        self.made = []
+        self.procs = []
+
+    def ns(self, host):
+        return f"{PREFIX}{self.tag}-{host}"
+
+    def address(self, host):
+        return f"{SUBNET}.{HOSTS[host]}"
+
+    def make(self):
+        bridge = self.ns("br")
+        ip("netns", "add", bridge)
+        self.made.append(bridge)
+        ip("-n", bridge, "link", "add", "br0", "type", "bridge")
+        ip("-n", bridge, "link", "set", "br0", "up")
+        for host, n in HOSTS.items():
+            ns = self.ns(host)
+            ip("netns", "add", ns)
+            self.made.append(ns)
+            # Made in the bridge's namespace, one end moved straight into the host's.
+            ip("-n", bridge, "link", "add", f"port{n}", "type", "veth", "peer", "name", "eth0",
+               "netns", ns)
+            ip("-n", bridge, "link", "set", f"port{n}", "master", "br0", "up")
+            ip("-n", ns, "addr", "add", f"{self.address(host)}/24", "dev", "eth0")
+            ip("-n", ns, "link", "set", "eth0", "up")
+            ip("-n", ns, "link", "set", "lo", "up")
+
+    def link(self, host, state):
+        """The host's cable at the switch: `down` cuts it without the host noticing."""
+        ip("-n", self.ns("br"), "link", "set", f"port{HOSTS[host]}", state)
+
+    def start(self, host, argv, log, env=None):
+        out = open(log, "w")
+        p = subprocess.Popen(["ip", "netns", "exec", self.ns(host)] + argv, stdout=out,
+                             stderr=subprocess.STDOUT, start_new_session=True,
+                             env=dict(os.environ, **(env or {})))
+        p.log = log
+        self.procs.append(p)
+        return p
+
+    def remove(self):
+        for p in self.procs:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            p.wait()
+        for ns in reversed(self.made):
+            remove_namespace(ns)
+        self.made = []
+
+
+def can_make_namespaces():
+    if os.geteuid() != 0:
+        return "not root: network namespaces need CAP_SYS_ADMIN"
+    if shutil.which("ip") is None:
+        return "no `ip` (iproute2)"
+    probe = f"{PREFIX}{os.getpid()}-probe"
+    out = ip("netns", "add", probe, check=False)
+    if out.returncode != 0:
+        return f"`ip netns add` failed: {out.stdout.strip()}"
+    ip("netns", "del", probe, check=False)
+    return ""
+
+
+def run(cmd, timeout):
+    out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         timeout=timeout)
+    if out.returncode != 0:
+        print(out.stdout[-4000:])
+        raise SystemExit(f"failed ({out.returncode}): {' '.join(cmd)}")
+    return out.stdout
+
+
+def read_lines(path):
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [json.loads(line) for line in f.read().splitlines() if line.strip()]
+
+
+def wait_for(what, predicate, timeout, watch):
+    """Polls predicate() until true; fails naming `what` when it does not come, or when a
+    watched process exits first (its log's tail is printed)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        for p in watch:
+            if p.poll() is not None:
+                print(open(p.log).read()[-4000:])
+                raise SystemExit(f"{p.log} exited ({p.returncode}) while waiting for {what}")
+        time.sleep(0.05)
+    raise SystemExit(f"timed out after {timeout} s waiting for {what}")
+
+
+def supports_curve(rlforge):
+    return "controller.security" in run([rlforge, "config-docs"], 30)
+
+
+def actor(rlforge, role, rank, connect):
+    return [rlforge, "actor", "--role", role, "--rank", str(rank), "--connect", connect,
+            "--register-timeout", "60"]
+
+
+def run_job(args, hosts, config, curve):
+    connect = f"tcp://{hosts.address('ctl')}:{CONTROLLER_PORT}"
+    run_dir = os.path.join(args.work, "mh")
+    overrides = [
+        f"job.run_root={args.work}", "job.name=mh", f"job.iterations={ITERATIONS}",
+        f"model.path={args.work}/sft/checkpoints/step_4", "launch.backend=kubernetes",
+        f"controller.host={hosts.address('ctl')}", f"controller.port={CONTROLLER_PORT}",
+        f"controller.store_port={STORE_PORT}", "controller.heartbeat_interval_ms=500",
+        "controller.heartbeat_misses=3", "controller.register_timeout_s=60",
+        "trainer.ranks=2", "rollout.workers=2", "reward.workers=1", "weights.transport=gloo",
+        "grpo.prompts_per_iteration=8", "grpo.group_size=4", "grpo.eval_every=0",
+        "grpo.eval_examples=16"] + (["controller.security=auto"] if curve else [])
+    logs = os.path.join(args.work, "hosts")
+    os.makedirs(logs, exist_ok=True)
+    ctl = hosts.start("ctl", [args.rlforge, "run", config] + overrides, f"{logs}/controller.out")
+    env = {}
+    if curve:  # the job's keys are made when it starts; every actor reads the same file
+        keys = os.path.join(run_dir, "keys", "actor.key")
+        wait_for("the job's actor key", lambda: os.path.exists(keys), 30, [ctl])
+        env["RLFORGE_KEYS"] = keys
+    placement = [("trn", "trainer", 0), ("gen", "trainer", 1), ("gen", "rollout", 0),
+                 ("gen", "rollout", 1), ("rwd", "reward", 0)]
+    for host, role, rank in placement:
+        hosts.start(host, actor(args.rlforge, role, rank, connect),
+                    f"{logs}/{role}-{rank}.out", env)
+    old_reward = hosts.procs[-1]
+    metrics = os.path.join(run_dir, "metrics.jsonl")
+    events = os.path.join(run_dir, "events.jsonl")
+    # Cut the reward host's link as an iteration begins: its scoring is then dealt to it.
+    wait_for("iteration 2", lambda: len(read_lines(metrics)) >= 2, 120, [ctl])
+    if curve:
+        check_keyless_actor_refused(args, hosts, connect, logs)
+    done = len(read_lines(metrics))
+    wait_for(f"iteration {done + 1}", lambda: len(read_lines(metrics)) > done, 60, [ctl])
+    hosts.link("rwd", "down")
+    cut_at = time.monotonic()
+    lost = wait_for("the controller to declare reward-0 lost",
+                    lambda: [e for e in read_lines(events) if e["event"] == "lost"], 30, [ctl])[0]
+    detected_s = time.monotonic() - cut_at
+    hosts.link("rwd", "up")
+    replacement = hosts.start("rwd", actor(args.rlforge, "reward", 0, connect),
+                              f"{logs}/reward-0-replacement.out", env)
+    wait_for("the replacement to rejoin",
+             lambda: [e for e in read_lines(events) if e["event"] == "rejoined"], 60, [ctl])
+    wait_for("the job to end", lambda: ctl.poll() is not None, 120, [])
+    if ctl.returncode != 0:
+        print(open(ctl.log).read()[-6000:])
+        raise SystemExit(f"the controller exited {ctl.returncode}")
+    wait_for("the refused reward process to exit", lambda: old_reward.poll() is not None, 30, [])
+    for p in hosts.procs:
+        wait_for(f"{p.log} to exit", lambda p=p: p.poll() is not None, 30, [])
+    return run_dir, lost, detected_s, old_reward, replacement
+
+
+def check_run(run_dir, lost, old_reward):
+    rows = read_lines(os.path.join(run_dir, "metrics.jsonl"))
+    steps = [r["step"] for r in rows if r["step"] > 0]
+    if steps != list(range(1, ITERATIONS + 1)):
+        raise SystemExit(f"metrics.jsonl steps {steps}, expected 1..{ITERATIONS}")
+    last = rows[-1]["metrics"]
+    if last.get("faults/actors_lost", 0) < 1 or last.get("faults/works_given_back", 0) < 1:
+        raise SystemExit(f"the last iteration's fault totals: {last}")
+    if lost["actor"] != "reward-0" or lost["works_given_back"] < 1:
+        raise SystemExit(f"events.jsonl's loss: {lost}")
+    log = open(os.path.join(run_dir, "logs", "controller.log")).read()
+    for needle in [f"controller listening on tcp://{SUBNET}.1:{CONTROLLER_PORT}",
+                   f"trainer ranks meet at {SUBNET}.1:{STORE_PORT}",
+                   "policy weights reach the engines via gloo:weights"]:
+        if needle not in log:
+            raise SystemExit(f"controller.log lacks '{needle}'")
+    refused = open(old_reward.log).read()
+    if old_reward.returncode == 0 or "refused this actor" not in refused:
+        print(refused[-3000:])
+        raise SystemExit(f"the cut-off reward process exited {old_reward.returncode}, "
+                         "not refused")
+
+
+def check_keyless_actor_refused(args, hosts, connect, logs):
+    """An actor without the job's key, while the job runs: CURVE's handshake fails, so it never
+    hears from the controller (with the key, the controller would answer that reward-0 is
+    taken) and gives up registering."""
+    log = f"{logs}/keyless.out"
+    p = hosts.start("rwd", [args.rlforge, "actor", "--role", "reward", "--rank", "0", "--connect",
+                            connect, "--register-timeout", "3"], log, {"RLFORGE_KEYS": ""})
+    wait_for("the keyless actor to give up", lambda: p.poll() is not None, 30, [])
+    out = open(log).read()
+    if p.returncode == 0 or "already registered" in out:
+        print(out[-3000:])
+        raise SystemExit(f"an actor without the key got an answer (exit {p.returncode})")
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--rlforge", required=True)
+    p.add_argument("--source", required=True)
+    p.add_argument("--work", required=True)
+    args = p.parse_args()
+    # SIGTERM (a ctest timeout, Ctrl-C's cousin) unwinds through the cleanup below.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    why = can_make_namespaces()
+    if why:
+        print(f"multi_host_test: skipped: {why}")
+        return SKIP
+    shutil.rmtree(args.work, ignore_errors=True)
+    os.makedirs(args.work)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from chaos_test import with_length_reward
+    run([args.rlforge, "run", os.path.join(args.source, "configs/sft_tiny.yaml"),
+         f"job.run_root={args.work}", "job.name=sft", "sft.steps=4", "sft.eval_every=0",
+         "sft.save_every=0"], 300)
+    config = with_length_reward(os.path.join(args.source, "configs/grpo_arith.yaml"),
+                                os.path.join(args.work, "grpo_length.yaml"))
+    curve = supports_curve(args.rlforge)
+    remove_stale_namespaces()
+    hosts = Hosts()
+    started = time.monotonic()
+    try:
+        hosts.make()
+        run_dir, lost, detected_s, old_reward, _ = run_job(args, hosts, config, curve)
+        check_run(run_dir, lost, old_reward)
+    finally:
+        hosts.remove()
+    print(f"reward host cut: declared lost {detected_s:.2f} s after the cut (silent_s "
+          f"{lost['silent_s']:.2f}; heartbeat every 0.5 s, 3 misses), {lost['works_given_back']} "
+          f"work(s) given back; {ITERATIONS} iterations across 4 namespaces in "
+          f"{time.monotonic() - started:.1f} s")
+    if not curve:
+        print("CURVE: not checked (this build has no controller.security)")
+    print("multi_host_test: passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
