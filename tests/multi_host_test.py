@@ -1,20 +1,24 @@
 #!/usr/bin/env python3
-"""A GRPO job across four hosts made of network namespaces, over real TCP (docs/multi_host.md).
+"""A GRPO job across five hosts made of network namespaces, over real TCP (docs/multi_host.md).
 
     ctl  10.231.7.1   the controller (launch.backend kubernetes: it starts no actor) and the
                       trainer ranks' rendezvous store, bound to its own address
     trn  10.231.7.2   trainer rank 0
-    gen  10.231.7.3   trainer rank 1 and both rollout engines
-    rwd  10.231.7.4   the reward worker: the host whose link the test cuts
+    gen  10.231.7.3   trainer rank 1 and rollout engine 0
+    rwd  10.231.7.4   the reward worker, whose link the test cuts
+    eng  10.231.7.5   rollout engine 1, whose link the test cuts
 
-Each host's eth0 is a veth pair whose other end is a port of a bridge in a fifth namespace of
-the test's own (the root namespace's network is never touched). Every actor joins by address
+Each host's eth0 is a veth pair whose other end is a port of a bridge in a namespace of the
+test's own (the root namespace's network is never touched). Every actor joins by address
 (`rlforge actor --role R --rank K --connect tcp://10.231.7.1:PORT`); the trainer ranks meet at
 the store, and the weights reach the engines by gloo broadcast from trainer rank 0 (checked in
-the controller's log). Once the job runs, the reward host's bridge port goes down: the
-controller must declare the reward worker lost (events.jsonl, with its silent_s), give its
-scoring work back (works_given_back) and wait; the link comes back, the old process is refused
-and exits, a replacement joins the slot (event "rejoined") and the job finishes every iteration.
+the controller's log). Once the job runs, the reward host's bridge port goes down as an
+iteration begins: the controller must declare the reward worker lost (events.jsonl, with its
+silent_s), give its scoring back (works_given_back) and wait for a reward worker; meanwhile the
+engine host's port goes down too (no broadcast is in flight then), another dead worker. The
+links come back, the old processes are refused and exit, replacements join both slots (event
+"rejoined"), the gloo weight group forms again with the new engine, and the job finishes every
+iteration with both engines at the last version.
 
 With CURVE in the build (controller.security), the job runs with it (auto: the bind is not
 loopback) and an actor without the job's key is refused.
@@ -37,7 +41,9 @@ import time
 SKIP = 77
 PREFIX = "rlfmh-"
 SUBNET = "10.231.7"
-HOSTS = {"ctl": 1, "trn": 2, "gen": 3, "rwd": 4}
+HOSTS = {"ctl": 1, "trn": 2, "gen": 3, "rwd": 4, "eng": 5}
+PLACEMENT = [("trn", "trainer", 0), ("gen", "trainer", 1), ("gen", "rollout", 0),
+             ("eng", "rollout", 1), ("rwd", "reward", 0)]
 CONTROLLER_PORT = 29411
 STORE_PORT = 29412
 ITERATIONS = 8
@@ -80,6 +86,7 @@ class Hosts:
         self.tag = f"{os.getpid()}-{random.randrange(16**4):04x}"
         self.made = []
         self.procs = []
+        self.rlforge = None
 
     def ns(self, host):
         return f"{PREFIX}{self.tag}-{host}"
@@ -185,6 +192,29 @@ def actor(rlforge, role, rank, connect):
             "--register-timeout", "60"]
 
 
+def event(events, kind, actor):
+    found = [e for e in read_lines(events) if e["event"] == kind and e["actor"] == actor]
+    return found[0] if found else None
+
+
+def cut(hosts, host, events, actor, ctl):
+    """Cuts `host`'s link; returns the loss event and the seconds to it from the cut."""
+    hosts.link(host, "down")
+    cut_at = time.monotonic()
+    lost = wait_for(f"the controller to declare {actor} lost",
+                    lambda: event(events, "lost", actor), 30, [ctl])
+    return lost, time.monotonic() - cut_at
+
+
+def rejoin(hosts, host, role, rank, connect, env, logs, events, ctl):
+    """Restores `host`'s link and starts a replacement in the slot."""
+    hosts.link(host, "up")
+    hosts.start(host, actor(hosts.rlforge, role, rank, connect),
+                f"{logs}/{role}-{rank}-replacement.out", env)
+    wait_for(f"a replacement {role}-{rank} to rejoin",
+             lambda: event(events, "rejoined", f"{role}-{rank}"), 60, [ctl])
+
+
 def run_job(args, hosts, config, curve):
     connect = f"tcp://{hosts.address('ctl')}:{CONTROLLER_PORT}"
     run_dir = os.path.join(args.work, "mh")
@@ -205,61 +235,61 @@ def run_job(args, hosts, config, curve):
         keys = os.path.join(run_dir, "keys", "actor.key")
         wait_for("the job's actor key", lambda: os.path.exists(keys), 30, [ctl])
         env["RLFORGE_KEYS"] = keys
-    placement = [("trn", "trainer", 0), ("gen", "trainer", 1), ("gen", "rollout", 0),
-                 ("gen", "rollout", 1), ("rwd", "reward", 0)]
-    for host, role, rank in placement:
-        hosts.start(host, actor(args.rlforge, role, rank, connect),
-                    f"{logs}/{role}-{rank}.out", env)
-    old_reward = hosts.procs[-1]
+    old = {}
+    for host, role, rank in PLACEMENT:
+        old[f"{role}-{rank}"] = hosts.start(host, actor(args.rlforge, role, rank, connect),
+                                            f"{logs}/{role}-{rank}.out", env)
     metrics = os.path.join(run_dir, "metrics.jsonl")
     events = os.path.join(run_dir, "events.jsonl")
-    # Cut the reward host's link as an iteration begins: its scoring is then dealt to it.
     wait_for("iteration 2", lambda: len(read_lines(metrics)) >= 2, 120, [ctl])
     if curve:
         check_keyless_actor_refused(args, hosts, connect, logs)
+    # The reward host as an iteration begins: its scoring is dealt to it and never answered.
     done = len(read_lines(metrics))
     wait_for(f"iteration {done + 1}", lambda: len(read_lines(metrics)) > done, 60, [ctl])
-    hosts.link("rwd", "down")
-    cut_at = time.monotonic()
-    lost = wait_for("the controller to declare reward-0 lost",
-                    lambda: [e for e in read_lines(events) if e["event"] == "lost"], 30, [ctl])[0]
-    detected_s = time.monotonic() - cut_at
-    hosts.link("rwd", "up")
-    replacement = hosts.start("rwd", actor(args.rlforge, "reward", 0, connect),
-                              f"{logs}/reward-0-replacement.out", env)
-    wait_for("the replacement to rejoin",
-             lambda: [e for e in read_lines(events) if e["event"] == "rejoined"], 60, [ctl])
+    lost = {"reward-0": cut(hosts, "rwd", events, "reward-0", ctl)}
+    # The loop now waits for a reward worker, no weight stream in flight: the engine host's
+    # loss is then a dead worker, not a broken broadcast (which would stop the job).
+    lost["rollout-1"] = cut(hosts, "eng", events, "rollout-1", ctl)
+    rejoin(hosts, "eng", "rollout", 1, connect, env, logs, events, ctl)
+    rejoin(hosts, "rwd", "reward", 0, connect, env, logs, events, ctl)
     wait_for("the job to end", lambda: ctl.poll() is not None, 120, [])
     if ctl.returncode != 0:
         print(open(ctl.log).read()[-6000:])
         raise SystemExit(f"the controller exited {ctl.returncode}")
-    wait_for("the refused reward process to exit", lambda: old_reward.poll() is not None, 30, [])
     for p in hosts.procs:
         wait_for(f"{p.log} to exit", lambda p=p: p.poll() is not None, 30, [])
-    return run_dir, lost, detected_s, old_reward, replacement
+    return run_dir, lost, [old["reward-0"], old["rollout-1"]]
 
 
-def check_run(run_dir, lost, old_reward):
+def check_run(run_dir, lost, cut_off):
     rows = read_lines(os.path.join(run_dir, "metrics.jsonl"))
     steps = [r["step"] for r in rows if r["step"] > 0]
     if steps != list(range(1, ITERATIONS + 1)):
         raise SystemExit(f"metrics.jsonl steps {steps}, expected 1..{ITERATIONS}")
     last = rows[-1]["metrics"]
-    if last.get("faults/actors_lost", 0) < 1 or last.get("faults/works_given_back", 0) < 1:
+    if last.get("faults/actors_lost", 0) < 2 or last.get("faults/works_given_back", 0) < 1:
         raise SystemExit(f"the last iteration's fault totals: {last}")
-    if lost["actor"] != "reward-0" or lost["works_given_back"] < 1:
-        raise SystemExit(f"events.jsonl's loss: {lost}")
+    if lost["reward-0"][0]["works_given_back"] < 1:
+        raise SystemExit(f"events.jsonl's loss of the reward worker: {lost['reward-0'][0]}")
     log = open(os.path.join(run_dir, "logs", "controller.log")).read()
     for needle in [f"controller listening on tcp://{SUBNET}.1:{CONTROLLER_PORT}",
                    f"trainer ranks meet at {SUBNET}.1:{STORE_PORT}",
-                   "policy weights reach the engines via gloo:weights"]:
+                   "policy weights reach the engines via gloo:weights",
+                   "the weight group forms again with 1 engine(s)",
+                   "the weight group forms again with 2 engine(s)"]:
         if needle not in log:
             raise SystemExit(f"controller.log lacks '{needle}'")
-    refused = open(old_reward.log).read()
-    if old_reward.returncode == 0 or "refused this actor" not in refused:
-        print(refused[-3000:])
-        raise SystemExit(f"the cut-off reward process exited {old_reward.returncode}, "
-                         "not refused")
+    # The replacement engine served the last version with the other engine.
+    versions = {k: v for k, v in last.items() if k.startswith("rollout/") and k.endswith("/version")}
+    if len(versions) != 2 or len(set(versions.values())) != 1 or last["rollout/1/groups"] < 1:
+        raise SystemExit(f"the engines at the end: {versions}, rollout-1 generated "
+                         f"{last.get('rollout/1/groups')} group(s)")
+    for p in cut_off:
+        out = open(p.log).read()
+        if p.returncode == 0 or "refused this actor" not in out:
+            print(out[-3000:])
+            raise SystemExit(f"{p.log}: the cut-off process exited {p.returncode}, not refused")
 
 
 def check_keyless_actor_refused(args, hosts, connect, logs):
@@ -300,17 +330,19 @@ def main():
     curve = supports_curve(args.rlforge)
     remove_stale_namespaces()
     hosts = Hosts()
+    hosts.rlforge = args.rlforge
     started = time.monotonic()
     try:
         hosts.make()
-        run_dir, lost, detected_s, old_reward, _ = run_job(args, hosts, config, curve)
-        check_run(run_dir, lost, old_reward)
+        run_dir, lost, cut_off = run_job(args, hosts, config, curve)
+        check_run(run_dir, lost, cut_off)
     finally:
         hosts.remove()
-    print(f"reward host cut: declared lost {detected_s:.2f} s after the cut (silent_s "
-          f"{lost['silent_s']:.2f}; heartbeat every 0.5 s, 3 misses), {lost['works_given_back']} "
-          f"work(s) given back; {ITERATIONS} iterations across 4 namespaces in "
-          f"{time.monotonic() - started:.1f} s")
+    for who, (e, seconds) in lost.items():
+        print(f"{who}'s host cut: declared lost {seconds:.2f} s after the cut (silent_s "
+              f"{e['silent_s']:.2f}; heartbeat every 0.5 s, 3 misses), "
+              f"{e['works_given_back']} work(s) given back")
+    print(f"{ITERATIONS} iterations across 5 namespaces in {time.monotonic() - started:.1f} s")
     if not curve:
         print("CURVE: not checked (this build has no controller.security)")
     print("multi_host_test: passed")
