@@ -59,6 +59,7 @@ absl::StatusOr<Registration> Register(ZmqClientTransport& t, const ActorOptions&
       next_send = clock->NowMicros() + 1'000'000;
     }
     auto got = t.Receive(100);
+    RETURN_IF_ERROR(t.HandshakeError());
     if (!got) continue;
     if (!got->ok()) {
       spdlog::warn("dropped a malformed message from the controller: {}", got->status().ToString());
@@ -140,15 +141,25 @@ int Serve(ZmqClientTransport& t, Role& role, const Registration& reg, ActorStatu
 }  // namespace
 
 int RunActor(const ActorOptions& options) {
+  ZmqOptions zo;
+  if (!options.keys_path.empty()) {
+    auto keys = LoadActorKeys(options.keys_path);
+    if (!keys.ok()) {
+      spdlog::error("--keys / {}: {}", kKeysEnv, Msg(keys.status()));
+      return 2;
+    }
+    zo.curve = *keys;
+  }
+  zo.watch_handshake = true;
   zmq::context_t ctx;
-  auto transport = ZmqClientTransport::Connect(ctx, options.connect, ZmqOptions{});
+  auto transport = ZmqClientTransport::Connect(ctx, options.connect, zo);
   if (!transport.ok()) {
     spdlog::error("{}", transport.status().ToString());
     return 2;
   }
   auto reg = Register(**transport, options, RandomInstanceId());
   if (!reg.ok()) {
-    spdlog::error("{}", reg.status().ToString());
+    spdlog::error("{}", Msg(reg.status()));
     return reg.status().code() == absl::StatusCode::kPermissionDenied ? 2 : 1;
   }
   const proto::Assignment& a = reg->assignment;
@@ -173,6 +184,7 @@ int RunActor(const ActorOptions& options) {
   hbo.endpoint = options.connect;
   hbo.actor_id = a.actor_id();
   hbo.job_id = reg->job_id;
+  hbo.curve = zo.curve;
   hbo.interval_ms = static_cast<int>(a.heartbeat_interval_ms());
   // Generous: a busy controller answers late; local actors also die with it (PDEATHSIG).
   hbo.controller_timeout_ms = std::max<int>(

@@ -22,6 +22,8 @@ struct ActorOptions {
   int rank = -1;  // -1: any free rank
   // Set by the launcher (RLFORGE_LAUNCH_TOKEN) for the slot it started us in.
   std::string launch_token;
+  // The job's actor.key (--keys, or RLFORGE_KEYS): connect as a CURVE client. Empty: plaintext.
+  std::string keys_path;
   // How long to keep trying to register (the controller may start later).
   double register_timeout_s = 60;
   // Non-zero (a signal number, or any value from a test) stops the actor; may be null.
@@ -31,7 +33,8 @@ struct ActorOptions {
 };
 
 // Runs one actor until the controller shuts it down. Returns the exit code:
-// 0 after Shutdown, 1 on a failure (logged), 2 if the controller refused it.
+// 0 after Shutdown, 1 on a failure (logged), 2 if the controller refused it (a reject, or its
+// handshake: no keys, wrong keys) or the key file does not load.
 int RunActor(const ActorOptions& options);
 
 }  // namespace rlforge

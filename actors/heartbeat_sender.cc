@@ -26,6 +26,7 @@ void HeartbeatSender::Loop() {
   ZmqOptions zo;
   zo.linger_ms = 0;
   zo.send_timeout_ms = options_.interval_ms;
+  zo.curve = options_.curve;
   auto transport = ZmqClientTransport::Connect(ctx_, options_.endpoint, zo);
   if (!transport.ok()) {
     spdlog::error("heartbeat channel: {}", transport.status().ToString());

@@ -9,9 +9,11 @@
 
 #include <atomic>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <thread>
 
+#include "proto/curve_keys.h"
 #include "zmq.hpp"
 
 namespace rlforge {
@@ -33,6 +35,7 @@ class HeartbeatSender {
     int interval_ms = 1000;
     // No ack for this long: the controller is considered gone.
     int controller_timeout_ms = 30'000;
+    std::optional<CurveKeys> curve;  // the work channel's keys, if any
   };
   HeartbeatSender(zmq::context_t& ctx, Options options, const ActorStatus* status);
   ~HeartbeatSender();  // stops the thread

@@ -6,18 +6,24 @@
 // Envelope (protobuf header) plus one raw tensor frame, Decode's checks and
 // zero-copy TensorFrames; "bare" = one raw frame each way.
 //
-//   build/bench/transport_bench [--rounds 5] [--small-iters 20000] [--large-iters 40]
+//   build/bench/transport_bench [--rounds 5] [--small-iters 20000] [--large-iters 40] [--curve]
 //
-// Prints p50/p99 latency and GB/s per size and the ratios rlforge / bare.
+// Prints p50/p99 latency and GB/s per size and the ratios rlforge / bare. With --curve, a
+// third run per round does the same through CURVE sockets (a job's keys, the ZAP check: what a
+// job binding beyond loopback pays) and the ratios curve / plain rlforge are printed too.
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "proto/curve_keys.h"
 #include "proto/zmq_transport.h"
 #include "zmq.hpp"
 #include "zmq_addon.hpp"
@@ -77,12 +83,36 @@ Stats RunBare(size_t bytes, int iters) {
   return s;
 }
 
-// rlforge: Envelope + tensor frame through the real transports and Decode.
-Stats RunRlforge(size_t bytes, int iters) {
-  zmq::context_t ctx;
+// A job's keys, made once in a temporary run folder: {controller.key, actor.key}.
+struct BenchKeys {
+  rlforge::CurveKeys controller, actor;
+};
+
+BenchKeys MakeKeys() {
+  std::string dir = (std::filesystem::temp_directory_path() /
+                     ("rlforge_transport_bench_" + std::to_string(getpid())))
+                        .string();
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  if (!rlforge::WriteJobKeys(dir).ok()) std::abort();
+  BenchKeys k{
+      rlforge::LoadControllerKeys(rlforge::JobKeyPath(dir, rlforge::kControllerKeyFile)).value(),
+      rlforge::LoadActorKeys(rlforge::JobKeyPath(dir, rlforge::kActorKeyFile)).value()};
+  std::filesystem::remove_all(dir);
+  return k;
+}
+
+// rlforge: Envelope + tensor frame through the real transports and Decode; CURVE with `keys`.
+Stats RunRlforge(size_t bytes, int iters, const BenchKeys* keys) {
+  zmq::context_t server_ctx, client_ctx;
   rlforge::ZmqOptions opt;
   opt.limits.max_message_bytes = size_t{1} << 31;
-  auto server = rlforge::ZmqServerTransport::Bind(ctx, "tcp://127.0.0.1:0", opt).value();
+  rlforge::ZmqOptions client_opt = opt;
+  if (keys != nullptr) {
+    opt.curve = keys->controller;
+    client_opt.curve = keys->actor;
+  }
+  auto server = rlforge::ZmqServerTransport::Bind(server_ctx, "tcp://127.0.0.1:0", opt).value();
   std::atomic<bool> stop{false};
   std::thread echo([&] {
     while (!stop) {
@@ -97,7 +127,8 @@ Stats RunRlforge(size_t bytes, int iters) {
       (void)server->Send(r->peer, std::move(reply));
     }
   });
-  auto client = rlforge::ZmqClientTransport::Connect(ctx, server->endpoint(), opt).value();
+  auto client =
+      rlforge::ZmqClientTransport::Connect(client_ctx, server->endpoint(), client_opt).value();
   std::string payload(bytes, 'x');
   Stats s;
   auto t_all = Clock::now();
@@ -129,50 +160,63 @@ Stats RunRlforge(size_t bytes, int iters) {
 
 int main(int argc, char** argv) {
   int rounds = 5, small_iters = 20000, large_iters = 30;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  bool curve = false;
+  for (int i = 1; i < argc; ++i) {
     std::string k = argv[i];
-    int v = std::atoi(argv[i + 1]);
-    if (k == "--rounds")
-      rounds = v;
-    else if (k == "--small-iters")
-      small_iters = v;
-    else if (k == "--large-iters")
-      large_iters = v;
-    else {
-      std::fprintf(stderr, "unknown option %s\n", argv[i]);
+    if (k == "--curve") {
+      curve = true;
+      continue;
+    }
+    int* target = k == "--rounds"        ? &rounds
+                  : k == "--small-iters" ? &small_iters
+                  : k == "--large-iters" ? &large_iters
+                                         : nullptr;
+    if (target == nullptr || i + 1 >= argc) {
+      std::fprintf(stderr, "unknown option or missing value: %s\n", argv[i]);
       return 2;
     }
+    *target = std::atoi(argv[++i]);
   }
   struct Size {
     const char* name;
     size_t bytes;
     int iters;
   };
-  std::printf("round trip DEALER<->ROUTER over tcp://127.0.0.1, %d interleaved rounds\n", rounds);
+  const BenchKeys keys = curve ? MakeKeys() : BenchKeys{};
+  std::printf("round trip DEALER<->ROUTER over tcp://127.0.0.1, %d interleaved rounds%s\n", rounds,
+              curve ? ", with CURVE runs" : "");
   for (Size size : {Size{"64 B", 64, small_iters}, Size{"64 MiB", size_t{64} << 20, large_iters}}) {
-    Stats bare, ours;
+    Stats bare, ours, cur;
+    auto add = [](Stats& to, const Stats& from) {
+      to.us.insert(to.us.end(), from.us.begin(), from.us.end());
+      to.total_s += from.total_s;
+    };
     for (int r = 0; r < rounds; ++r) {
-      Stats b = RunBare(size.bytes, size.iters);
-      Stats o = RunRlforge(size.bytes, size.iters);
-      bare.us.insert(bare.us.end(), b.us.begin(), b.us.end());
-      ours.us.insert(ours.us.end(), o.us.begin(), o.us.end());
-      bare.total_s += b.total_s;
-      ours.total_s += o.total_s;
+      add(bare, RunBare(size.bytes, size.iters));
+      add(ours, RunRlforge(size.bytes, size.iters, nullptr));
+      if (curve) add(cur, RunRlforge(size.bytes, size.iters, &keys));
     }
     auto gbs = [&](const Stats& s) {
       return 2.0 * static_cast<double>(size.bytes) * static_cast<double>(s.us.size()) / s.total_s /
              1e9;
+    };
+    auto ratio = [&](const Stats& a, const Stats& b, const char* what) {
+      std::printf("ratio   %10.3f %10.3f %10.3f   (%s)\n", a.Percentile(0.5) / b.Percentile(0.5),
+                  a.Percentile(0.99) / b.Percentile(0.99), gbs(a) / gbs(b), what);
     };
     std::printf("\n%-7s %10s %10s %10s\n", size.name, "p50 us", "p99 us", "GB/s");
     std::printf("bare    %10.1f %10.1f %10.3f\n", bare.Percentile(0.5), bare.Percentile(0.99),
                 gbs(bare));
     std::printf("rlforge %10.1f %10.1f %10.3f\n", ours.Percentile(0.5), ours.Percentile(0.99),
                 gbs(ours));
-    std::printf("ratio   %10.3f %10.3f %10.3f   (rlforge / bare)\n",
-                ours.Percentile(0.5) / bare.Percentile(0.5),
-                ours.Percentile(0.99) / bare.Percentile(0.99), gbs(ours) / gbs(bare));
+    if (curve) {
+      std::printf("curve   %10.1f %10.1f %10.3f\n", cur.Percentile(0.5), cur.Percentile(0.99),
+                  gbs(cur));
+    }
+    ratio(ours, bare, "rlforge / bare");
     std::printf("extra p50: %+.1f us; throughput overhead: %.1f%%\n",
                 ours.Percentile(0.5) - bare.Percentile(0.5), 100.0 * (1.0 - gbs(ours) / gbs(bare)));
+    if (curve) ratio(cur, ours, "curve / plain rlforge");
   }
   return 0;
 }

@@ -6,7 +6,7 @@
 // Debian's libtorch) before doing anything.
 //
 //   rlforge-actor --role R --connect tcp://HOST:PORT [--rank K] [--register-timeout S]
-//                 [--log-level L]
+//                 [--log-level L] [--keys actor.key]
 #include <malloc.h>
 
 #include <cstdlib>
@@ -16,6 +16,7 @@
 #include "cli/role_registry.h"
 #include "cli/signals.h"
 #include "common/logging.h"
+#include "proto/curve_keys.h"
 
 int main(int argc, char** argv) {
   // Reuse freed tensor memory instead of returning it to the kernel: large
@@ -31,6 +32,9 @@ int main(int argc, char** argv) {
   app.add_option("--rank", o.rank, "Rank to take (default: any free one)");
   app.add_option("--register-timeout", o.register_timeout_s, "Seconds to keep trying to register");
   app.add_option("--log-level", log_level, "trace, debug, info, warn or error");
+  app.add_option("--keys", o.keys_path,
+                 "The job's CURVE key file, runs/NAME/keys/actor.key (default: $RLFORGE_KEYS); "
+                 "needed when the controller binds beyond loopback");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -41,6 +45,8 @@ int main(int argc, char** argv) {
   }
   const char* token = std::getenv("RLFORGE_LAUNCH_TOKEN");
   if (token != nullptr) o.launch_token = token;
+  const char* keys = std::getenv(rlforge::kKeysEnv);
+  if (o.keys_path.empty() && keys != nullptr) o.keys_path = keys;
   rlforge::InitLogging(o.rank >= 0 ? o.role + "-" + std::to_string(o.rank) : o.role, log_level);
   rlforge::InstallSignalHandlers();
   o.stop = &rlforge::StopFlag();

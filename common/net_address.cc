@@ -9,17 +9,12 @@
 #include <cerrno>
 #include <cstring>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace rlforge {
 
 bool IsWildcardHost(const std::string& host) {
   return host.empty() || host == "0.0.0.0" || host == "*" || host == "::" || host == "[::]";
-}
-
-bool IsLoopbackHost(const std::string& host) {
-  return host == "localhost" || absl::StartsWith(host, "127.") || host == "::1" || host == "[::1]";
 }
 
 std::string AdvertisedHost(const std::string& bind_host, const std::string& advertise,

@@ -11,13 +11,12 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/host_address.h"  // IsLoopbackHost
 
 namespace rlforge {
 
 // "0.0.0.0", "*", "::" or "": binds every interface, so it names no one host to reach.
 bool IsWildcardHost(const std::string& host);
-// "localhost", 127.x.x.x or "::1": reachable from this host only.
-bool IsLoopbackHost(const std::string& host);
 
 // The host other processes are told to reach a socket bound at `bind_host` by: `advertise`
 // when set, else `bind_host`, else (a wildcard bind) `host_name`.

@@ -4,7 +4,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "common/net_address.h"  // IsLoopbackHost
+#include "common/host_address.h"
 #include "config/job_config.h"
 
 namespace rlforge {

@@ -118,6 +118,12 @@ std::shared_ptr<const Schema> ControllerSection() {
            "handed to trainer ranks and engines, the join command printed). Empty: "
            "controller.host, or this host's name when controller.host is a wildcard "
            "(0.0.0.0); set it to a Kubernetes Service name or an IP the others can route to.");
+  b.Choice("security", &ControllerOptions::security, {"auto", "curve", "none"},
+           "ZeroMQ CURVE on the control plane (docs/multi_host.md#security). auto: CURVE exactly "
+           "when controller.host is not loopback (127.0.0.0/8, ::1, localhost); curve: always, "
+           "with per-job keys in runs/NAME/keys/ (actors need actor.key: --keys or RLFORGE_KEYS); "
+           "none: plaintext, even off loopback (logged as a warning: anyone who reaches the "
+           "port can join the job).");
   b.Int("heartbeat_interval_ms", &ControllerOptions::heartbeat_interval_ms,
         "How often every actor sends a heartbeat.")
       .Min(10)
@@ -160,6 +166,13 @@ std::shared_ptr<const Schema> LaunchSection() {
            "Wait before relaunching a lost worker, doubled for each earlier relaunch of the same "
            "slot (at most 30 s).")
       .Min(0);
+  b.Int("max_job_restarts", &LaunchOptions::max_job_restarts,
+        "Times the whole job starts again, in the same run directory, from its newest complete "
+        "checkpoint (from the beginning if it has none) when an actor that cannot be replaced "
+        "is lost: a trainer rank, or a rollout engine on the gloo weight plane. 0: such a loss "
+        "stops the job.")
+      .Min(0)
+      .Max(1000);
   return b.Build();
 }
 

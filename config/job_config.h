@@ -36,8 +36,12 @@ struct ControllerOptions {
   int64_t store_port = 0;      // the trainer ranks' rendezvous store; 0: any free port
   std::string advertise_host;  // how other hosts reach this one; "": controller.host, or the
                                // host name when that is a wildcard (docs/multi_host.md)
-  int64_t heartbeat_interval_ms = 1000;
-  int64_t heartbeat_misses = 3;
+  // auto: CURVE exactly when `host` is not loopback; curve; none (plaintext, a loud warning
+  // off loopback). Resolved at job start (controller/job_keys.h).
+  std::string security = "auto";
+  // 2.5 s of silence declares an actor dead: within 3 s of the fault (docs/fault_tolerance.md).
+  int64_t heartbeat_interval_ms = 500;
+  int64_t heartbeat_misses = 5;
   int64_t max_message_mb = 1024;
   double register_timeout_s = 60;
   double request_timeout_s = 600;
@@ -68,6 +72,7 @@ struct LaunchOptions {
   std::string backend = "local";   // local | kubernetes (EveryRoleJoins)
   int64_t max_restarts = 3;        // relaunches of a role's lost workers, over the job
   double restart_backoff_s = 1.0;  // before a slot's k-th relaunch: this * 2^k (at most 30 s)
+  int64_t max_job_restarts = 0;    // whole-job restarts from the newest checkpoint
 };
 
 // Whole-job checkpoints (docs/checkpoints.md): runs/<name>/checkpoints/step_<N>/state/.

@@ -15,7 +15,7 @@ TEST(JobConfigTest, MinimalEchoJobLoadsWithDefaults) {
   LoadedJob j = LoadJobText("job: {algorithm: echo}\n", "t.yaml");
   ASSERT_TRUE(j.ok()) << config::FormatErrors(j.errors);
   EXPECT_EQ(j.config.echo.workers, 2);
-  EXPECT_EQ(j.config.controller.heartbeat_misses, 3);
+  EXPECT_EQ(j.config.controller.heartbeat_misses, 5);
 }
 
 TEST(JobConfigTest, ResolvedYamlRoundTrips) {

@@ -58,12 +58,13 @@ absl::Status Controller::LaunchAll(const std::function<ProcessSpec(const ActorIn
   return absl::OkStatus();
 }
 
-absl::Status Controller::LaunchService(const ProcessSpec& spec) {
+absl::Status Controller::LaunchService(const ProcessSpec& spec, const std::string& owner,
+                                       const std::string& role) {
   if (launcher_ == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat("cannot start ", spec.name, ": no launcher"));
   }
   ASSIGN_OR_RETURN(int pid, launcher_->Start(spec));
-  services_[pid] = Service{spec.name, spec.log_path};
+  services_[pid] = Service{spec.name, spec.log_path, owner, role, spec};
   spdlog::info("started {} (pid {}), log {}", spec.name, pid, spec.log_path);
   return absl::OkStatus();
 }
@@ -105,8 +106,9 @@ absl::Status Controller::WaitForActors() {
 }
 
 std::string Controller::JoinCommand(const ActorInfo& a) const {
-  return absl::StrCat("rlforge actor --role ", a.role, " --rank ", a.rank, " --connect ",
-                      join_address());
+  return absl::StrCat(
+      "rlforge actor --role ", a.role, " --rank ", a.rank, " --connect ", join_address(),
+      options_.actor_keys_path.empty() ? "" : absl::StrCat(" --keys ", options_.actor_keys_path));
 }
 
 absl::StatusOr<uint64_t> Controller::Submit(const std::string& actor_id, proto::WorkRequest request,
@@ -245,6 +247,7 @@ absl::Status Controller::Pump(int timeout_ms) {
     }
     r = transport_->Receive(0);
   }
+  drops_.unauthenticated = transport_->refused_handshakes();
   absl::Status health = drained ? CheckHealth() : absl::OkStatus();
   if (pump_observer_) pump_observer_();
   return health;
@@ -421,6 +424,7 @@ void Controller::HandleResult(ActorInfo& actor, Message msg) {
 absl::Status Controller::ActorLost(const ActorInfo& actor, const std::string& what) {
   ActorInfo* a = registry_.Find(actor.id);
   a->state = ActorState::kDead;
+  if (!shutting_down_) ++faults_.fatal_losses;
   std::string msg =
       absl::StrCat("actor ", a->id,
                    a->pid ? absl::StrCat(" (pid ", a->pid, " on ", a->host, ")") : "", " ", what);
@@ -436,12 +440,10 @@ absl::Status Controller::CheckHealth() {
   if (launcher_ != nullptr && !shutting_down_) {
     for (const ProcessExit& e : launcher_->Reap()) {
       if (auto it = services_.find(e.pid); it != services_.end()) {
-        std::string msg = absl::StrCat(it->second.name, " (pid ", e.pid, ") ", e.Describe(),
-                                       "; its log: ", it->second.log_path);
-        std::string tail = TailOfFile(it->second.log_path, 8);
-        if (!tail.empty()) absl::StrAppend(&msg, "\n  last lines:\n", tail);
+        Service lost = std::move(it->second);
         services_.erase(it);
-        return absl::UnavailableError(msg);
+        RETURN_IF_ERROR(ServiceLost(std::move(lost), e));
+        continue;
       }
       ActorInfo* a = registry_.FindByLaunchedPid(e.pid);
       if (a == nullptr || a->state == ActorState::kDead) continue;  // already handled

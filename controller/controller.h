@@ -57,6 +57,9 @@ struct FaultStats {
   uint64_t restarts = 0;
   uint64_t rejoins = 0;
   uint64_t works_given_back = 0;
+  // Actors lost that could not be replaced (trainer ranks, services): the job stops, and
+  // launch.max_job_restarts may start it again from its newest checkpoint.
+  uint64_t fatal_losses = 0;
 };
 
 // Counts of input the controller refused, by reason.
@@ -68,6 +71,9 @@ struct DropStats {
   uint64_t wrong_job = 0;
   uint64_t duplicate_results = 0;
   uint64_t from_lost_actor = 0;  // sent by an actor after it was declared dead
+  // Connections refused at the CURVE handshake (no key, a wrong key): never a message, so not
+  // in total().
+  uint64_t unauthenticated = 0;
   uint64_t total() const {
     return malformed + wrong_version + oversized + unknown_sender + wrong_job + duplicate_results +
            from_lost_actor;
@@ -80,6 +86,8 @@ class Controller {
     std::string job_id;
     std::string config_yaml;  // sent to every actor in its Assignment
     std::string run_dir;
+    // actor.key of a CURVE job, for the join hint of external actors; empty: no CURVE.
+    std::string actor_keys_path;
     int64_t heartbeat_interval_ms = 1000;
     int64_t heartbeat_misses = 3;
     double register_timeout_s = 60;
@@ -114,9 +122,13 @@ class Controller {
   void ExpectRole(const std::string& role, int count, bool external, bool recoverable = false);
   // Starts every non-external actor with `make_spec(actor)` (local backend).
   absl::Status LaunchAll(const std::function<ProcessSpec(const ActorInfo&)>& make_spec);
-  // Starts a helper process that is not an actor (a sim_bridge server): its
-  // exit stops the job like an actor's, and Shutdown terminates it first.
-  absl::Status LaunchService(const ProcessSpec& spec);
+  // Starts a helper process that is not an actor (a sim_bridge server); Shutdown terminates
+  // it first. Without an `owner` its exit stops the job like an actor's. With one (the
+  // recoverable actor that uses it) a lost service is started again at once, as `role` under
+  // launch.max_restarts, and its owner is lost with it: the owner's replacement connects to
+  // the new service from scratch.
+  absl::Status LaunchService(const ProcessSpec& spec, const std::string& owner = "",
+                             const std::string& role = "");
 
   // For a store started after the controller (as a service): call before WaitForActors.
   void set_trainer_store_address(std::string address) {
@@ -223,7 +235,12 @@ class Controller {
   struct Service {
     std::string name;
     std::string log_path;
+    std::string owner;  // "" when its loss stops the job
+    std::string role;   // its restarts count against launch.max_restarts for this role
+    ProcessSpec spec;   // to start it again
   };
+  // A service's exit: relaunched with its owner lost (OK), or the error that stops the job.
+  absl::Status ServiceLost(Service service, const ProcessExit& exit);
   std::map<int, Service> services_;  // by pid
   uint64_t next_work_id_ = 1;
   DropStats drops_;

@@ -73,6 +73,48 @@ void Controller::Recover(ActorInfo& a, const std::string& what) {
   Emit(std::move(e));
 }
 
+absl::Status Controller::ServiceLost(Service s, const ProcessExit& exit) {
+  const std::string what = absl::StrCat(s.name, " (pid ", exit.pid, ") ", exit.Describe());
+  ActorInfo* owner = s.owner.empty() ? nullptr : registry_.Find(s.owner);
+  const bool budget = restarts_by_role_[s.role] < options_.max_restarts;
+  if (owner == nullptr || !owner->recoverable || shutting_down_ || !budget) {
+    std::string msg = absl::StrCat(what, "; its log: ", s.log_path);
+    if (owner != nullptr && owner->recoverable && !budget) {
+      absl::StrAppend(&msg, "; no restart left (launch.max_restarts ", options_.max_restarts,
+                      " per role)");
+    }
+    std::string tail = TailOfFile(s.log_path, 8);
+    if (!tail.empty()) absl::StrAppend(&msg, "\n  last lines:\n", tail);
+    ++faults_.fatal_losses;
+    return absl::UnavailableError(msg);
+  }
+  ++restarts_by_role_[s.role];
+  ++faults_.actors_lost;
+  FaultEvent lost;
+  lost.kind = "lost";
+  lost.actor_id = s.name;
+  lost.detail = absl::StrCat(what, "; restart now");
+  Emit(std::move(lost));
+  spdlog::warn("{} lost: {}; restarting it, and {} with it", s.name, what, owner->id);
+  absl::StatusOr<int> pid = launcher_->Start(s.spec);
+  if (!pid.ok()) return Annotate(pid.status(), "restarting " + s.name);
+  ++faults_.restarts;
+  FaultEvent restart;
+  restart.kind = "restart";
+  restart.actor_id = s.name;
+  restart.detail = absl::StrCat("pid ", *pid, ", restart ", restarts_by_role_[s.role], " of ",
+                                options_.max_restarts, " for role ", s.role);
+  Emit(std::move(restart));
+  spdlog::info("restarted {} (pid {}), log {}", s.name, *pid, s.log_path);
+  const std::string name = s.name;
+  services_[*pid] = std::move(s);
+  // Its owner's connection and envs went with it: the owner's replacement starts afresh.
+  if (owner->state == ActorState::kReady || owner->state == ActorState::kBusy) {
+    return Lose(*owner, absl::StrCat("lost its ", name, " (", exit.Describe(), ")"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Controller::RestartDue() {
   const int64_t now = clock_->NowMicros();
   const int64_t register_limit = static_cast<int64_t>(options_.register_timeout_s * 1e6);

@@ -20,6 +20,7 @@
 #include "controller/algorithm.h"
 #include "controller/controller.h"
 #include "controller/job_checkpoint.h"
+#include "controller/job_keys.h"
 #include "controller/run_directory.h"
 #include "dashboard/progress.h"
 #include "dashboard/run_state.h"
@@ -143,7 +144,8 @@ void PublishActors(const Controller& c, const ActorMetrics& metrics, dashboard::
                                      {"unknown_sender", d.unknown_sender},
                                      {"wrong_job", d.wrong_job},
                                      {"duplicate_results", d.duplicate_results},
-                                     {"from_lost_actor", d.from_lost_actor}});
+                                     {"from_lost_actor", d.from_lost_actor},
+                                     {"unauthenticated", d.unauthenticated}});
 }
 
 // The resolved config as the dashboard shows it: without the token.
@@ -283,6 +285,16 @@ absl::Status FindResumePoint(const RunDirectory& dir, std::optional<JobCheckpoin
   return TruncateMetrics(dir.path() + "/metrics.jsonl", out->has_value() ? (*out)->step : -1);
 }
 
+// events.jsonl: a whole-job restart, beside the workers' failures.
+void RecordJobRestart(const std::string& run_dir, int64_t restart) {
+  auto events = MetricsLog::Open(run_dir + "/events.jsonl");
+  absl::Status s = events.ok() ? events->Append({{"time", dashboard::WallTimeSeconds()},
+                                                 {"event", "job_restart"},
+                                                 {"restart", restart}})
+                               : events.status();
+  if (!s.ok()) spdlog::warn("events.jsonl: {}", Msg(s));
+}
+
 int ExitCodeFor(const absl::Status& s, const std::atomic<int>* stop) {
   if (s.ok()) return 0;
   if (s.code() == absl::StatusCode::kCancelled && stop != nullptr && stop->load() != 0) {
@@ -293,7 +305,14 @@ int ExitCodeFor(const absl::Status& s, const std::atomic<int>* stop) {
 
 }  // namespace
 
-int RunJob(const JobConfig& config, const RunOptions& options) {
+// What a restart of a failed attempt needs to know.
+struct Attempt {
+  std::string run_dir;      // "" when the run directory could not be made
+  bool actor_lost = false;  // it failed after losing an actor that could not be replaced
+};
+
+// One attempt at the job; returns RunJob's exit code.
+int RunAttempt(const JobConfig& config, const RunOptions& options, Attempt* attempt) {
   auto token = ResolveDashboardToken(config.dashboard, std::getenv("RLFORGE_DASHBOARD_TOKEN"));
   if (!token.ok()) {
     std::fprintf(stderr, "error: %s\n", Msg(token.status()).c_str());
@@ -310,6 +329,7 @@ int RunJob(const JobConfig& config, const RunOptions& options) {
                                                                config.job.algorithm->name);
   SetUpControllerLog(*dir, config.job.log_level, progress, options.interactive);
   spdlog::info("run directory {}", dir->path());
+  attempt->run_dir = dir->path();
   StatusWriter status_file(&*dir, &config);
   std::optional<JobCheckpoint> resume;
   absl::Status written = resuming ? FindResumePoint(*dir, &resume)
@@ -324,9 +344,17 @@ int RunJob(const JobConfig& config, const RunOptions& options) {
     }
   }
 
+  auto security = PrepareJobSecurity(config.controller, dir->path());
+  if (!security.ok()) {
+    spdlog::error("controller.security: {}", Msg(security.status()));
+    status_file.Write("failed", std::string(security.status().message()));
+    return 1;
+  }
+  WarnPlaintextSockets(config);
   zmq::context_t ctx;
   ZmqOptions zo;
   zo.limits.max_message_bytes = static_cast<size_t>(config.controller.max_message_mb) << 20;
+  zo.curve = security->controller_keys;
   auto transport = ZmqServerTransport::Bind(
       ctx, absl::StrCat("tcp://", config.controller.host, ":", config.controller.port), zo);
   if (!transport.ok()) {
@@ -340,6 +368,7 @@ int RunJob(const JobConfig& config, const RunOptions& options) {
   co.job_id = NewJobId(dir->name());
   co.config_yaml = ResolvedYaml(config);
   co.run_dir = dir->path();
+  co.actor_keys_path = security->actor_key_path;
   co.heartbeat_interval_ms = config.controller.heartbeat_interval_ms;
   co.heartbeat_misses = config.controller.heartbeat_misses;
   co.register_timeout_s = config.controller.register_timeout_s;
@@ -460,6 +489,8 @@ int RunJob(const JobConfig& config, const RunOptions& options) {
     // libgomp reads this before main(): idle OpenMP threads must not spin
     // against OpenBLAS's own threads (measured: 40% of a 2-core machine).
     if (std::getenv("OMP_WAIT_POLICY") == nullptr) spec.env["OMP_WAIT_POLICY"] = "PASSIVE";
+    // Empty without CURVE: a RLFORGE_KEYS of the caller must not reach a plaintext job.
+    spec.env[kKeysEnv] = security->actor_key_path;
     return spec;
   };
   if (status.ok()) status = controller.LaunchAll(actor_spec);
@@ -478,6 +509,7 @@ int RunJob(const JobConfig& config, const RunOptions& options) {
   controller.Shutdown(status.ok() ? "job finished" : std::string(status.message()));
   PublishActors(controller, actor_metrics, &run_state);
   int code = ExitCodeFor(status, options.stop);
+  attempt->actor_lost = controller.faults().fatal_losses > 0;
   if (status.ok()) {
     spdlog::info("job finished; results in {}", dir->path());
     status_file.Write("finished", "");
@@ -493,6 +525,10 @@ int RunJob(const JobConfig& config, const RunOptions& options) {
     spdlog::warn("the controller dropped {} bad message(s) during the run",
                  controller.drops().total());
   }
+  if (controller.drops().unauthenticated > 0) {
+    spdlog::warn("the controller refused {} connection(s) without this job's CURVE key",
+                 controller.drops().unauthenticated);
+  }
   if (server != nullptr && config.dashboard.linger_s > 0) {
     spdlog::info("dashboard stays up for {} s at {} (dashboard.linger_s; Ctrl-C ends it)",
                  config.dashboard.linger_s, server->url());
@@ -504,6 +540,28 @@ int RunJob(const JobConfig& config, const RunOptions& options) {
     }
   }
   return code;
+}
+
+int RunJob(const JobConfig& config, const RunOptions& options) {
+  RunOptions next = options;
+  for (int64_t restarts = 0;; ++restarts) {
+    Attempt attempt;
+    const int code = RunAttempt(config, next, &attempt);
+    const bool stopped = options.stop != nullptr && options.stop->load() != 0;
+    if (code != 1 || !attempt.actor_lost || stopped || attempt.run_dir.empty() ||
+        restarts >= config.launch.max_job_restarts) {
+      if (code == 1 && attempt.actor_lost && config.launch.max_job_restarts > 0) {
+        spdlog::error("no job restarts left ({} of launch.max_job_restarts used)", restarts);
+      }
+      return code;
+    }
+    spdlog::warn(
+        "restarting the job from its newest checkpoint in {} (job restart {} of {}, "
+        "launch.max_job_restarts)",
+        attempt.run_dir, restarts + 1, config.launch.max_job_restarts);
+    RecordJobRestart(attempt.run_dir, restarts + 1);
+    next.resume_dir = attempt.run_dir;
+  }
 }
 
 }  // namespace rlforge

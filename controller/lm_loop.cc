@@ -545,9 +545,25 @@ absl::StatusOr<std::vector<size_t>> LmLoop::CurrentEngines() {
   while (true) {
     RETURN_IF_ERROR(Refresh());
     absl::StatusOr<std::vector<size_t>> current = fleet_.Current();
-    if (current.ok() || !ctx_.controller().actors().LiveOfRole("rollout").empty()) return current;
-    RETURN_IF_ERROR(ctx_.controller().AwaitLive("rollout"));
+    if (current.ok()) return current;
+    if (ctx_.controller().actors().LiveOfRole("rollout").empty()) {
+      RETURN_IF_ERROR(ctx_.controller().AwaitLive("rollout"));
+    } else if (!ReplacementArrived()) {
+      return current;  // live engines that were given the weights serve another version
+    }
+    // A replacement registered while the others were lost (their loads came back lost, so
+    // nothing serves the current version yet): the next Refresh gives it the weights.
   }
+}
+
+bool LmLoop::ReplacementArrived() const {
+  const ActorRegistry& actors = ctx_.controller().actors();
+  for (size_t e = 0; e < fleet_.size(); ++e) {
+    const ActorInfo* a = actors.Find(fleet_.id(e));
+    const bool live = a->state == ActorState::kReady || a->state == ActorState::kBusy;
+    if (live && a->incarnation != incarnation_[e]) return true;
+  }
+  return false;
 }
 
 std::vector<RoleRequirement> LmRoles(const JobConfig& c) {

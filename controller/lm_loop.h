@@ -131,6 +131,8 @@ class LmLoop {
   // The engines serving the required version after Refresh; waits for a replacement when no
   // engine is live.
   absl::StatusOr<std::vector<size_t>> CurrentEngines();
+  // A live engine whose replacement Refresh has not seen yet.
+  bool ReplacementArrived() const;
   // Brings `loaders` to last_weights_ (rec: where to record per-engine figures; may be null).
   absl::Status LoadOnto(const std::vector<size_t>& loaders, IterationRecord* rec);
   // gloo: the group `loaders` meet trainer rank 0 in, named anew whenever they change (a gloo

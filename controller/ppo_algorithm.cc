@@ -144,7 +144,9 @@ PpoAlgorithm::StartSimServers(JobContext& ctx) {
       }
       if (std::getenv("OMP_WAIT_POLICY") == nullptr) spec.env["OMP_WAIT_POLICY"] = "PASSIVE";
       if (placement_.pinned) spec.cpus = placement_.server_cpus[idx];
-      RETURN_IF_ERROR(Annotate(ctx.controller().LaunchService(spec), "sim.command"));
+      // A lost server is started again and takes its worker with it (PrepareReplacements).
+      RETURN_IF_ERROR(
+          Annotate(ctx.controller().LaunchService(spec, workers_[w], "sim"), "sim.command"));
       per_worker[w].emplace_back(name, endpoint);
     }
   }

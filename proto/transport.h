@@ -10,6 +10,7 @@
 // caller's business, never the transport's.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -34,6 +35,8 @@ class ServerTransport {
   virtual std::optional<Received> Receive(int timeout_ms) = 0;
   // Address peers connect to, e.g. "tcp://127.0.0.1:40123".
   virtual std::string endpoint() const = 0;
+  // Connections refused before any message (a client without the job's CURVE key).
+  virtual uint64_t refused_handshakes() const { return 0; }
 };
 
 class ClientTransport {

@@ -2,6 +2,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "proto/zmq_curve.h"
 #include "zmq_addon.hpp"
 
 namespace rlforge {
@@ -68,9 +70,18 @@ std::string ZmqBindAddress(const std::string& address) {
   return address;
 }
 
-ZmqServerTransport::ZmqServerTransport(zmq::socket_t socket, std::string endpoint,
-                                       ZmqOptions options)
-    : socket_(std::move(socket)), endpoint_(std::move(endpoint)), options_(options) {}
+ZmqServerTransport::ZmqServerTransport(zmq::socket_t socket, std::unique_ptr<CurveGuard> guard,
+                                       std::string endpoint, ZmqOptions options)
+    : socket_(std::move(socket)),
+      guard_(std::move(guard)),
+      endpoint_(std::move(endpoint)),
+      options_(options) {}
+
+ZmqServerTransport::~ZmqServerTransport() = default;
+
+uint64_t ZmqServerTransport::refused_handshakes() const {
+  return guard_ == nullptr ? 0 : guard_->refused();
+}
 
 absl::StatusOr<std::unique_ptr<ZmqServerTransport>> ZmqServerTransport::Bind(
     zmq::context_t& ctx, const std::string& address, const ZmqOptions& options) {
@@ -78,6 +89,12 @@ absl::StatusOr<std::unique_ptr<ZmqServerTransport>> ZmqServerTransport::Bind(
   ApplyCommonOptions(s, options);
   // Fail loudly when a peer is unknown instead of dropping silently.
   s.set(zmq::sockopt::router_mandatory, 1);
+  std::unique_ptr<CurveGuard> guard;
+  if (options.curve.has_value()) {
+    // The authenticator runs before the bind: no connection is ever admitted unchecked.
+    MakeCurveServer(s, *options.curve);
+    ASSIGN_OR_RETURN(guard, CurveGuard::Start(ctx, s, *options.curve, "controller socket"));
+  }
   try {
     s.bind(ZmqBindAddress(address));
   } catch (const zmq::error_t& e) {
@@ -85,7 +102,7 @@ absl::StatusOr<std::unique_ptr<ZmqServerTransport>> ZmqServerTransport::Bind(
   }
   std::string endpoint = s.get(zmq::sockopt::last_endpoint);
   return std::unique_ptr<ZmqServerTransport>(
-      new ZmqServerTransport(std::move(s), endpoint, options));
+      new ZmqServerTransport(std::move(s), std::move(guard), endpoint, options));
 }
 
 absl::Status ZmqServerTransport::Send(const std::string& peer, Message msg) {
@@ -108,19 +125,33 @@ std::optional<Received> ZmqServerTransport::Receive(int timeout_ms) {
   return r;
 }
 
-ZmqClientTransport::ZmqClientTransport(zmq::socket_t socket, ZmqOptions options)
-    : socket_(std::move(socket)), options_(options) {}
+ZmqClientTransport::ZmqClientTransport(zmq::socket_t socket, std::unique_ptr<HandshakeWatch> watch,
+                                       ZmqOptions options)
+    : socket_(std::move(socket)), watch_(std::move(watch)), options_(options) {}
+
+ZmqClientTransport::~ZmqClientTransport() = default;
 
 absl::StatusOr<std::unique_ptr<ZmqClientTransport>> ZmqClientTransport::Connect(
     zmq::context_t& ctx, const std::string& address, const ZmqOptions& options) {
   zmq::socket_t s(ctx, zmq::socket_type::dealer);
   ApplyCommonOptions(s, options);
+  if (options.curve.has_value()) MakeCurveClient(s, *options.curve);
+  std::unique_ptr<HandshakeWatch> watch;
+  if (options.watch_handshake) {
+    ASSIGN_OR_RETURN(
+        watch, HandshakeWatch::Start(ctx, s, address, options.curve ? options.curve->path : ""));
+  }
   try {
     s.connect(address);
   } catch (const zmq::error_t& e) {
     return absl::InvalidArgumentError(absl::StrCat("cannot connect to ", address, ": ", e.what()));
   }
-  return std::unique_ptr<ZmqClientTransport>(new ZmqClientTransport(std::move(s), options));
+  return std::unique_ptr<ZmqClientTransport>(
+      new ZmqClientTransport(std::move(s), std::move(watch), options));
+}
+
+absl::Status ZmqClientTransport::HandshakeError() {
+  return watch_ == nullptr ? absl::OkStatus() : watch_->Check();
 }
 
 absl::Status ZmqClientTransport::Send(Message msg) {

@@ -3,12 +3,18 @@
 // Sockets are bounded: ZMQ_MAXMSGSIZE stops a peer from making us buffer more
 // than the message limit per frame (ZeroMQ disconnects it), high-water marks
 // bound the queues, and sends time out instead of blocking forever.
+//
+// With `curve` set (proto/curve_keys.h) the server is a CURVE server that admits only the
+// job's actor key (proto/zmq_curve.h) and the client a CURVE client: the traffic is encrypted
+// and every peer authenticated. Without it, plain TCP (loopback-only jobs).
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "proto/curve_keys.h"
 #include "proto/transport.h"
 #include "zmq.hpp"
 
@@ -19,7 +25,15 @@ struct ZmqOptions {
   int send_timeout_ms = 30'000;
   int linger_ms = 1'000;
   int high_water_mark = 1'000;
+  // The job's keys: controller.key for a server, actor.key for a client. None: plaintext.
+  std::optional<CurveKeys> curve;
+  // Client only: watch the handshake so that a refusal is an error (HandshakeError), not a
+  // silent wait.
+  bool watch_handshake = false;
 };
+
+class CurveGuard;
+class HandshakeWatch;
 
 class ZmqServerTransport final : public ServerTransport {
  public:
@@ -30,10 +44,14 @@ class ZmqServerTransport final : public ServerTransport {
   absl::Status Send(const std::string& peer, Message msg) override;
   std::optional<Received> Receive(int timeout_ms) override;
   std::string endpoint() const override { return endpoint_; }
+  uint64_t refused_handshakes() const override;
+  ~ZmqServerTransport() override;
 
  private:
-  ZmqServerTransport(zmq::socket_t socket, std::string endpoint, ZmqOptions options);
+  ZmqServerTransport(zmq::socket_t socket, std::unique_ptr<CurveGuard> guard, std::string endpoint,
+                     ZmqOptions options);
   zmq::socket_t socket_;
+  std::unique_ptr<CurveGuard> guard_;  // CURVE only; watches socket_, so declared after it
   std::string endpoint_;
   ZmqOptions options_;
   uint64_t seq_ = 0;
@@ -47,10 +65,16 @@ class ZmqClientTransport final : public ClientTransport {
                                                                      const ZmqOptions& options);
   absl::Status Send(Message msg) override;
   std::optional<absl::StatusOr<Message>> Receive(int timeout_ms) override;
+  // With watch_handshake: an error once the controller refused our handshake (no keys, wrong
+  // keys), saying what to pass. OK while none was refused (or nothing is watched).
+  absl::Status HandshakeError();
+  ~ZmqClientTransport() override;
 
  private:
-  ZmqClientTransport(zmq::socket_t socket, ZmqOptions options);
+  ZmqClientTransport(zmq::socket_t socket, std::unique_ptr<HandshakeWatch> watch,
+                     ZmqOptions options);
   zmq::socket_t socket_;
+  std::unique_ptr<HandshakeWatch> watch_;
   ZmqOptions options_;
   uint64_t seq_ = 0;
   int receive_timeout_ms_ = -2;  // ZMQ_RCVTIMEO as last set

@@ -2,7 +2,8 @@
 """Chaos in ctest: workers SIGKILLed or SIGSTOPped while a job runs, paced by its progress.
 
 GRPO (2 engines + 2 reward workers, from a seconds-long SFT stage) and PPO on CartPole (2
-rollout workers, each with 2 sim servers) each take at least 10 faults from tools/chaos.py
+rollout workers, each with 2 sim servers; the sim servers are SIGKILLed too) each take at
+least 10 faults from tools/chaos.py
 (fault k once the job reaches iteration 10k, so a fast machine's short run takes them
 all as a slow one's does), must finish with every sample (chaos.py counts them from metrics.jsonl) and end where unfaulted
 runs end: GRPO exactly where the unfaulted run of the same seed ends (a group's samples follow
@@ -19,7 +20,7 @@ import subprocess
 import sys
 
 FAST_FAILURE = ["launch.max_restarts=1000", "launch.restart_backoff_s=0.2",
-                "controller.heartbeat_interval_ms=500"]
+                "controller.heartbeat_interval_ms=500", "controller.heartbeat_misses=3"]
 
 
 def run(cmd, timeout):
@@ -106,7 +107,7 @@ def ppo(args):
              f"job.seed={seed}"] + overrides, 300)
         returns.append(final_metrics(os.path.join(args.work, name))["episodic_return"])
     faulted = chaos(args, config, "ppo_chaos",
-                    ["--env-steps", str(2 * 8 * 32), "--every-steps", "10"],
+                    ["--env-steps", str(2 * 8 * 32), "--every-steps", "10", "--sim-servers"],
                     overrides + ["job.seed=4"])["episodic_return"]
     low, high = min(returns), max(returns)
     spread = high - low

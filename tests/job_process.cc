@@ -40,12 +40,13 @@ std::string ReadFile(const std::string& path) {
   return ss.str();
 }
 
-JobProcess::JobProcess(const std::vector<std::string>& args, const std::string& output_path)
+JobProcess::JobProcess(const std::vector<std::string>& args, const std::string& output_path,
+                       const std::map<std::string, std::string>& env)
     : output_path_(output_path) {
   std::vector<std::string> argv = {RlforgeBin()};
   argv.insert(argv.end(), args.begin(), args.end());
   std::filesystem::remove(output_path);
-  auto pid = launcher_.Start(ProcessSpec{"rlforge", argv, output_path, {}, {}});
+  auto pid = launcher_.Start(ProcessSpec{"rlforge", argv, output_path, env, {}});
   if (pid.ok()) pid_ = *pid;
 }
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <chrono>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -23,8 +24,9 @@ std::string ReadFile(const std::string& path);
 
 class JobProcess {
  public:
-  // Starts `rlforge args...` in `cwd`.
-  JobProcess(const std::vector<std::string>& args, const std::string& output_path);
+  // Starts `rlforge args...` in `cwd`, with `env` added to this process's environment.
+  JobProcess(const std::vector<std::string>& args, const std::string& output_path,
+             const std::map<std::string, std::string>& env = {});
   ~JobProcess();
   int pid() const { return pid_; }
   std::string Output() const { return ReadFile(output_path_); }

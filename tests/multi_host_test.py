@@ -242,8 +242,6 @@ def run_job(args, hosts, config, curve):
     metrics = os.path.join(run_dir, "metrics.jsonl")
     events = os.path.join(run_dir, "events.jsonl")
     wait_for("iteration 2", lambda: len(read_lines(metrics)) >= 2, 120, [ctl])
-    if curve:
-        check_keyless_actor_refused(args, hosts, connect, logs)
     # The reward host as an iteration begins: its scoring is dealt to it and never answered.
     done = len(read_lines(metrics))
     wait_for(f"iteration {done + 1}", lambda: len(read_lines(metrics)) > done, 60, [ctl])
@@ -251,6 +249,8 @@ def run_job(args, hosts, config, curve):
     # The loop now waits for a reward worker, no weight stream in flight: the engine host's
     # loss is then a dead worker, not a broken broadcast (which would stop the job).
     lost["rollout-1"] = cut(hosts, "eng", events, "rollout-1", ctl)
+    if curve:  # while the loop still waits: the job cannot end under the check
+        check_keyless_actor_refused(args, hosts, connect, logs)
     rejoin(hosts, "eng", "rollout", 1, connect, env, logs, events, ctl)
     rejoin(hosts, "rwd", "reward", 0, connect, env, logs, events, ctl)
     wait_for("the job to end", lambda: ctl.poll() is not None, 120, [])
@@ -262,7 +262,7 @@ def run_job(args, hosts, config, curve):
     return run_dir, lost, [old["reward-0"], old["rollout-1"]]
 
 
-def check_run(run_dir, lost, cut_off):
+def check_run(run_dir, lost, cut_off, curve):
     rows = read_lines(os.path.join(run_dir, "metrics.jsonl"))
     steps = [r["step"] for r in rows if r["step"] > 0]
     if steps != list(range(1, ITERATIONS + 1)):
@@ -277,7 +277,9 @@ def check_run(run_dir, lost, cut_off):
                    f"trainer ranks meet at {SUBNET}.1:{STORE_PORT}",
                    "policy weights reach the engines via gloo:weights",
                    "the weight group forms again with 1 engine(s)",
-                   "the weight group forms again with 2 engine(s)"]:
+                   "the weight group forms again with 2 engine(s)"] + (
+                       ["made this job's CURVE keys", "without this job's CURVE key"] if curve
+                       else []):
         if needle not in log:
             raise SystemExit(f"controller.log lacks '{needle}'")
     # The replacement engine served the last version with the other engine.
@@ -293,15 +295,15 @@ def check_run(run_dir, lost, cut_off):
 
 
 def check_keyless_actor_refused(args, hosts, connect, logs):
-    """An actor without the job's key, while the job runs: CURVE's handshake fails, so it never
-    hears from the controller (with the key, the controller would answer that reward-0 is
-    taken) and gives up registering."""
+    """An actor without the job's key asks for trainer-0, a slot that is taken: with the key
+    it would be told so by the controller; without it CURVE's handshake fails and it exits
+    saying so."""
     log = f"{logs}/keyless.out"
-    p = hosts.start("rwd", [args.rlforge, "actor", "--role", "reward", "--rank", "0", "--connect",
-                            connect, "--register-timeout", "3"], log, {"RLFORGE_KEYS": ""})
+    p = hosts.start("trn", [args.rlforge, "actor", "--role", "trainer", "--rank", "0",
+                            "--connect", connect, "--register-timeout", "3"], log)
     wait_for("the keyless actor to give up", lambda: p.poll() is not None, 30, [])
     out = open(log).read()
-    if p.returncode == 0 or "already registered" in out:
+    if p.returncode == 0 or "already registered" in out or "refused the handshake" not in out:
         print(out[-3000:])
         raise SystemExit(f"an actor without the key got an answer (exit {p.returncode})")
 
@@ -335,7 +337,7 @@ def main():
     try:
         hosts.make()
         run_dir, lost, cut_off = run_job(args, hosts, config, curve)
-        check_run(run_dir, lost, cut_off)
+        check_run(run_dir, lost, cut_off, curve)
     finally:
         hosts.remove()
     for who, (e, seconds) in lost.items():
@@ -343,8 +345,8 @@ def main():
               f"{e['silent_s']:.2f}; heartbeat every 0.5 s, 3 misses), "
               f"{e['works_given_back']} work(s) given back")
     print(f"{ITERATIONS} iterations across 5 namespaces in {time.monotonic() - started:.1f} s")
-    if not curve:
-        print("CURVE: not checked (this build has no controller.security)")
+    print("CURVE: on, an actor without the key refused" if curve else
+          "CURVE: not checked (this build has no controller.security)")
     print("multi_host_test: passed")
     return 0
 

@@ -1,9 +1,13 @@
 // End-to-end PPO jobs: learning, determinism, sim_bridge backends (C++ and
 // Python servers), weight transports, and simulator faults.
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <cmath>
 #include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
 #include <thread>
 
 #include "nlohmann/json.hpp"
@@ -149,12 +153,13 @@ TEST_P(SimFaultTest, StopsCleanlyNamingServerAndEnv) {
   const FaultCase& f = GetParam();
   std::string root = FreshDir(std::string("ppo_fault_") + f.fault);
   std::string script = SourceDir() + "/sim_bridge/python/tests/faulty_env.py";
-  auto [code, out] = RunJob(root, "f",
-                            {"env.num_envs=2", "sim.backend=server", "sim.step_timeout_s=3",
-                             "sim.command=[python3, " + script +
-                                 ", --bind, '{bind}', --num-envs, "
-                                 "'{num_envs}', --fault, " +
-                                 f.fault + "]"});
+  auto [code, out] = RunJob(
+      root, "f",
+      {"env.num_envs=2", "sim.backend=server", "sim.step_timeout_s=3", "launch.max_restarts=0",
+       "sim.command=[python3, " + script +
+           ", --bind, '{bind}', --num-envs, "
+           "'{num_envs}', --fault, " +
+           f.fault + "]"});
   EXPECT_EQ(code, 1) << out;
   EXPECT_NE(out.find(f.expect), std::string::npos) << out;
   EXPECT_NE(ReadFile(root + "/f/status.json").find("\"failed\""), std::string::npos);
@@ -168,6 +173,59 @@ INSTANTIATE_TEST_SUITE_P(Faults, SimFaultTest,
                                            FaultCase{"hang", "did not answer within 3 s"},
                                            FaultCase{"crash", "sim-0 (pid"}),
                          [](const auto& info) { return std::string(info.param.fault); });
+
+// A sim server that dies mid-run is started again and takes its worker with it: the worker's
+// replacement connects to the new server, the episodes under way are dropped and counted, and
+// the job finishes. With no restart left the job stops naming the server.
+TEST(PpoTest, AKilledSimServerIsRestartedWithItsWorker) {
+  std::string root = FreshDir("ppo_sim_restart");
+  std::vector<std::string> args = {"run",
+                                   CartPole(),
+                                   "job.run_root=" + root,
+                                   "job.name=r",
+                                   "ppo.total_steps=25600",
+                                   "rollout.workers=2",
+                                   "sim.backend=server",
+                                   "sim.servers_per_worker=2",
+                                   "launch.restart_backoff_s=0.1",
+                                   "dashboard.enabled=false"};
+  JobProcess job(args, root + "/r.txt");
+  // Killed once the job is under way (a few iterations done).
+  for (int i = 0; i < 2400 && ReadMetricsJsonl(root + "/r").size() < 5; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_GE(ReadMetricsJsonl(root + "/r").size(), 5u) << job.Output();
+  std::smatch m;
+  const std::string out = job.Output();
+  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(started sim-2 \(pid (\d+)\))"))) << out;
+  kill(std::stoi(m[1]), SIGKILL);
+  ASSERT_EQ(job.Wait(300).value_or(-1), 0) << job.Output();
+  const std::string events = ReadFile(root + "/r/events.jsonl");
+  std::set<std::string> seen;  // "event actor"
+  std::istringstream lines(events);
+  for (std::string line; std::getline(lines, line);) {
+    auto e = nlohmann::json::parse(line);
+    seen.insert(e["event"].get<std::string>() + " " + e["actor"].get<std::string>());
+  }
+  // sim-2 serves rollout-1 (servers are dealt to workers in order, two each).
+  for (const char* want : {"lost sim-2", "restart sim-2", "lost rollout-1", "restart rollout-1"}) {
+    EXPECT_TRUE(seen.count(want)) << want << " is not in events.jsonl:\n" << events;
+  }
+  auto records = ReadMetricsJsonl(root + "/r");
+  ASSERT_EQ(records.size(), 50u);  // 25600 steps, 2 workers x 8 envs x 32 steps each
+  EXPECT_GT(records.back()["metrics"]["faults/episodes_cut"].get<double>(), 0) << events;
+
+  auto [code, fatal] =
+      RunRlforge({"run", CartPole(), "job.run_root=" + root, "job.name=f", "ppo.total_steps=25600",
+                  "sim.backend=server", "launch.max_restarts=0", "dashboard.enabled=false",
+                  "sim.command=[python3, " + SourceDir() +
+                      "/sim_bridge/python/tests/faulty_env.py, --bind, "
+                      "'{bind}', --num-envs, '{num_envs}', --fault, crash]"},
+                 120);
+  EXPECT_EQ(code, 1) << fatal;
+  EXPECT_NE(fatal.find("no restart left (launch.max_restarts 0 per role)"), std::string::npos)
+      << fatal;
+}
 
 TEST(PpoTest, UnknownEnvFailsWithSuggestion) {
   std::string root = FreshDir("ppo_badenv");

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <regex>
 #include <thread>
 
 #include "nlohmann/json.hpp"
@@ -111,6 +112,52 @@ TEST(ResumeTest, PpoCartpoleKilledAndResumedWritesTheSameMetrics) {
   ASSERT_EQ(rc, 0) << rout;
   EXPECT_NE(rout.find("resuming from checkpoint"), std::string::npos) << rout;
   ExpectSameRun(full, Metrics(run), "killed and resumed");
+}
+
+// The pid the controller reported for `actor` ("started trainer-0 (pid 123)"), 0 if none.
+int PidOf(const std::string& output, const std::string& actor) {
+  std::smatch m;
+  if (!std::regex_search(output, m, std::regex("started " + actor + " \\(pid (\\d+)\\)"))) {
+    return 0;
+  }
+  return std::stoi(m[1]);
+}
+
+// launch.max_job_restarts: a trainer that dies mid-run (it cannot be replaced on its own)
+// restarts the whole job from the newest checkpoint, in the same run, with the same result.
+TEST(ResumeTest, PpoCartpoleWhoseTrainerDiesRestartsFromItsCheckpointByItself) {
+  const std::string root = FreshDir("resume_ppo_trainer_lost");
+  auto [code, out] = RunRlforge(PpoArgs(root, "full"), 300);
+  ASSERT_EQ(code, 0) << out;
+  const auto full = Metrics(root + "/full");
+
+  const std::string run = root + "/restarted";
+  std::vector<std::string> args = PpoArgs(root, "restarted");
+  args.push_back("launch.max_job_restarts=1");
+  JobProcess job(args, root + "/r.txt");
+  ASSERT_TRUE(WaitForFile(Manifest(run, 20), 120)) << job.Output();
+  const int trainer = PidOf(job.Output(), "trainer-0");
+  ASSERT_GT(trainer, 0) << job.Output();
+  kill(trainer, SIGKILL);
+  auto rc = job.Wait(300);
+  ASSERT_EQ(rc.value_or(-1), 0) << job.Output();
+  const std::string log = job.Output();
+  EXPECT_NE(log.find("job restart 1 of 1"), std::string::npos) << log;
+  EXPECT_NE(log.find("resuming from checkpoint"), std::string::npos) << log;
+  EXPECT_NE(ReadFile(run + "/events.jsonl").find("\"job_restart\""), std::string::npos);
+  ExpectSameRun(full, Metrics(run), "restarted after its trainer died");
+}
+
+TEST(ResumeTest, ATrainerLossStopsTheJobWhenNoJobRestartIsAllowed) {
+  const std::string root = FreshDir("resume_ppo_trainer_fatal");
+  JobProcess job(PpoArgs(root, "run"), root + "/r.txt");
+  ASSERT_TRUE(WaitForFile(Manifest(root + "/run", 10), 120)) << job.Output();
+  const int trainer = PidOf(job.Output(), "trainer-0");
+  ASSERT_GT(trainer, 0) << job.Output();
+  kill(trainer, SIGKILL);
+  auto rc = job.Wait(120);
+  EXPECT_EQ(rc.value_or(-1), 1) << job.Output();
+  EXPECT_EQ(job.Output().find("job restart"), std::string::npos) << job.Output();
 }
 
 TEST(ResumeTest, PpoCartpoleOnSimServersInterruptedAndResumedWritesTheSameMetrics) {

@@ -26,6 +26,7 @@ import argparse
 import json
 import os
 import random
+import re
 import signal
 import statistics
 import subprocess
@@ -55,6 +56,19 @@ def live_workers(url):
         return []
     return [(a["pid"], a["id"]) for a in actors
             if a["role"] in WORKER_ROLES and a["state"] in ("ready", "busy") and a["pid"] > 0]
+
+
+def live_sim_servers(log_path):
+    """(pid, name) of each sim server the controller started or restarted, from its output
+    (sim servers are the controller's helpers, not actors: the dashboard does not list them)."""
+    latest = {}
+    try:
+        with open(log_path) as f:
+            for m in re.finditer(r"(?:started|restarted) (sim-\d+) \(pid (\d+)\)", f.read()):
+                latest[m.group(1)] = int(m.group(2))
+    except OSError:
+        return []
+    return [(pid, name) for name, pid in latest.items()]
 
 
 def read_jsonl(path):
@@ -91,10 +105,15 @@ def inject(job, run_dir, args, rng):
         next_at = time.time() + args.interval * rng.uniform(0.5, 1.5)
         # A stopped worker counts as live until its heartbeats are missed: hit each process once.
         workers = [(pid, a) for pid, a in live_workers(url) if pid not in hit]
+        if args.sim_servers:
+            workers += [(pid, s) for pid, s in live_sim_servers(args.log_path) if pid not in hit]
         if not workers:
             continue
         pid, actor = rng.choice(sorted(workers))
-        sig = rng.choice([signal.SIGKILL, signal.SIGSTOP])
+        # A stopped sim server is not detected by heartbeats (it has none): its worker's step
+        # times out (sim.step_timeout_s) and fails the job. Sim servers are killed only.
+        sig = signal.SIGKILL if actor.startswith("sim-") else rng.choice([signal.SIGKILL,
+                                                                         signal.SIGSTOP])
         try:
             os.killpg(pid, sig)  # the launcher gives each actor its own process group
         except ProcessLookupError:
@@ -151,6 +170,8 @@ def main():
     p.add_argument("--timeout", type=float, default=600)
     p.add_argument("--groups", type=int, default=0, help="groups per batch (language jobs)")
     p.add_argument("--env-steps", type=int, default=0, help="env steps per iteration (sim jobs)")
+    p.add_argument("--sim-servers", action="store_true",
+                   help="also SIGKILL the job's sim servers (sim.backend: server)")
     p.add_argument("overrides", nargs="*", help="dotted config overrides (after --)")
     args = p.parse_args()
 
@@ -158,6 +179,7 @@ def main():
     cmd = [args.rlforge, "run", args.config, f"job.run_root={args.run_root}",
            f"job.name={args.name}"] + args.overrides
     log_path = os.path.join(args.run_root, args.name + ".out")
+    args.log_path = log_path
     os.makedirs(args.run_root, exist_ok=True)
     with open(log_path, "w") as log:
         job = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
