@@ -54,6 +54,12 @@ void HeartbeatSender::Loop() {
     // Wake often enough to stop promptly.
     auto got = (*transport)->Receive(std::min(50, options_.interval_ms));
     if (got && got->ok() && (*got)->envelope.has_heartbeat_ack()) last_ack = clock->NowMicros();
+    if (got && got->ok() && (*got)->envelope.has_reject() && !controller_lost_) {
+      // Its slot waits for a replacement (or this process, started again) to register.
+      spdlog::error("the controller refused this actor's heartbeat: {}",
+                    (*got)->envelope.reject().reason());
+      controller_lost_ = true;
+    }
     if (clock->NowMicros() - last_ack > int64_t{options_.controller_timeout_ms} * 1000) {
       if (!controller_lost_) {
         spdlog::error("no answer from the controller at {} for {} ms", options_.endpoint,

@@ -1,7 +1,8 @@
 // HeartbeatSender: a thread that tells the controller this actor is alive.
 //
 // every interval: snapshot of ActorStatus -> Heartbeat -> controller;
-// HeartbeatAck back resets the controller-lost timer.
+// HeartbeatAck back resets the controller-lost timer; a Reject back (the controller declared
+// this actor dead, e.g. while its host was cut off, and reopened its slot) loses it at once.
 //
 // Owns its own socket; the only shared state is ActorStatus, all atomics.
 #pragma once
