@@ -196,7 +196,9 @@ int RunActor(const ActorOptions& options) {
   // also die with it (PDEATHSIG).
   const int silence_ms = static_cast<int>(a.heartbeat_interval_ms() * a.heartbeat_misses());
   hbo.controller_timeout_ms = std::max(10'000, 4 * silence_ms);
-  hbo.disconnect_grace_ms = std::max(1'500, 2 * static_cast<int>(a.heartbeat_interval_ms()));
+  // Not sooner than the controller would declare this actor dead: a link down for less (a
+  // network blip) does not end an actor the controller still counts.
+  hbo.disconnect_grace_ms = std::max(1'500, silence_ms);
   hbo.exit_grace_ms = 5'000;  // a request under way when it was lost gets this long
   HeartbeatSender heartbeat(ctx, hbo, &status);
   heartbeat.Start();

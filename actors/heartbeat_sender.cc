@@ -59,6 +59,12 @@ void HeartbeatSender::Loop() {
     // Wake often enough to stop promptly.
     auto got = (*transport)->Receive(std::min(50, options_.interval_ms));
     if (got && got->ok() && (*got)->envelope.has_heartbeat_ack()) last_ack = clock->NowMicros();
+    if (got && got->ok() && (*got)->envelope.has_reject() && !controller_lost_) {
+      // Its slot waits for a replacement (or this process, started again) to register.
+      spdlog::error("the controller refused this actor's heartbeat: {}",
+                    (*got)->envelope.reject().reason());
+      controller_lost_ = true;
+    }
     const int64_t t = clock->NowMicros();
     if (CheckLost(t, last_ack, (*transport)->LinkDownMicros(t)) && lost_at == 0) lost_at = t;
     if (lost_at > 0 && options_.exit_grace_ms > 0 &&

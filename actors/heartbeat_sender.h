@@ -1,7 +1,8 @@
 // HeartbeatSender: a thread that tells the controller this actor is alive.
 //
 // every interval: snapshot of ActorStatus -> Heartbeat -> controller;
-// HeartbeatAck back resets the controller-lost timer.
+// HeartbeatAck back resets the controller-lost timer; a Reject back (the controller declared
+// this actor dead, e.g. while its host was cut off, and reopened its slot) loses it at once.
 //
 // The controller is lost when its connection closed and stayed closed for disconnect_grace_ms
 // (its process exited: seconds, on any host), or when it was silent for controller_timeout_ms

@@ -81,13 +81,13 @@ int RunInitJob(const std::string& path, const rlforge::JobConfig& main_job,
   return 0;
 }
 
-int CmdRun(const std::string& path, const std::vector<std::string>& overrides, bool all_external,
+// `all_external` (`rlforge controller`): launch.backend kubernetes, whatever the file says, so
+// that every actor joins by hand.
+int CmdRun(const std::string& path, std::vector<std::string> overrides, bool all_external,
            const std::string& resume_dir = "") {
+  if (all_external) overrides.push_back("launch.backend=kubernetes");
   rlforge::LoadedJob job;
   if (!LoadOrReport(path, overrides, &job)) return 2;
-  if (all_external) {
-    job.config.echo.external = true;
-  }
   rlforge::RunOptions ro;
   ro.self_exe = rlforge::SelfExecutable();
   ro.stop = &g_stop;
@@ -234,7 +234,9 @@ int main(int argc, char** argv) {
                   "Continue the run in this directory from its newest complete checkpoint "
                   "(docs/checkpoints.md)");
 
-  auto* ctl = app.add_subcommand("controller", "Run only the controller; actors join by hand");
+  auto* ctl = app.add_subcommand(
+      "controller",
+      "Run only the controller; every actor joins by hand (launch.backend=kubernetes)");
   ctl->add_option("job", job_path, "Job file (YAML)")->required();
   ctl->add_option("overrides", overrides, "Dotted overrides");
 

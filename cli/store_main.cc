@@ -1,44 +1,33 @@
 // rlforge-store: the rendezvous store of a job's trainer ranks (dist::StoreServer), in a
 // process of its own so that the controller, which starts it, never loads libtorch.
 //
-// controller (job_runner, trainer.ranks > 1) -> rlforge-store --host H --address-file F
-//   -> listens on H at a port the OS picks -> writes "H:PORT" to F (whole or not at all)
-//   -> serves the ranks' rendezvous until SIGTERM or SIGINT (the controller's shutdown)
+// controller (job_runner) -> rlforge-store --host H [--port P] [--advertise A] --address-file F
+//   -> listens at P (0: a port the OS picks) on every interface -> writes "A:PORT" (A defaults
+//   to H) to F, whole or not at all -> serves the ranks' rendezvous until SIGTERM or SIGINT
+//   (the controller's shutdown)
 //
 // Exit codes: 0 stopped by a signal, 1 the store or the file could not be made, 2 bad usage.
 #include <unistd.h>
 
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 
 #include "CLI/CLI.hpp"
 #include "cli/signals.h"
+#include "common/atomic_file.h"
 #include "common/logging.h"
 #include "common/status.h"
 #include "dist/communicator.h"
 
-namespace {
-
-// Written beside `path` then renamed over it, so a reader sees the whole address or none.
-bool WriteAddress(const std::string& path, const std::string& address) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
-    out << address << "\n";
-    if (!out.flush()) return false;
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  return !ec;
-}
-
-}  // namespace
-
 int main(int argc, char** argv) {
   CLI::App app{"rlforge-store: the rendezvous store of a job's trainer ranks"};
-  std::string host = "127.0.0.1", address_file;
-  app.add_option("--host", host, "Address to listen on");
+  std::string host = "127.0.0.1", advertise, address_file;
+  int port = 0;
+  app.add_option("--host", host, "This host's address for the store (it listens on all)");
+  app.add_option("--port", port, "Port to listen on; 0: one the OS picks")
+      ->check(CLI::Range(0, 65535));
+  app.add_option("--advertise", advertise,
+                 "Host name written to the address file, for ranks on other hosts "
+                 "(default: --host)");
   app.add_option("--address-file", address_file, "Where to write host:port once listening")
       ->required();
   try {
@@ -51,14 +40,14 @@ int main(int argc, char** argv) {
   }
   rlforge::InitLogging("trainer-store");
   rlforge::InstallSignalHandlers();
-  auto store = rlforge::dist::StoreServer::Start(host);
+  auto store = rlforge::dist::StoreServer::Start(host, port, advertise);
   if (!store.ok()) {
     spdlog::error("{}", rlforge::Msg(store.status()));
     return 1;
   }
   const std::string address = (*store)->address();
-  if (!WriteAddress(address_file, address)) {
-    spdlog::error("cannot write the store's address {} to {}", address, address_file);
+  if (absl::Status s = rlforge::WriteFileAtomic(address_file, address + "\n"); !s.ok()) {
+    spdlog::error("cannot write the store's address {}: {}", address, rlforge::Msg(s));
     return 1;
   }
   spdlog::info("trainer ranks meet at {}", address);

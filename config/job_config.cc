@@ -1,7 +1,9 @@
 #include "config/job_config.h"
 
 #include <algorithm>
+#include <array>
 #include <filesystem>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -105,6 +107,17 @@ std::shared_ptr<const Schema> ControllerSection() {
   b.String("host", &ControllerOptions::host,
            "Address the controller binds; actors on other hosts connect here.");
   b.Int("port", &ControllerOptions::port, "TCP port; 0 picks a free one.").Min(0).Max(65535);
+  b.Int("store_port", &ControllerOptions::store_port,
+        "TCP port of the trainer ranks' rendezvous store (rlforge-store, also where trainer rank "
+        "0 and the engines form the gloo weight group); 0 picks a free one. Fix it when a "
+        "firewall or a Kubernetes Service must name it.")
+      .Min(0)
+      .Max(65535);
+  b.String("advertise_host", &ControllerOptions::advertise_host,
+           "The address actors on other hosts use to reach this host (the store's address "
+           "handed to trainer ranks and engines, the join command printed). Empty: "
+           "controller.host, or this host's name when controller.host is a wildcard "
+           "(0.0.0.0); set it to a Kubernetes Service name or an IP the others can route to.");
   b.Choice("security", &ControllerOptions::security, {"auto", "curve", "none"},
            "ZeroMQ CURVE on the control plane (docs/multi_host.md#security). auto: CURVE exactly "
            "when controller.host is not loopback (127.0.0.0/8, ::1, localhost); curve: always, "
@@ -177,11 +190,15 @@ std::shared_ptr<const Schema> PlacementSection() {
 
 std::shared_ptr<const Schema> LaunchSection() {
   SchemaBuilder<LaunchOptions> b("How actor processes are started.");
-  b.Choice("backend", &LaunchOptions::backend, {"local", "slurm"},
+  b.Choice("backend", &LaunchOptions::backend, {"local", "slurm", "kubernetes"},
            "`local`: the controller starts actors as child processes on this host. `slurm`: "
            "inside a Slurm allocation (salloc, sbatch, or `rlforge slurm`), each actor is an "
            "`srun --overlap` step on the node launch.placement names; controller.host "
-           "127.0.0.1 then means 0.0.0.0, and actors connect to this host's name.");
+           "127.0.0.1 then means 0.0.0.0, and actors connect to this host's name. "
+           "`kubernetes`: it starts none; every role, trainer ranks included, joins by address "
+           "(`rlforge actor --role R --rank K --connect ADDR`), so rollout.external, "
+           "reward.external and echo.external are implied (setting one false is an error); "
+           "see docs/multi_host.md.");
   b.Int("nodes", &LaunchOptions::nodes,
         "Slurm: how many of the allocation's nodes the job uses (the first ones), and how many "
         "`rlforge slurm` asks for; 0: every node of the allocation, and `rlforge slurm` asks "
@@ -351,6 +368,43 @@ std::shared_ptr<const Schema> EchoSection() {
   return b.Build();
 }
 
+bool Reads(const AlgorithmSpec& a, const std::string& section) {
+  return std::find(a.sections.begin(), a.sections.end(), section) != a.sections.end();
+}
+
+// The per-role `external` keys, by section (const or not, as `c` is).
+template <typename Config>
+auto ExternalKeys(Config& c) {
+  return std::array{std::pair{std::string("rollout"), &c.rollout.external},
+                    std::pair{std::string("reward"), &c.reward.external},
+                    std::pair{std::string("echo"), &c.echo.external}};
+}
+
+// launch.backend kubernetes puts actors on other hosts: nothing may assume they share this one.
+void CheckEveryRoleJoins(const JobConfig& c, config::CheckContext& ctx) {
+  const std::string why = "launch.backend is kubernetes: every role joins by address; ";
+  for (const auto& [section, external] : ExternalKeys(c)) {
+    // A section the algorithm does not read keeps its default in the resolved config.
+    if (c.job.algorithm != nullptr && Reads(*c.job.algorithm, section) &&
+        ctx.Written(section + ".external") && !*external) {
+      ctx.Error(section + ".external", why + "false cannot hold (leave it out: it is implied)");
+    }
+  }
+  if (c.weights.transport == "shm") {
+    ctx.Error("weights.transport",
+              why + "shm reaches engines on this host only (use auto, gloo or zmq)");
+  }
+  const bool control =
+      c.job.algorithm != nullptr && c.job.algorithm->family == AlgorithmFamily::kControlPpo;
+  if (control && c.sim.backend == "server") {
+    ctx.Error("sim.backend",
+              why +
+                  "server starts simulators beside the controller, where rollout workers on "
+                  "other hosts cannot reach them (use inprocess, or external with "
+                  "sim.addresses)");
+  }
+}
+
 std::shared_ptr<const Schema> BuildJobSchema() {
   SchemaBuilder<JobConfig> b("An rlforge job.");
   b.Section("job", &JobConfig::job, JobSection());
@@ -402,6 +456,7 @@ std::shared_ptr<const Schema> BuildJobSchema() {
         c.echo.workers < 1) {
       ctx.Error("echo.workers", "job.algorithm is echo, which needs at least 1 echo worker");
     }
+    if (EveryRoleJoins(c.launch)) CheckEveryRoleJoins(c, ctx);
     int64_t payload = c.echo.payload_bytes * c.echo.tensors;
     if (payload > c.controller.max_message_mb * (int64_t{1} << 20)) {
       ctx.Error("echo.payload_bytes", absl::StrCat("echo.payload_bytes x echo.tensors = ", payload,
@@ -418,10 +473,15 @@ const config::Schema& JobSchema() {
   return *schema;
 }
 
-// Defaults that depend on the algorithm, filled in once it is known, so the resolved config
-// states them.
-void ApplyAlgorithmDefaults(JobConfig& c) {
+// Defaults that depend on the algorithm or the launch backend, filled in once they are known, so
+// the resolved config states them.
+void ApplyDerivedDefaults(JobConfig& c) {
   if (c.job.algorithm == nullptr) return;
+  if (EveryRoleJoins(c.launch)) {  // stated in the resolved config that every actor reads
+    for (const auto& [section, external] : ExternalKeys(c)) {
+      if (Reads(*c.job.algorithm, section)) *external = true;
+    }
+  }
   if (c.grpo.loss_aggregation == "auto" && !c.job.algorithm->default_loss_aggregation.empty()) {
     c.grpo.loss_aggregation = c.job.algorithm->default_loss_aggregation;
   }
@@ -444,7 +504,7 @@ std::string LmWeightTransport(const JobConfig& c) {
 LoadedJob LoadJobFile(const std::string& path, const std::vector<std::string>& overrides) {
   LoadedJob out;
   out.errors = config::LoadFileInto(JobSchema(), &out.config, path, overrides);
-  ApplyAlgorithmDefaults(out.config);
+  ApplyDerivedDefaults(out.config);
   ApplyBackendDefaults(out.config);
   if (out.config.job.name.empty()) {
     out.config.job.name = std::filesystem::path(path).stem().string();
@@ -455,7 +515,7 @@ LoadedJob LoadJobFile(const std::string& path, const std::vector<std::string>& o
 LoadedJob LoadJobText(const std::string& yaml_text, const std::string& origin) {
   LoadedJob out;
   out.errors = config::LoadInto(JobSchema(), &out.config, config::LoadInput{yaml_text, origin, {}});
-  ApplyAlgorithmDefaults(out.config);
+  ApplyDerivedDefaults(out.config);
   ApplyBackendDefaults(out.config);
   return out;
 }

@@ -33,6 +33,9 @@ struct JobOptions {
 struct ControllerOptions {
   std::string host = "127.0.0.1";
   int64_t port = 0;
+  int64_t store_port = 0;      // the trainer ranks' rendezvous store; 0: any free port
+  std::string advertise_host;  // how other hosts reach this one; "": controller.host, or the
+                               // host name when that is a wildcard (docs/multi_host.md)
   // auto: CURVE exactly when `host` is not loopback; curve; none (plaintext, a loud warning
   // off loopback). Resolved at job start (controller/job_keys.h).
   std::string security = "auto";
@@ -82,7 +85,7 @@ struct PlacementOptions {
 };
 
 struct LaunchOptions {
-  std::string backend = "local";  // local | slurm; test with UnderSlurm()
+  std::string backend = "local";  // local | slurm (UnderSlurm) | kubernetes (EveryRoleJoins)
   int64_t nodes = 0;              // slurm: nodes of the allocation used; 0: all (or as needed)
   PlacementOptions placement;
   int64_t max_restarts = 3;        // relaunches of a role's lost workers, over the job
@@ -137,6 +140,10 @@ inline bool UnderSlurm(const LaunchOptions& l) { return l.backend == "slurm"; }
 // when the rollout workers are external (possibly on other hosts), zmq (through the
 // controller) when they are Slurm steps on other nodes, shm otherwise.
 std::string LmWeightTransport(const JobConfig& c);
+
+// launch.backend kubernetes: the controller starts no actor; every role, trainer ranks
+// included, joins by address (`rlforge actor --role R --rank K --connect ADDR`).
+inline bool EveryRoleJoins(const LaunchOptions& l) { return l.backend == "kubernetes"; }
 
 // The schema of JobConfig (built once).
 const config::Schema& JobSchema();

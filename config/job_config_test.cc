@@ -233,6 +233,50 @@ TEST(JobConfigTest, ModelPromptTemplateNeedsACheckpointWithAChatTemplate) {
 
 // docs/config.md embeds the generated reference; a key added without
 // regenerating it (rlforge config-docs) fails here.
+TEST(JobConfigTest, KubernetesBackendMakesEveryRoleJoinAndSaysSoInTheResolvedConfig) {
+  LoadedJob j = LoadJobText(
+      "job: {algorithm: grpo}\nlaunch: {backend: kubernetes}\n"
+      "controller: {host: 0.0.0.0, store_port: 29400, advertise_host: ctl.ns.svc}\n",
+      "t.yaml");
+  ASSERT_TRUE(j.ok()) << config::FormatErrors(j.errors);
+  EXPECT_TRUE(EveryRoleJoins(j.config.launch));
+  EXPECT_TRUE(j.config.rollout.external);
+  EXPECT_TRUE(j.config.reward.external);
+  EXPECT_EQ(j.config.controller.store_port, 29400);
+  EXPECT_EQ(j.config.controller.advertise_host, "ctl.ns.svc");
+  EXPECT_EQ(LmWeightTransport(j.config), "gloo");
+  LoadedJob again = LoadJobText(ResolvedYaml(j.config), "resolved");  // what actors load
+  ASSERT_TRUE(again.ok()) << config::FormatErrors(again.errors);
+  EXPECT_TRUE(again.config.rollout.external);
+  LoadedJob local = LoadJobText("job: {algorithm: grpo}\n", "t.yaml");
+  EXPECT_FALSE(EveryRoleJoins(local.config.launch));
+  EXPECT_FALSE(local.config.rollout.external);
+}
+
+TEST(JobConfigTest, KubernetesBackendRefusesWhatNeedsOneHost) {
+  LoadedJob j = LoadJobText(
+      "job: {algorithm: grpo}\nlaunch: {backend: kubernetes}\nrollout: {external: false}\n"
+      "weights: {transport: shm}\n",
+      "t.yaml");
+  const std::string all = config::FormatErrors(j.errors);
+  EXPECT_NE(all.find("t.yaml:3:11: rollout.external: launch.backend is kubernetes: every role "
+                     "joins by address; false cannot hold"),
+            std::string::npos)
+      << all;
+  EXPECT_NE(all.find("weights.transport: launch.backend is kubernetes: every role joins by "
+                     "address; shm reaches engines on this host only"),
+            std::string::npos)
+      << all;
+  LoadedJob ppo = LoadJobText(
+      "job: {algorithm: ppo}\nlaunch: {backend: kubernetes}\nsim: {backend: server}\n", "t.yaml");
+  EXPECT_NE(config::FormatErrors(ppo.errors).find("sim.backend: launch.backend is kubernetes"),
+            std::string::npos)
+      << config::FormatErrors(ppo.errors);
+  LoadedJob bad_port =
+      LoadJobText("job: {algorithm: echo}\ncontroller: {store_port: 70000}\n", "t.yaml");
+  EXPECT_FALSE(bad_port.ok());
+}
+
 TEST(JobConfigTest, DocsConfigMdIsCurrent) {
   const char* src = std::getenv("RLFORGE_SOURCE_DIR");
   if (src == nullptr) src = RLFORGE_SOURCE_DIR_DEFAULT;

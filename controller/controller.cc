@@ -85,13 +85,7 @@ absl::Status Controller::WaitForActors() {
     if (pending.empty()) return absl::OkStatus();
     if (!announced) {
       for (const ActorInfo* a : pending) {
-        if (a->external) {
-          spdlog::info("waiting for {} to join: rlforge actor --role {} --rank {} --connect {}{}",
-                       a->id, a->role, a->rank, transport_->endpoint(),
-                       options_.actor_keys_path.empty()
-                           ? ""
-                           : absl::StrCat(" --keys ", options_.actor_keys_path));
-        }
+        if (a->external) spdlog::info("waiting for {} to join: {}", a->id, JoinCommand(*a));
       }
       announced = true;
     }
@@ -100,15 +94,21 @@ absl::Status Controller::WaitForActors() {
       for (const ActorInfo* a : pending) {
         absl::StrAppend(&who, "\n  ", a->id,
                         a->external
-                            ? " (external: start it with `rlforge actor --role " + a->role +
-                                  " --connect " + transport_->endpoint() + "`)"
+                            ? " (external: start it with `" + JoinCommand(*a) + "`)"
                             : absl::StrCat(" (pid ", a->launched_pid, ", log ", a->log_path, ")"));
       }
-      return absl::DeadlineExceededError(
-          absl::StrCat("timed out after ", options_.register_timeout_s,
-                       " s (controller.register_timeout_s) waiting for actors to register:", who));
+      return absl::DeadlineExceededError(absl::StrCat(
+          "timed out after ", options_.register_timeout_s,
+          " s (controller.register_timeout_s) waiting for actors to register; still missing ",
+          pending.size(), " of ", registry_.All().size(), ":", who));
     }
   }
+}
+
+std::string Controller::JoinCommand(const ActorInfo& a) const {
+  return absl::StrCat(
+      "rlforge actor --role ", a.role, " --rank ", a.rank, " --connect ", join_address(),
+      options_.actor_keys_path.empty() ? "" : absl::StrCat(" --keys ", options_.actor_keys_path));
 }
 
 absl::StatusOr<uint64_t> Controller::Submit(const std::string& actor_id, proto::WorkRequest request,
@@ -349,6 +349,10 @@ void Controller::HandleRegister(const std::string& peer, const proto::Envelope& 
     ++drops_.wrong_job;
     Reject(peer,
            absl::StrCat("this controller runs job ", options_.job_id, ", not ", env.job_id()));
+    return;
+  }
+  if (awaiting_store_ && (reg.role() == kTrainerRole || reg.role() == kRolloutRole)) {
+    spdlog::debug("{} actor from {} waits for the store's address", reg.role(), reg.host());
     return;
   }
   ActorInfo* a = registry_.FindByInstance(reg.instance_id());

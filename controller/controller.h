@@ -98,6 +98,9 @@ class Controller {
     // host:port of the rendezvous store of the trainer ranks (dist::StoreServer), sent in every
     // trainer's Assignment when the role has more than one rank; required then.
     std::string trainer_store_address;
+    // tcp://HOST:PORT that actors on other hosts join at, for the messages that tell a user how
+    // to start one; empty: the transport's endpoint.
+    std::string join_address;
     // Sent in every trainer's Assignment (trainer.collective_timeout_s).
     double collective_timeout_s = 60;
     // Relaunches of a role's lost launched actors, over the job (launch.max_restarts), and
@@ -130,7 +133,11 @@ class Controller {
   // For a store started after the controller (as a service): call before WaitForActors.
   void set_trainer_store_address(std::string address) {
     options_.trainer_store_address = std::move(address);
+    awaiting_store_ = false;
   }
+  // The store is starting: trainer ranks and engines that register meanwhile (they join by
+  // address at any time) go unanswered, and their Register retry gets the store's address.
+  void set_awaiting_trainer_store() { awaiting_store_ = true; }
 
   // Serves until every expected actor has registered. Fails at once when the trainer role has
   // several ranks and no store address to meet at.
@@ -178,6 +185,10 @@ class Controller {
     fault_sink_ = std::move(sink);
   }
   std::string endpoint() const { return transport_->endpoint(); }
+  // Where actors on other hosts join (Options::join_address, else endpoint()).
+  std::string join_address() const {
+    return options_.join_address.empty() ? endpoint() : options_.join_address;
+  }
   // Called for every Metrics message an actor sends.
   void set_metrics_sink(std::function<void(const std::string&, const proto::Metrics&)> sink) {
     metrics_sink_ = std::move(sink);
@@ -198,6 +209,8 @@ class Controller {
   void HandleRegister(const std::string& peer, const proto::Envelope& env);
   void HandleResult(ActorInfo& actor, Message msg);
   void Reject(const std::string& peer, const std::string& reason);
+  // `rlforge actor ...` that fills `a`'s slot from another host.
+  std::string JoinCommand(const ActorInfo& a) const;
   absl::Status CheckHealth();
   // `failed` (one of several works awaited together), or the loss of an actor noticed
   // within the next second, which is the likelier cause.
@@ -238,6 +251,7 @@ class Controller {
   std::function<ProcessSpec(const ActorInfo&)> make_spec_;  // from LaunchAll, for relaunches
   std::function<void(const FaultEvent&)> fault_sink_;
   bool shutting_down_ = false;
+  bool awaiting_store_ = false;
   std::function<void(const std::string&, const proto::Metrics&)> metrics_sink_;
   std::function<void()> pump_observer_;
 };

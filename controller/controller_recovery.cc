@@ -56,8 +56,7 @@ void Controller::Recover(ActorInfo& a, const std::string& what) {
   e.detail = what;
   if (a.external) {
     a.state = ActorState::kPending;  // open to a rejoin by hand
-    absl::StrAppend(&e.detail, "; its slot waits for `rlforge actor --role ", a.role, " --rank ",
-                    a.rank, "`");
+    absl::StrAppend(&e.detail, "; its slot waits for `", JoinCommand(a), "`");
   } else if (restarts_by_role_[a.role] < options_.max_restarts && make_spec_) {
     ++restarts_by_role_[a.role];  // spent when scheduled: two lost at once cannot overdraw it
     const double backoff =

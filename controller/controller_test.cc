@@ -232,6 +232,56 @@ TEST_F(ControllerTest, WaitForActorsTimesOutNamingTheMissingOne) {
   EXPECT_EQ(s.message().find("echo-0 "), std::string::npos) << s;
 }
 
+// launch.backend kubernetes: every slot, trainer ranks included, waits for an actor to join.
+TEST_F(ControllerTest, EveryRoleJoiningByAddressIsToldWhoIsStillMissingAndHowToStartThem) {
+  options_.heartbeat_misses = 1000;
+  options_.trainer_store_address = "10.0.0.1:29400";
+  options_.join_address = "tcp://ctl.example:5555";
+  controller().ExpectRole("trainer", 2, true);
+  controller().ExpectRole("rollout", 1, true);
+  controller().ExpectRole("reward", 1, true, /*recoverable=*/true);
+  SendRegister("p1", "trainer", 1, "i1");
+  SendRegister("p3", "reward", 0, "i3");
+  clock_.set_auto_advance_micros(1000);
+  absl::Status s = controller().WaitForActors();
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(s.message().find("still missing 2 of 4:\n"
+                             "  trainer-0 (external: start it with `rlforge actor --role trainer "
+                             "--rank 0 --connect tcp://ctl.example:5555`)\n"
+                             "  rollout-0 (external: start it with `rlforge actor --role rollout "
+                             "--rank 0 --connect tcp://ctl.example:5555`)"),
+            std::string::npos)
+      << s;
+  auto sent = transport_.TakeSent();
+  ASSERT_EQ(sent.size(), 2u);
+  EXPECT_EQ(sent[0].second.envelope.assignment().actor_id(), "trainer-1");
+  EXPECT_EQ(sent[0].second.envelope.assignment().store_address(), "10.0.0.1:29400");
+}
+
+// Actors that join by address may come before rlforge-store reports where it listens.
+TEST_F(ControllerTest, RanksAndEnginesJoiningBeforeTheStoreListensGetItsAddressOnARetry) {
+  controller().ExpectRole("trainer", 1, true);
+  controller().ExpectRole("rollout", 1, true);
+  controller().ExpectRole("reward", 1, true, /*recoverable=*/true);
+  controller().set_awaiting_trainer_store();
+  SendRegister("p0", "trainer", 0, "i0");
+  SendRegister("p1", "rollout", 0, "i1");
+  SendRegister("p2", "reward", 0, "i2");
+  ASSERT_TRUE(controller().Pump(0).ok());
+  auto sent = transport_.TakeSent();
+  ASSERT_EQ(sent.size(), 1u) << "only the reward worker, which needs no store, is answered";
+  EXPECT_EQ(sent[0].second.envelope.assignment().actor_id(), "reward-0");
+  controller().set_trainer_store_address("10.0.0.1:29400");
+  SendRegister("p0", "trainer", 0, "i0");  // the actors' once-a-second retries
+  SendRegister("p1", "rollout", 0, "i1");
+  ASSERT_TRUE(controller().WaitForActors().ok());
+  sent = transport_.TakeSent();
+  ASSERT_EQ(sent.size(), 2u);
+  for (const auto& [peer, m] : sent) {
+    EXPECT_EQ(m.envelope.assignment().store_address(), "10.0.0.1:29400") << peer;
+  }
+}
+
 TEST_F(ControllerTest, HeartbeatsKeepActorsAliveAndSilenceKillsTheJob) {
   RegisterTwo();
   for (int i = 0; i < 5; ++i) {

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <set>
 #include <tuple>
 
 #include "absl/strings/match.h"
@@ -393,6 +394,62 @@ TEST_F(EngineFleetLoopTest, LostEngineHasItsGroupsDealtAgainAndTheRunMatchesAnUn
   const std::vector<std::string> after = KindsAfterFault(*faulted, faulted->Engine(1));
   ASSERT_FALSE(after.empty());
   EXPECT_EQ(after.front(), "load_weights");
+}
+
+// weights.transport gloo: a group's members are fixed when it forms, so the loop names a new
+// group whenever the engines loading change, and gives each its rank and the group's size.
+TEST_F(EngineFleetLoopTest, AReplacedEngineOnTheGlooPathLoadsInANewlyNamedGroup) {
+  auto calls = std::make_shared<int>(0);
+  auto job = Run("grpo", 2, [&](Job& j) {
+    j.actors->set_rejoin(true);
+    j.actors->On("trainer", Task::kGrpoTrain, [](const FakeWork& w) {
+      return WeightsReply(w.request.grpo_train().step(), "gloo:weights");
+    });
+    auto generate = j.rollout->Generate();
+    j.actors->On("rollout", Task::kLmGenerate, [calls, generate, &j](const FakeWork& w) {
+      if (w.rank == 1 && ++*calls == 8) {  // iteration 2: rollout-1 dies, a replacement joins
+        j.rollout->Forget(w.actor_id);
+        return FakeReply::Crash();
+      }
+      return generate(w);
+    });
+  });
+  ASSERT_TRUE(job->status.ok()) << job->status;
+  EXPECT_EQ(job->actors->rejoins(), 1);
+  std::map<std::string, std::map<std::string, int>> ranks;  // group -> actor -> rank
+  std::map<std::string, int> sizes;
+  std::vector<std::string> order;
+  for (const FakeWork* w : job->actors->Received(Task::kLoadWeights)) {
+    const proto::LoadWeights& l = w->request.load_weights();
+    const std::string group = l.weights().location();
+    ASSERT_TRUE(absl::StartsWith(group, "gloo:weights-")) << group;
+    if (order.empty() || order.back() != group) order.push_back(group);
+    auto [it, fresh] = ranks[group].emplace(w->actor_id, l.group_rank());
+    EXPECT_EQ(it->second, l.group_rank()) << w->actor_id << " changed rank in " << group;
+    EXPECT_EQ(sizes.emplace(group, l.group_size()).first->second, l.group_size()) << group;
+  }
+  for (const auto& [group, members] : ranks) {
+    ASSERT_EQ(static_cast<int>(members.size()) + 1, sizes[group]) << group;
+    std::set<int> got, want;  // ranks 1..members: trainer rank 0 is rank 0
+    for (const auto& [actor, rank] : members) got.insert(rank);
+    for (int r = 1; r <= static_cast<int>(members.size()); ++r) want.insert(r);
+    EXPECT_EQ(got, want) << group;
+  }
+  // Both engines; then, in groups of their own, the survivor and the replacement (a new member
+  // under the lost engine's id), each a group of one engine until the members change again.
+  std::string seen;
+  for (const std::string& g : order) absl::StrAppend(&seen, g, ":", sizes[g], " ");
+  ASSERT_GE(order.size(), 3u) << seen;
+  EXPECT_EQ(sizes[order.front()], 3) << seen;
+  bool replacement_loaded = false;
+  for (size_t k = 1; k < order.size(); ++k) {
+    replacement_loaded = replacement_loaded || ranks[order[k]].count(job->Engine(1)) > 0;
+  }
+  EXPECT_TRUE(replacement_loaded) << seen;
+  for (const FakeWork* w : job->actors->Received(Task::kPublishWeights)) {
+    EXPECT_TRUE(ranks.count("gloo:" + w->request.publish_weights().group()))
+        << w->request.publish_weights().group();
+  }
 }
 
 TEST_F(EngineFleetLoopTest, HungEngineMeetsTheRequestDeadlineAndItsGroupsMoveOn) {

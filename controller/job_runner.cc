@@ -14,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "common/clock.h"
 #include "common/logging.h"
+#include "common/net_address.h"
 #include "common/status.h"
 #include "config/dashboard_config.h"
 #include "controller/actor_placement.h"
@@ -156,12 +157,6 @@ std::string ShownConfig(const JobConfig& config) {
   return ResolvedYaml(copy);
 }
 
-std::string HostName() {
-  char buf[256] = {};
-  if (gethostname(buf, sizeof(buf) - 1) != 0) return "localhost";
-  return buf;
-}
-
 std::string NewJobId(const std::string& name) {
   std::random_device rd;
   return absl::StrFormat("%s-%08x", name, rd());
@@ -206,15 +201,6 @@ class StatusWriter {
   std::string url_;
 };
 
-// Where launched actors connect: a wildcard bind is reached over loopback by local children,
-// and by this host's name from Slurm steps on other nodes.
-std::string ActorConnectAddress(const std::string& endpoint, const LaunchOptions& launch) {
-  const std::string wildcard = "tcp://0.0.0.0:";
-  if (endpoint.rfind(wildcard, 0) != 0) return endpoint;
-  const std::string host = UnderSlurm(launch) ? HostName() : "127.0.0.1";
-  return "tcp://" + host + ":" + endpoint.substr(wildcard.size());
-}
-
 // launch.backend's launcher and, under Slurm, the node and GPUs of every launched actor.
 struct ActorLaunch {
   LocalProcessLauncher local;
@@ -247,16 +233,51 @@ absl::Status SetUpLaunch(const JobConfig& config, const std::vector<RoleRequirem
   return absl::OkStatus();
 }
 
+// Where actors join: tcp://HOST:PORT with the host other hosts reach this one by
+// (controller.advertise_host, the bound address, or this host's name for a wildcard bind).
+std::string JoinAddress(const std::string& endpoint, const ControllerOptions& c) {
+  const size_t colon = endpoint.rfind(':');
+  if (colon == std::string::npos) return endpoint;
+  return absl::StrCat("tcp://", AdvertisedHost(c.host, c.advertise_host, LocalHostName()),
+                      endpoint.substr(colon));
+}
+
+// Where launched actors connect: Slurm steps on other nodes as any other host joins; local
+// children reach a wildcard bind over loopback.
+std::string ActorConnectAddress(const std::string& endpoint, const JobConfig& config) {
+  if (UnderSlurm(config.launch)) return JoinAddress(endpoint, config.controller);
+  const std::string wildcard = "tcp://0.0.0.0:";
+  if (endpoint.rfind(wildcard, 0) != 0) return endpoint;
+  return "tcp://127.0.0.1:" + endpoint.substr(wildcard.size());
+}
+
+// rlforge-store's command line: at controller.store_port, reachable (and advertised) where the
+// controller is; a loopback-only job keeps its store on loopback.
+std::vector<std::string> StoreArgv(const std::string& exe, const ControllerOptions& c,
+                                   const std::string& address_file) {
+  const bool local = IsLoopbackHost(c.host) && c.advertise_host.empty();
+  const std::string here = IsWildcardHost(c.host) || IsLoopbackHost(c.host) ? "127.0.0.1" : c.host;
+  std::vector<std::string> argv = {
+      exe, "--host", here, "--port", std::to_string(c.store_port), "--address-file", address_file};
+  if (!local) {
+    argv.push_back("--advertise");
+    argv.push_back(AdvertisedHost(c.host, c.advertise_host, LocalHostName()));
+  }
+  return argv;
+}
+
 // Starts rlforge-store, the trainer ranks' rendezvous point for the job's lifetime (a service:
 // its exit stops the job, and shutdown stops it), and gives the controller its host:port once
 // it listens. Its own process, so that this one never loads libtorch.
 absl::Status StartTrainerStore(Controller& controller, const RunDirectory& dir,
-                               const RunOptions& options, double timeout_s) {
+                               const RunOptions& options, const ControllerOptions& c) {
+  const double timeout_s = c.register_timeout_s;
   const std::string file = dir.path() + "/trainer_store.address";
   ProcessSpec spec;
   spec.name = "trainer-store";
-  spec.argv = {StoreExecutable(options.self_exe), "--host", "127.0.0.1", "--address-file", file};
+  spec.argv = StoreArgv(StoreExecutable(options.self_exe), c, file);
   spec.log_path = dir.LogPath(spec.name);
+  controller.set_awaiting_trainer_store();  // actors that join by address may come first
   RETURN_IF_ERROR(controller.LaunchService(spec));
   const int64_t deadline = RealClock::Get()->NowMicros() + static_cast<int64_t>(timeout_s * 1e6);
   while (true) {
@@ -389,6 +410,7 @@ int RunAttempt(const JobConfig& config, const RunOptions& options, Attempt* atte
   co.request_timeout_s = config.controller.request_timeout_s;
   co.shutdown_grace_s = config.controller.shutdown_grace_s;
   co.collective_timeout_s = config.trainer.collective_timeout_s;
+  co.join_address = JoinAddress((*transport)->endpoint(), config.controller);
   co.max_restarts = config.launch.max_restarts;
   co.restart_backoff_s = config.launch.restart_backoff_s;
   ActorLaunch launch;
@@ -404,7 +426,8 @@ int RunAttempt(const JobConfig& config, const RunOptions& options, Attempt* atte
   Controller controller(co, transport->get(), RealClock::Get(), launch.launcher(),
                         defer_stop ? &hard_stop : options.stop);
   for (const RoleRequirement& r : (*algorithm)->Roles()) {
-    controller.ExpectRole(r.role, r.count, r.external, r.recoverable);
+    controller.ExpectRole(r.role, r.count, r.external || EveryRoleJoins(config.launch),
+                          r.recoverable);
   }
   // events.jsonl: every failure, restart and rejoin of a worker, with its wall-clock time.
   auto events = MetricsLog::Open(dir->path() + "/events.jsonl");
@@ -475,8 +498,8 @@ int RunAttempt(const JobConfig& config, const RunOptions& options, Attempt* atte
   }
   std::unique_ptr<dashboard::EventFileWriter> tensorboard;
   if (config.dashboard.tensorboard) {
-    auto tb =
-        dashboard::EventFileWriter::Create(dir->path(), dashboard::WallTimeSeconds(), HostName());
+    auto tb = dashboard::EventFileWriter::Create(dir->path(), dashboard::WallTimeSeconds(),
+                                                 LocalHostName());
     if (tb.ok()) {
       tensorboard = std::move(*tb);
     } else {
@@ -485,11 +508,10 @@ int RunAttempt(const JobConfig& config, const RunOptions& options, Attempt* atte
   }
 
   status_file.Write("starting", "");
-  std::string connect = ActorConnectAddress((*transport)->endpoint(), config.launch);
-  absl::Status status =
-      NeedsStore(controller, config)
-          ? StartTrainerStore(controller, *dir, options, config.controller.register_timeout_s)
-          : absl::OkStatus();
+  std::string connect = ActorConnectAddress((*transport)->endpoint(), config);
+  absl::Status status = NeedsStore(controller, config)
+                            ? StartTrainerStore(controller, *dir, options, config.controller)
+                            : absl::OkStatus();
   auto actor_spec = [&](const ActorInfo& a) {
     ProcessSpec spec;
     spec.name = a.id;

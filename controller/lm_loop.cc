@@ -410,6 +410,9 @@ absl::Status LmLoop::SyncWeights(TrainerGroup& trainer, const proto::WeightsRead
                                  std::vector<TensorFrame> tensors, IterationRecord& rec) {
   if (fleet_.size() == 0) return absl::FailedPreconditionError("the job has no rollout worker");
   trainer_ = &trainer;
+  if (last_weights_.location() != announced.location()) {  // the first version, in practice
+    spdlog::info("policy weights reach the engines via {}", announced.location());
+  }
   last_weights_ = announced;
   last_frames_.clear();
   for (TensorFrame& t : tensors) {
@@ -434,13 +437,22 @@ absl::Status LmLoop::LoadOnto(const std::vector<size_t>& loaders, IterationRecor
   proto::WorkRequest load;
   *load.mutable_load_weights()->mutable_weights() = last_weights_;
   const bool streamed = last_weights_.location() != "inline";
+  const bool gloo = absl::StartsWith(last_weights_.location(), "gloo:");
   if (streamed) {
     proto::WorkRequest publish;
     publish.mutable_publish_weights()->set_readers(static_cast<int32_t>(loaders.size()));
+    if (gloo) {
+      const std::string group = WeightGroupFor(loaders);
+      publish.mutable_publish_weights()->set_group(group);
+      load.mutable_load_weights()->mutable_weights()->set_location("gloo:" + group);
+      load.mutable_load_weights()->set_group_size(static_cast<int32_t>(loaders.size()) + 1);
+    }
     RETURN_IF_ERROR(trainer_->Submit(std::move(publish)));
   }
   std::vector<uint64_t> ids;
-  for (size_t e : loaders) {
+  for (size_t i = 0; i < loaders.size(); ++i) {
+    const size_t e = loaders[i];
+    if (gloo) load.mutable_load_weights()->set_group_rank(static_cast<int32_t>(i) + 1);
     std::vector<TensorFrame> frames;
     for (const TensorFrame& w : last_frames_) {
       frames.push_back(TensorFrame::Copy(w.name(), w.dtype(), w.shape(), w.data()));
@@ -491,6 +503,22 @@ absl::Status LmLoop::LoadOnto(const std::vector<size_t>& loaders, IterationRecor
   return absl::OkStatus();
 }
 
+std::string LmLoop::WeightGroupFor(const std::vector<size_t>& loaders) {
+  std::vector<std::pair<std::string, int>> members;
+  for (size_t e : loaders) {
+    members.emplace_back(fleet_.id(e), ctx_.controller().actors().Find(fleet_.id(e))->incarnation);
+  }
+  if (members != weight_group_members_) {
+    weight_group_members_ = std::move(members);
+    ++weight_group_epoch_;
+    if (weight_group_epoch_ > 1) {
+      spdlog::info("the weight group forms again with {} engine(s): weights-{}", loaders.size(),
+                   weight_group_epoch_);
+    }
+  }
+  return absl::StrCat("weights-", weight_group_epoch_);
+}
+
 absl::Status LmLoop::Refresh() {
   const ActorRegistry& actors = ctx_.controller().actors();
   std::vector<size_t> fresh;
@@ -539,10 +567,9 @@ bool LmLoop::ReplacementArrived() const {
 }
 
 std::vector<RoleRequirement> LmRoles(const JobConfig& c) {
-  // Engines in a gloo weight group cannot be replaced: the group's members are fixed.
-  const bool engines_recoverable = LmWeightTransport(c) != "gloo";
+  // Engines on the gloo path too: the loop names a new weight group when they change.
   return {{"trainer", static_cast<int>(c.trainer.ranks), false},
-          {"rollout", static_cast<int>(c.rollout.workers), c.rollout.external, engines_recoverable},
+          {"rollout", static_cast<int>(c.rollout.workers), c.rollout.external, true},
           {"reward", static_cast<int>(c.reward.workers), c.reward.external, true}};
 }
 

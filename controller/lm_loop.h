@@ -135,6 +135,9 @@ class LmLoop {
   bool ReplacementArrived() const;
   // Brings `loaders` to last_weights_ (rec: where to record per-engine figures; may be null).
   absl::Status LoadOnto(const std::vector<size_t>& loaders, IterationRecord* rec);
+  // gloo: the group `loaders` meet trainer rank 0 in, named anew whenever they change (a gloo
+  // group's members are fixed when it forms): so a replaced engine joins the next group.
+  std::string WeightGroupFor(const std::vector<size_t>& loaders);
 
   JobContext& ctx_;
   const TaskText& text_;
@@ -144,6 +147,8 @@ class LmLoop {
   // and the trainer that streams them.
   proto::WeightsReady last_weights_;
   std::vector<TensorFrame> last_frames_;
+  std::vector<std::pair<std::string, int>> weight_group_members_;  // actor id, incarnation
+  int64_t weight_group_epoch_ = 0;
   TrainerGroup* trainer_ = nullptr;
   // Work dealt again after its actor was lost, over the job.
   int64_t requeued_groups_ = 0, requeued_scores_ = 0;

@@ -1,6 +1,7 @@
 #include "dist/communicator.h"
 
 #include <chrono>
+#include <cstdlib>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -10,6 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/exceptions.h"
+#include "common/net_address.h"
 #include "common/status.h"
 
 namespace rlforge::dist {
@@ -297,6 +299,12 @@ absl::StatusOr<std::unique_ptr<Communicator>> ConnectGroup(const GroupOptions& o
     return absl::InvalidArgumentError(
         absl::StrCat("group ", o.name, ": store address '", o.store_address, "' is not host:port"));
   }
+  absl::StatusOr<GlooDeviceAddress> device =
+      ChooseGlooDevice(host, port, std::getenv("GLOO_SOCKET_IFNAME"));
+  if (!device.ok()) {
+    return absl::Status(device.status().code(), absl::StrCat("group ", o.name, ", rank ", o.rank,
+                                                             ": ", device.status().message()));
+  }
   return CallCatching(
       [&]() -> absl::StatusOr<std::unique_ptr<Communicator>> {
         c10d::TCPStoreOptions so;
@@ -307,7 +315,10 @@ absl::StatusOr<std::unique_ptr<Communicator>> ConnectGroup(const GroupOptions& o
         auto store = c10::make_intrusive<c10d::TCPStore>(host, so);
         auto prefixed = c10::make_intrusive<c10d::PrefixStore>(o.name, store);
         auto go = c10d::ProcessGroupGloo::Options::create();
-        go->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(host));
+        go->devices.push_back(
+            device->interface.empty()
+                ? c10d::ProcessGroupGloo::createDeviceForHostname(device->address)
+                : c10d::ProcessGroupGloo::createDeviceForInterface(device->interface));
         go->timeout = Millis(o.timeout_s);
         go->threads = 1;
         auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, o.rank, o.size, go);
@@ -318,15 +329,40 @@ absl::StatusOr<std::unique_ptr<Communicator>> ConnectGroup(const GroupOptions& o
           .c_str());
 }
 
-absl::StatusOr<std::unique_ptr<StoreServer>> StoreServer::Start(const std::string& host) {
+absl::StatusOr<GlooDeviceAddress> ChooseGlooDevice(const std::string& store_host, int store_port,
+                                                   const char* ifname_env) {
+  GlooDeviceAddress d;
+  if (ifname_env != nullptr && ifname_env[0] != '\0') {
+    d.interface = ifname_env;
+    return d;
+  }
+  absl::StatusOr<std::string> local = LocalAddressToward(store_host, store_port);
+  if (!local.ok()) {
+    return absl::Status(local.status().code(),
+                        absl::StrCat("choosing the gloo device's address toward the store ",
+                                     store_host, ":", store_port,
+                                     " (set GLOO_SOCKET_IFNAME to "
+                                     "name an interface instead): ",
+                                     local.status().message()));
+  }
+  d.address = *local;
+  return d;
+}
+
+absl::StatusOr<std::unique_ptr<StoreServer>> StoreServer::Start(const std::string& host, int port,
+                                                                const std::string& advertise) {
+  if (port < 0 || port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("store port ", port, " is not 0..65535"));
+  }
   return CallCatching(
       [&]() -> absl::StatusOr<std::unique_ptr<StoreServer>> {
         c10d::TCPStoreOptions so;
-        so.port = 0;
+        so.port = static_cast<uint16_t>(port);
         so.isServer = true;
         so.waitWorkers = false;
         auto store = c10::make_intrusive<c10d::TCPStore>(host, so);
-        return std::unique_ptr<StoreServer>(new TcpStoreServer(host, std::move(store)));
+        return std::unique_ptr<StoreServer>(
+            new TcpStoreServer(advertise.empty() ? host : advertise, std::move(store)));
       },
       "starting the trainer ranks' rendezvous store: ");
 }

@@ -1,8 +1,9 @@
 // Communicator: the collectives a group of trainer ranks runs, with deadlines, over one
 // backend that nothing above this file names.
 //
-// controller: StoreServer (c10d TCPStore, port chosen by the OS) -> address in each rank's
-//   Assignment -> each rank: ConnectGroup(address, rank, size) -> Communicator
+// controller: StoreServer (c10d TCPStore, a fixed port or one the OS picks) -> address in each
+//   rank's Assignment -> each rank: ConnectGroup(address, rank, size) -> gloo device on the
+//   interface that routes to the store (ChooseGlooDevice) -> Communicator
 //   -> AllGather / ReduceScatter / AllReduce / Broadcast, each returning a Pending handle
 //
 // Backends: gloo through libtorch's c10d on CPU (Debian's libtorch 1.13 has no gloo
@@ -73,6 +74,17 @@ struct GroupOptions {
   double timeout_s = 30;  // connecting, and every collective
 };
 
+// Where a rank's gloo device listens for its peers: every host in the group must reach it.
+struct GlooDeviceAddress {
+  std::string interface;  // set: the interface named by GLOO_SOCKET_IFNAME
+  std::string address;    // else: this host's address on the route to the store
+};
+// `ifname_env` (GLOO_SOCKET_IFNAME, may be null or empty) wins; else the local address the
+// kernel routes `store_host` from, which is on the network the group shares (on one host, the
+// loopback). Fails naming the store when no route leads there.
+absl::StatusOr<GlooDeviceAddress> ChooseGlooDevice(const std::string& store_host, int store_port,
+                                                   const char* ifname_env);
+
 // Joins the group (blocks until all `size` ranks joined or the deadline passed). A group of
 // one returns a communicator whose collectives copy locally.
 absl::StatusOr<std::unique_ptr<Communicator>> ConnectGroup(const GroupOptions& options);
@@ -81,8 +93,11 @@ absl::StatusOr<std::unique_ptr<Communicator>> ConnectGroup(const GroupOptions& o
 // controller; lives as long as the job.
 class StoreServer {
  public:
-  // Listens on `host` at a port the OS picks.
-  static absl::StatusOr<std::unique_ptr<StoreServer>> Start(const std::string& host);
+  // Listens at `port` (0: one the OS picks) on every interface (c10d's TCPStore binds the
+  // wildcard); `host` reaches it from this machine. address() names it by `advertise` (when
+  // set, else `host`): what ranks on other hosts connect to.
+  static absl::StatusOr<std::unique_ptr<StoreServer>> Start(const std::string& host, int port = 0,
+                                                            const std::string& advertise = "");
   virtual ~StoreServer() = default;
   virtual std::string address() const = 0;  // host:port
 };

@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <functional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -141,6 +143,73 @@ TEST(CommunicatorFailureTest, BadAddressAndRankAreNamed) {
   o.rank = 2;
   EXPECT_NE(ConnectGroup(o).status().message().find("rank 2 is not in a group of 2"),
             absl::string_view::npos);
+}
+
+TEST(GlooDeviceTest, GlooSocketIfnameNamesTheInterface) {
+  auto d = ChooseGlooDevice("10.11.12.13", 29500, "eth7");
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->interface, "eth7");
+  EXPECT_EQ(d->address, "");
+}
+
+TEST(GlooDeviceTest, WithoutItTheDeviceTakesTheAddressThatRoutesToTheStore) {
+  for (const char* unset : {static_cast<const char*>(nullptr), ""}) {
+    auto d = ChooseGlooDevice("127.0.0.1", 29500, unset);
+    ASSERT_TRUE(d.ok()) << d.status();
+    EXPECT_EQ(d->interface, "");
+    EXPECT_EQ(d->address, "127.0.0.1");
+  }
+}
+
+TEST(GlooDeviceTest, AStoreHostWithNoAddressIsNamed) {
+  auto d = ChooseGlooDevice("store.invalid", 29500, nullptr);
+  ASSERT_FALSE(d.ok());
+  EXPECT_NE(d.status().message().find("store.invalid:29500"), absl::string_view::npos)
+      << d.status();
+  EXPECT_NE(d.status().message().find("GLOO_SOCKET_IFNAME"), absl::string_view::npos) << d.status();
+}
+
+// A port nothing listens on now (the OS's pick, released).
+int FreePort() {
+  auto probe = StoreServer::Start("127.0.0.1");
+  EXPECT_TRUE(probe.ok()) << probe.status();
+  const std::string a = (*probe)->address();
+  return std::stoi(a.substr(a.rfind(':') + 1));
+}
+
+TEST(StoreServerTest, AFixedPortIsAdvertisedUnderTheGivenNameAndServesRanks) {
+  const int port = FreePort();
+  auto server = StoreServer::Start("127.0.0.1", port, "store.example");
+  ASSERT_TRUE(server.ok()) << server.status();
+  EXPECT_EQ((*server)->address(), "store.example:" + std::to_string(port));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([port, r] {
+      GroupOptions o;
+      o.store_address = "127.0.0.1:" + std::to_string(port);  // this host's way to the store
+      o.name = "fixed";
+      o.rank = r;
+      o.size = 2;
+      o.timeout_s = 20;
+      auto comm = ConnectGroup(o);
+      ASSERT_TRUE(comm.ok()) << comm.status();
+      torch::Tensor t = torch::full({2}, 1.0f + r);
+      ASSERT_TRUE((*comm)->AllReduceSum(t)->Wait().ok());
+      EXPECT_TRUE(t.equal(torch::full({2}, 3.0f)));
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_FALSE(StoreServer::Start("127.0.0.1", 70000).ok());
+}
+
+TEST(StoreServerTest, RanksBindTheInterfaceGlooSocketIfnameNames) {
+  setenv("GLOO_SOCKET_IFNAME", "lo", 1);
+  RunRanks(2, [](Communicator& c) {
+    torch::Tensor t = torch::full({1}, static_cast<float>(c.rank()));
+    ASSERT_TRUE(c.Broadcast(t, 1)->Wait().ok());
+    EXPECT_EQ(t.item<float>(), 1.0f);
+  });
+  unsetenv("GLOO_SOCKET_IFNAME");
 }
 
 }  // namespace

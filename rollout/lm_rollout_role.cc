@@ -141,8 +141,9 @@ std::vector<Destination> ParameterDestinations(torch::nn::Module& model, float* 
   return out;
 }
 
-absl::StatusOr<BucketSource*> LmRolloutRole::SourceFor(const proto::WeightsReady& w,
+absl::StatusOr<BucketSource*> LmRolloutRole::SourceFor(const proto::LoadWeights& load,
                                                        const std::vector<TensorFrame>& tensors) {
+  const proto::WeightsReady& w = load.weights();
   const std::string& where = w.location();
   const double timeout = config_->weights.timeout_s;
   if (where == "inline") {
@@ -163,13 +164,20 @@ absl::StatusOr<BucketSource*> LmRolloutRole::SourceFor(const proto::WeightsReady
     }
     return ring_.get();
   }
-  if (where == absl::StrCat("gloo:", kWeightGroup)) {
+  if (absl::StartsWith(where, "gloo:")) {
+    const std::string group = where.substr(5);
+    if (broadcast_ != nullptr && group != weight_group_name_) {  // the engines changed
+      broadcast_.reset();
+      weight_group_.reset();
+    }
     if (broadcast_ == nullptr) {
       dist::GroupOptions g;
       g.store_address = assignment_.store_address();
-      g.name = kWeightGroup;
-      g.rank = assignment_.rank() + 1;
-      g.size = static_cast<int>(config_->rollout.workers) + 1;
+      g.name = group;
+      g.rank = load.group_rank() > 0 ? load.group_rank() : assignment_.rank() + 1;
+      g.size = load.group_size() > 0 ? load.group_size()
+                                     : static_cast<int>(config_->rollout.workers) + 1;
+      weight_group_name_ = group;
       g.timeout_s = timeout;
       ASSIGN_OR_RETURN(weight_group_, dist::ConnectGroup(g));
       broadcast_ =
@@ -200,7 +208,7 @@ absl::StatusOr<WorkReply> LmRolloutRole::Load(const proto::LoadWeights& load,
         absl::StrCat(assignment_.actor_id(), ": weight version ", w.version(),
                      " is for another model layout (trainer and rollout configs differ)"));
   }
-  ASSIGN_OR_RETURN(BucketSource * source, SourceFor(w, tensors));
+  ASSIGN_OR_RETURN(BucketSource * source, SourceFor(load, tensors));
   ReadStats stats;
   if (!staged_.empty()) {
     // Whole and verified before the engine sees it: a failure leaves the previous version.

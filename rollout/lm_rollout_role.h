@@ -39,8 +39,9 @@ class LmRolloutRole final : public Role {
   absl::StatusOr<WorkReply> Load(const proto::LoadWeights& load,
                                  const std::vector<TensorFrame>& tensors);
 
-  // Where version w's buckets come from (the ring or group is opened on first use).
-  absl::StatusOr<BucketSource*> SourceFor(const proto::WeightsReady& w,
+  // Where the version `load` names comes from (the ring is opened on first use; a gloo group
+  // on first use and whenever the load names another one).
+  absl::StatusOr<BucketSource*> SourceFor(const proto::LoadWeights& load,
                                           const std::vector<TensorFrame>& tensors);
   // Reads w into the parameters (or the staged copy) the manifest names.
   absl::StatusOr<ReadStats> ReadInto(const proto::WeightsReady& w, BucketSource& source,
@@ -54,6 +55,7 @@ class LmRolloutRole final : public Role {
   std::vector<float> staged_;  // weights.apply: staged only
   std::unique_ptr<ShmRingSource> ring_;
   std::unique_ptr<dist::Communicator> weight_group_;
+  std::string weight_group_name_;
   std::unique_ptr<GlooBroadcastSource> broadcast_;
   std::unique_ptr<MemorySource> inline_;
   std::vector<uint64_t> inline_sums_;

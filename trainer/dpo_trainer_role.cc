@@ -33,7 +33,7 @@ absl::StatusOr<WorkReply> DpoTrainerRole::Handle(const proto::WorkRequest& reque
   return CallCatching([&]() -> absl::StatusOr<WorkReply> {
     if (request.task_case() == proto::WorkRequest::kDpoTrain) return Train(tensors);
     if (request.task_case() == proto::WorkRequest::kPublishWeights) {
-      return state_->Stream(request.publish_weights().readers());
+      return state_->Stream(request.publish_weights().readers(), request.publish_weights().group());
     }
     return absl::InvalidArgumentError("the dpo trainer takes dpo_train and publish_weights work");
   });

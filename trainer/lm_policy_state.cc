@@ -248,15 +248,21 @@ absl::StatusOr<WorkReply> LmPolicyState::Announce() {
   return reply;
 }
 
-absl::StatusOr<BucketSink*> LmPolicyState::Sink(int readers) {
+absl::StatusOr<BucketSink*> LmPolicyState::Sink(int readers, const std::string& group) {
   if (ring_ != nullptr) {
     ring_->set_readers(readers);
     return ring_.get();
   }
+  const std::string name = group.empty() ? kWeightGroup : group;
+  if (broadcast_ != nullptr && name != weight_group_name_) {  // the engines changed
+    broadcast_.reset();                                       // drains its broadcasts first
+    weight_group_.reset();
+  }
   if (broadcast_ == nullptr) {
     dist::GroupOptions g;
     g.store_address = store_address_;
-    g.name = kWeightGroup;
+    g.name = name;
+    weight_group_name_ = name;
     g.rank = 0;
     g.size = readers + 1;
     g.timeout_s = config_.weights.timeout_s;
@@ -266,12 +272,12 @@ absl::StatusOr<BucketSink*> LmPolicyState::Sink(int readers) {
   if (weight_group_->size() != readers + 1) {
     return absl::FailedPreconditionError(
         absl::StrCat("the weight group formed with ", weight_group_->size() - 1, " engines; ",
-                     readers, " asked to load now (a gloo weight group does not change members)"));
+                     readers, " asked to load now in the same group '", name, "'"));
   }
   return broadcast_.get();
 }
 
-absl::StatusOr<WorkReply> LmPolicyState::Stream(int readers) {
+absl::StatusOr<WorkReply> LmPolicyState::Stream(int readers, const std::string& group) {
   if (location_ == "inline") {
     return absl::FailedPreconditionError(
         "publish_weights on the inline path (weights.transport: zmq): the step's reply carries "
@@ -281,7 +287,7 @@ absl::StatusOr<WorkReply> LmPolicyState::Stream(int readers) {
   const bool leader = comm_->rank() == 0;
   std::optional<BucketWriter> writer;
   if (leader) {
-    ASSIGN_OR_RETURN(BucketSink * sink, Sink(readers));
+    ASSIGN_OR_RETURN(BucketSink * sink, Sink(readers, group));
     writer.emplace(manifest_, *sink, version_);
   }
   RETURN_IF_ERROR(GatherInto(leader ? &*writer : nullptr));

@@ -94,8 +94,9 @@ class LmPolicyState {
   absl::StatusOr<WorkReply> Announce();
   // PublishWeights: the current version to `readers` engines loading it now. Every rank
   // gathers unit by unit; rank 0 streams. Rank 0's reply: the WeightsReady with every bucket's
-  // checksum; metrics publish_s, weight_stream_bytes.
-  absl::StatusOr<WorkReply> Stream(int readers);
+  // checksum; metrics publish_s, weight_stream_bytes. `group`: the gloo group the readers
+  // meet in (PublishWeights.group).
+  absl::StatusOr<WorkReply> Stream(int readers, const std::string& group = "");
   int64_t weight_bytes() const { return static_cast<int64_t>(manifest_.total_bytes()); }
   // LmSave: the current policy as a Hugging Face checkpoint in `dir` (model.dtype) with
   // model.path's tokenizer and chat template. Every rank gathers unit by unit; rank 0 writes.
@@ -117,13 +118,15 @@ class LmPolicyState {
   // Gathers every unit and appends its tensors to `writer` (rank 0; null elsewhere). The
   // first failure of the writer is returned after the gather: the ranks stay in step.
   absl::Status GatherInto(BucketWriter* writer);
-  absl::StatusOr<BucketSink*> Sink(int readers);  // rank 0's, made on first use
+  // Rank 0's, made on first use and again for each new gloo `group` ("": kWeightGroup).
+  absl::StatusOr<BucketSink*> Sink(int readers, const std::string& group);
 
   std::string location_;  // "shm-ring:/...", "gloo:weights" or "inline"
   std::string store_address_;
   proto::WeightManifest manifest_;
   std::unique_ptr<ShmRingSink> ring_;
   std::unique_ptr<dist::Communicator> weight_group_;  // rank 0 of the weight group (gloo)
+  std::string weight_group_name_;
   std::unique_ptr<GlooBroadcastSink> broadcast_;
   uint64_t layout_hash_ = 0;
   int64_t version_ = 0;

@@ -54,7 +54,7 @@ absl::StatusOr<WorkReply> LmRlTrainerRole::Handle(const proto::WorkRequest& requ
       return Train(request.grpo_train(), tensors);
     }
     if (request.task_case() == proto::WorkRequest::kPublishWeights) {
-      return state_->Stream(request.publish_weights().readers());
+      return state_->Stream(request.publish_weights().readers(), request.publish_weights().group());
     }
     if (request.task_case() == proto::WorkRequest::kLmSave) {
       return state_->Save(request.lm_save().dir());
