@@ -5,6 +5,7 @@
 //   rlforge controller JOB.yaml [key=value]   run the controller; every actor joins by hand
 //   rlforge validate JOB.yaml [key=value ...] check a job file without running it
 //   rlforge slurm JOB.yaml [key=value] [--dry-run]  submit the job to Slurm (sbatch)
+//   rlforge k8s JOB.yaml [key=value] --image IMG    the job's Kubernetes manifests
 //   rlforge actor --role R --connect ADDR     join a running job as one actor
 //   rlforge generate --model DIR [...]        sample from a checkpoint (rlforge-lm)
 //   rlforge eval --model DIR --data FILE [...] evaluate a checkpoint (rlforge-lm)
@@ -27,6 +28,7 @@
 #include <sstream>
 
 #include "CLI/CLI.hpp"
+#include "cli/k8s_command.h"
 #include "cli/signals.h"
 #include "cli/slurm_command.h"
 #include "common/logging.h"
@@ -251,6 +253,20 @@ int main(int argc, char** argv) {
   slurm->add_option("overrides", overrides, "Dotted overrides");
   slurm->add_flag("--dry-run", slurm_dry_run, "Print the sbatch script instead of submitting it");
 
+  rlforge::K8sCommandOptions k8s_options;
+  auto* k8s = app.add_subcommand(
+      "k8s", "Write the job's Kubernetes manifests (docs/multi_host.md#kubernetes)");
+  k8s->add_option("job", job_path, "Job file (YAML)")->required();
+  k8s->add_option("overrides", overrides, "Dotted overrides");
+  k8s->add_option("--image", k8s_options.manifests.image, "Container image with rlforge")
+      ->required();
+  k8s->add_option("--namespace", k8s_options.manifests.namespace_, "Kubernetes namespace");
+  k8s->add_option("--run-claim", k8s_options.manifests.run_claim,
+                  "PersistentVolumeClaim for the run directory (default: an emptyDir, lost with "
+                  "the controller's pod)");
+  k8s->add_option("--out", k8s_options.out,
+                  "Write the manifests here, 0600 (they hold the job's keys); default: stdout");
+
   // Listed for --help; `actor` itself is handed to rlforge-actor before parsing.
   app.add_subcommand("actor", "Join a running job as one actor (--role R --connect ADDR ...)")
       ->allow_extras();
@@ -310,6 +326,7 @@ int main(int argc, char** argv) {
   if (*ctl) return CmdRun(job_path, overrides, true);
   if (*validate) return CmdValidate(job_path, overrides);
   if (*slurm) return rlforge::RunSlurmCommand(job_path, overrides, slurm_dry_run);
+  if (*k8s) return rlforge::RunK8sCommand(job_path, overrides, k8s_options);
   if (*docs) return CmdConfigDocs(write_path);
   if (*stat) return CmdStatus(status_target, status_token);
   if (*simsrv) return CmdSimServer(sim_env, sim_num_envs, sim_max_steps, sim_bind, sim_spin_us);

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/host_address.h"
 #include "config/control_config.h"
 #include "config/dashboard_config.h"
 #include "config/engine_config.h"
@@ -124,6 +125,10 @@ std::shared_ptr<const Schema> ControllerSection() {
            "with per-job keys in runs/NAME/keys/ (actors need actor.key: --keys or RLFORGE_KEYS); "
            "none: plaintext, even off loopback (logged as a warning: anyone who reaches the "
            "port can join the job).");
+  b.String("keys", &ControllerOptions::keys,
+           "A folder holding controller.key and actor.key to use instead of making new keys in "
+           "runs/NAME/keys/ (e.g. the Kubernetes Secret `rlforge k8s` writes, mounted). Only "
+           "with CURVE on (controller.security).");
   b.Int("heartbeat_interval_ms", &ControllerOptions::heartbeat_interval_ms,
         "How often every actor sends a heartbeat.")
       .Min(10)
@@ -160,7 +165,8 @@ std::shared_ptr<const Schema> RolePlacementSection(const std::string& role, bool
       .Min(0);
   b.Int("gpus", &RolePlacementOptions::gpus,
         "GPUs per actor: its step gets `srun --gpus-per-task`, and Slurm sets "
-        "CUDA_VISIBLE_DEVICES.")
+        "CUDA_VISIBLE_DEVICES; under launch.backend kubernetes, its pod's nvidia.com/gpu "
+        "request (`rlforge k8s`).")
       .Min(0)
       .Max(64);
   b.Check([](const RolePlacementOptions& p, config::CheckContext& ctx) {
@@ -226,15 +232,24 @@ std::shared_ptr<const Schema> LaunchSection() {
   return b.Build();
 }
 
-bool IsLoopback(const std::string& host) {
-  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
-}
-
 // Keys that only the Slurm backend reads, and settings that cannot work across its nodes.
 void CheckLaunchBackend(const JobConfig& c, config::CheckContext& ctx) {
   const PlacementOptions& p = c.launch.placement;
   const std::pair<const char*, const RolePlacementOptions*> roles[] = {
       {"trainer", &p.trainer}, {"rollout", &p.rollout}, {"reward", &p.reward}};
+  if (EveryRoleJoins(c.launch)) {  // `rlforge k8s` turns gpus into the pods' GPU requests
+    const char* why =
+        "launch.backend kubernetes leaves node choice to the Kubernetes scheduler (of the "
+        "placement keys only gpus applies there: each pod's nvidia.com/gpu request)";
+    if (c.launch.nodes != 0) ctx.Error("launch.nodes", why);
+    for (const auto& [role, rp] : roles) {
+      if (!rp->nodes.empty()) ctx.Error(absl::StrCat("launch.placement.", role, ".nodes"), why);
+      if (rp->per_node != 0) {
+        ctx.Error(absl::StrCat("launch.placement.", role, ".per_node"), why);
+      }
+    }
+    return;
+  }
   if (!UnderSlurm(c.launch)) {
     const char* why =
         "only launch.backend slurm places actors on nodes (local runs every actor on this "
@@ -256,7 +271,7 @@ void CheckLaunchBackend(const JobConfig& c, config::CheckContext& ctx) {
                              "places them"));
     }
   }
-  if (IsLoopback(c.controller.host) && c.controller.host != "127.0.0.1") {
+  if (IsLoopbackHost(c.controller.host) && c.controller.host != "127.0.0.1") {
     ctx.Error("controller.host",
               absl::StrCat("launch.backend slurm starts actors on other nodes, which cannot "
                            "reach loopback address ",
@@ -420,6 +435,12 @@ std::shared_ptr<const Schema> BuildJobSchema() {
   AddDashboardSection(b);
   AddLmSections(b);
   b.Check([](const JobConfig& c, config::CheckContext& ctx) {
+    if (!c.controller.keys.empty() && !UsesCurve(c.controller)) {
+      ctx.Error("controller.keys",
+                "keys are for CURVE, which this job does not use (controller.security " +
+                    c.controller.security + " with controller.host " + c.controller.host +
+                    "); leave it out, or set controller.security: curve");
+    }
     CheckAlgorithmSections(c, ctx);
     CheckLaunchBackend(c, ctx);
     if (c.job.algorithm != nullptr && c.checkpoint.every > 0) {
@@ -467,6 +488,12 @@ std::shared_ptr<const Schema> BuildJobSchema() {
 }
 
 }  // namespace
+
+bool UsesCurve(const ControllerOptions& controller) {
+  if (controller.security == "curve") return true;
+  if (controller.security == "none") return false;
+  return !IsLoopbackHost(controller.host);
+}
 
 const config::Schema& JobSchema() {
   static const std::shared_ptr<const Schema> schema = BuildJobSchema();

@@ -39,6 +39,9 @@ struct ControllerOptions {
   // auto: CURVE exactly when `host` is not loopback; curve; none (plaintext, a loud warning
   // off loopback). Resolved at job start (controller/job_keys.h).
   std::string security = "auto";
+  // A folder with controller.key and actor.key to use instead of new keys in runs/NAME/keys/
+  // (Kubernetes: the mounted Secret that `rlforge k8s` writes).
+  std::string keys;
   // 2.5 s of silence declares an actor dead: within 3 s of the fault (docs/fault_tolerance.md).
   int64_t heartbeat_interval_ms = 500;
   int64_t heartbeat_misses = 5;
@@ -144,6 +147,9 @@ std::string LmWeightTransport(const JobConfig& c);
 // launch.backend kubernetes: the controller starts no actor; every role, trainer ranks
 // included, joins by address (`rlforge actor --role R --rank K --connect ADDR`).
 inline bool EveryRoleJoins(const LaunchOptions& l) { return l.backend == "kubernetes"; }
+
+// True when the job's control plane uses CURVE (controller.security, controller.host).
+bool UsesCurve(const ControllerOptions& controller);
 
 // The schema of JobConfig (built once).
 const config::Schema& JobSchema();

@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "controller/dpo_algorithm.h"
 #include "controller/echo_algorithm.h"
+#include "controller/lm_loop.h"
 #include "controller/lm_rl_algorithm.h"
 #include "controller/ppo_algorithm.h"
 #include "controller/sft_algorithm.h"
@@ -28,6 +29,21 @@ absl::StatusOr<std::unique_ptr<Algorithm>> CreateAlgorithm(const JobConfig& conf
   }
   return absl::InternalError(
       absl::StrCat("job.algorithm ", config.job.algorithm->name, " has an unknown family"));
+}
+
+std::vector<RoleRequirement> AlgorithmRoles(const JobConfig& config) {
+  switch (config.job.algorithm->family) {
+    case AlgorithmFamily::kEcho:
+      return EchoAlgorithm(config).Roles();
+    case AlgorithmFamily::kControlPpo:
+      return PpoAlgorithm(config).Roles();
+    case AlgorithmFamily::kSft:
+      return SftAlgorithm(config).Roles();
+    case AlgorithmFamily::kLmRl:
+    case AlgorithmFamily::kDpo:
+      return LmRoles(config);
+  }
+  return {};
 }
 
 absl::StatusOr<std::string> LeadTrainer(const Controller& controller) {

@@ -67,6 +67,9 @@ class Algorithm {
 
 // The loop of config.job.algorithm's family (config/algorithm_registry.h).
 absl::StatusOr<std::unique_ptr<Algorithm>> CreateAlgorithm(const JobConfig& config);
+// The roles `config`'s algorithm needs, without the checks CreateAlgorithm makes of this host
+// (its starting checkpoint): what a job run elsewhere (Kubernetes) will expect.
+std::vector<RoleRequirement> AlgorithmRoles(const JobConfig& config);
 
 // The id of trainer rank 0, for a loop whose trainer has one rank (control ppo). A loop whose
 // trainer shards over trainer.ranks sends every request to all of them (TrainerGroup).

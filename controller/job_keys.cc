@@ -8,12 +8,6 @@
 
 namespace rlforge {
 
-bool UsesCurve(const ControllerOptions& controller) {
-  if (controller.security == "curve") return true;
-  if (controller.security == "none") return false;
-  return !IsLoopbackHost(controller.host);
-}
-
 absl::StatusOr<JobSecurity> PrepareJobSecurity(const ControllerOptions& controller,
                                                const std::string& run_dir) {
   JobSecurity out;
@@ -30,13 +24,23 @@ absl::StatusOr<JobSecurity> PrepareJobSecurity(const ControllerOptions& controll
   std::error_code ec;
   const std::string dir = std::filesystem::absolute(run_dir, ec).string();
   if (ec) return absl::InternalError(absl::StrCat(run_dir, ": ", ec.message()));
-  // A resumed run keeps the keys its actors already hold.
-  if (!std::filesystem::exists(JobKeyPath(dir, kControllerKeyFile))) {
+  // Keys given (controller.keys: a mounted Kubernetes Secret) or the run's own, made once: a
+  // resumed run keeps the keys its actors already hold.
+  std::string keys = controller.keys.empty()
+                         ? absl::StrCat(dir, "/", kKeysDir)
+                         : std::filesystem::absolute(controller.keys, ec).string();
+  if (controller.keys.empty() && !std::filesystem::exists(JobKeyPath(dir, kControllerKeyFile))) {
     RETURN_IF_ERROR(WriteJobKeys(dir));
-    spdlog::info("made this job's CURVE keys in {}/{}", dir, kKeysDir);
+    spdlog::info("made this job's CURVE keys in {}", keys);
   }
-  ASSIGN_OR_RETURN(out.controller_keys, LoadControllerKeys(JobKeyPath(dir, kControllerKeyFile)));
-  out.actor_key_path = JobKeyPath(dir, kActorKeyFile);
+  absl::StatusOr<CurveKeys> loaded =
+      LoadControllerKeys(absl::StrCat(keys, "/", kControllerKeyFile));
+  if (!loaded.ok()) {
+    return Annotate(loaded.status(),
+                    controller.keys.empty() ? "the run's keys" : "controller.keys");
+  }
+  out.controller_keys = *std::move(loaded);
+  out.actor_key_path = absl::StrCat(keys, "/", kActorKeyFile);
   // Children and hand-started actors read it; check it now rather than in each of them.
   RETURN_IF_ERROR(LoadActorKeys(out.actor_key_path).status());
   spdlog::info("control plane: CURVE (controller.security {}); actors need {}", controller.security,

@@ -20,9 +20,6 @@ struct JobSecurity {
   std::string actor_key_path;                // absolute path of actor.key; empty without CURVE
 };
 
-// True when the job's control plane uses CURVE.
-bool UsesCurve(const ControllerOptions& controller);
-
 // Makes the run's keys (or reuses those a resumed run already has) when CURVE is on; warns
 // loudly when the job binds beyond loopback in plaintext.
 absl::StatusOr<JobSecurity> PrepareJobSecurity(const ControllerOptions& controller,

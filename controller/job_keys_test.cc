@@ -66,6 +66,27 @@ TEST(JobKeysTest, LeakedKeyFileStopsTheJob) {
       << s.status();
 }
 
+// controller.keys (a mounted Kubernetes Secret): those keys, and no keys folder in the run.
+TEST(JobKeysTest, GivenKeysAreUsedInsteadOfNewOnes) {
+  std::string made = FreshRunDir("given_source");
+  ASSERT_TRUE(WriteJobKeys(made).ok());
+  auto expected = LoadControllerKeys(made + "/keys/controller.key");
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  ControllerOptions c = Controller("0.0.0.0", "auto");
+  c.keys = made + "/keys";
+  std::string run = FreshRunDir("given");
+  auto s = PrepareJobSecurity(c, run);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->controller_keys->controller_secret, expected->controller_secret);
+  EXPECT_EQ(s->actor_key_path, fs::absolute(made).string() + "/keys/actor.key");
+  EXPECT_FALSE(fs::exists(run + "/keys"));
+  c.keys = run + "/nowhere";
+  auto missing = PrepareJobSecurity(c, run);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("controller.keys"), absl::string_view::npos)
+      << missing.status();
+}
+
 TEST(JobKeysTest, ExternalSimServersOffLoopbackAreNamedAsPlaintext) {
   JobConfig c;
   c.sim.addresses = {"tcp://127.0.0.1:5555", "ipc:///tmp/x.sock", "tcp://10.0.0.7:5555",

@@ -300,10 +300,7 @@ absl::Status StartTrainerStore(Controller& controller, const RunDirectory& dir,
 // Several trainer ranks meet at the store; so do trainer rank 0 and the engines of a language
 // model job whose weights travel by gloo broadcast.
 bool NeedsStore(const Controller& controller, const JobConfig& config) {
-  if (controller.actors().CountOfRole(kTrainerRole) > 1) return true;
-  const AlgorithmFamily f = config.job.algorithm->family;
-  return (f == AlgorithmFamily::kLmRl || f == AlgorithmFamily::kDpo) &&
-         LmWeightTransport(config) == "gloo";
+  return NeedsTrainerStore(config, controller.actors().CountOfRole(kTrainerRole));
 }
 
 // `rlforge run --resume`: the newest complete checkpoint of `dir` into *out (none: the job
@@ -581,6 +578,13 @@ int RunAttempt(const JobConfig& config, const RunOptions& options, Attempt* atte
     }
   }
   return code;
+}
+
+bool NeedsTrainerStore(const JobConfig& config, int trainer_ranks) {
+  if (trainer_ranks > 1) return true;
+  const AlgorithmFamily f = config.job.algorithm->family;
+  return (f == AlgorithmFamily::kLmRl || f == AlgorithmFamily::kDpo) &&
+         LmWeightTransport(config) == "gloo";
 }
 
 int RunJob(const JobConfig& config, const RunOptions& options) {

@@ -25,6 +25,10 @@ struct RunOptions {
   std::string resume_dir;
 };
 
+// Whether the job starts rlforge-store: several trainer ranks meet there, and so do trainer
+// rank 0 and the engines of a language-model job whose weights travel by gloo broadcast.
+bool NeedsTrainerStore(const JobConfig& config, int trainer_ranks);
+
 // Exit codes: 0 finished, 1 failed, 128+N stopped by signal N.
 int RunJob(const JobConfig& config, const RunOptions& options);
 
