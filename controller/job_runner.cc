@@ -337,6 +337,128 @@ int ExitCodeFor(const absl::Status& s, const std::atomic<int>* stop) {
 
 }  // namespace
 
+namespace {
+
+Controller::Options ControllerOptionsFor(const JobConfig& config, const RunDirectory& dir,
+                                         const std::string& actor_keys_path,
+                                         const std::string& endpoint) {
+  Controller::Options co;
+  co.job_id = NewJobId(dir.name());
+  co.config_yaml = ResolvedYaml(config);
+  co.run_dir = dir.path();
+  co.actor_keys_path = actor_keys_path;
+  co.heartbeat_interval_ms = config.controller.heartbeat_interval_ms;
+  co.heartbeat_misses = config.controller.heartbeat_misses;
+  co.register_timeout_s = config.controller.register_timeout_s;
+  co.request_timeout_s = config.controller.request_timeout_s;
+  co.shutdown_grace_s = config.controller.shutdown_grace_s;
+  co.collective_timeout_s = config.trainer.collective_timeout_s;
+  co.join_address = JoinAddress(endpoint, config.controller);
+  co.max_restarts = config.launch.max_restarts;
+  co.restart_backoff_s = config.launch.restart_backoff_s;
+  return co;
+}
+
+// events.jsonl: every failure, restart and rejoin of a worker, with its wall-clock time.
+void RecordFault(const FaultEvent& e, MetricsLog* events) {
+  nlohmann::json j{{"time", dashboard::WallTimeSeconds()},
+                   {"event", e.kind},
+                   {"actor", e.actor_id},
+                   {"detail", e.detail}};
+  if (e.kind == "lost") {
+    j["works_given_back"] = e.works_given_back;
+    j["silent_s"] = e.silent_s;
+  }
+  if (e.kind == "rejoined") j["down_s"] = e.down_s;
+  absl::Status s = events->Append(j);
+  if (!s.ok()) spdlog::warn("events.jsonl: {}", Msg(s));
+}
+
+// The dashboard server when dashboard.enabled (null otherwise).
+absl::StatusOr<std::unique_ptr<dashboard::DashboardServer>> StartDashboard(
+    const DashboardOptions& d, const std::string& token, dashboard::RunState* state) {
+  if (!d.enabled) return nullptr;
+  dashboard::ServerOptions so;
+  so.host = d.host;
+  so.port = static_cast<int>(d.port);
+  so.token = token;
+  ASSIGN_OR_RETURN(auto server, dashboard::DashboardServer::Start(so, state));
+  spdlog::info("dashboard at {}{}", server->url(),
+               token.empty() ? "" : " (needs the token: add ?token=TOKEN)");
+  return server;
+}
+
+// TensorBoard is a convenience copy of metrics.jsonl: without it the run goes on.
+std::unique_ptr<dashboard::EventFileWriter> OpenTensorBoard(const JobConfig& config,
+                                                            const RunDirectory& dir) {
+  if (!config.dashboard.tensorboard) return nullptr;
+  auto tb =
+      dashboard::EventFileWriter::Create(dir.path(), dashboard::WallTimeSeconds(), LocalHostName());
+  if (tb.ok()) return std::move(*tb);
+  spdlog::warn("no TensorBoard events: {}", Msg(tb.status()));
+  return nullptr;
+}
+
+// The log's last word on the run and status.json's state.
+void ReportOutcome(const absl::Status& status, int code, const std::string& run_dir,
+                   const DropStats& drops, const StatusWriter& status_file) {
+  if (status.ok()) {
+    spdlog::info("job finished; results in {}", run_dir);
+    status_file.Write("finished", "");
+  } else if (code > 128) {
+    spdlog::warn("job stopped: {}; results so far in {}", Msg(status), run_dir);
+    status_file.Write("interrupted", std::string(status.message()));
+  } else {
+    spdlog::error("job failed: {}", Msg(status));
+    spdlog::error("run directory: {}", run_dir);
+    status_file.Write("failed", std::string(status.message()));
+  }
+  if (drops.total() > 0) {
+    spdlog::warn("the controller dropped {} bad message(s) during the run", drops.total());
+  }
+  if (drops.unauthenticated > 0) {
+    spdlog::warn("the controller refused {} connection(s) without this job's CURVE key",
+                 drops.unauthenticated);
+  }
+}
+
+// dashboard.linger_s: the dashboard stays up after the run, until then or a signal.
+void Linger(const dashboard::DashboardServer& server, double linger_s,
+            const std::atomic<int>* stop) {
+  if (linger_s <= 0) return;
+  spdlog::info("dashboard stays up for {} s at {} (dashboard.linger_s; Ctrl-C ends it)", linger_s,
+               server.url());
+  const int64_t until = RealClock::Get()->NowMicros() + static_cast<int64_t>(linger_s * 1e6);
+  while (RealClock::Get()->NowMicros() < until && (stop == nullptr || stop->load() == 0)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+// How the controller starts one of its actors (before placement).
+ProcessSpec LaunchedActorSpec(const ActorInfo& a, const std::string& self_exe,
+                              const std::string& log_level, const std::string& connect,
+                              const std::string& log_path, const std::string& actor_key_path) {
+  ProcessSpec spec;
+  spec.name = a.id;
+  // rlforge-actor directly: `rlforge actor` would only exec it.
+  spec.argv = {ActorExecutable(self_exe),
+               "--role",
+               a.role,
+               "--rank",
+               std::to_string(a.rank),
+               "--connect",
+               connect,
+               "--log-level",
+               log_level};
+  spec.log_path = log_path;
+  // libgomp reads this before main(): idle OpenMP threads must not spin
+  // against OpenBLAS's own threads (measured: 40% of a 2-core machine).
+  if (std::getenv("OMP_WAIT_POLICY") == nullptr) spec.env["OMP_WAIT_POLICY"] = "PASSIVE";
+  // Empty without CURVE: a RLFORGE_KEYS of the caller must not reach a plaintext job.
+  spec.env[kKeysEnv] = actor_key_path;
+  return spec;
+}
+
 // What a restart of a failed attempt needs to know.
 struct Attempt {
   std::string run_dir;      // "" when the run directory could not be made
@@ -396,20 +518,8 @@ int RunAttempt(const JobConfig& config, const RunOptions& options, Attempt* atte
   }
   spdlog::info("controller listening on {}", (*transport)->endpoint());
 
-  Controller::Options co;
-  co.job_id = NewJobId(dir->name());
-  co.config_yaml = ResolvedYaml(config);
-  co.run_dir = dir->path();
-  co.actor_keys_path = security->actor_key_path;
-  co.heartbeat_interval_ms = config.controller.heartbeat_interval_ms;
-  co.heartbeat_misses = config.controller.heartbeat_misses;
-  co.register_timeout_s = config.controller.register_timeout_s;
-  co.request_timeout_s = config.controller.request_timeout_s;
-  co.shutdown_grace_s = config.controller.shutdown_grace_s;
-  co.collective_timeout_s = config.trainer.collective_timeout_s;
-  co.join_address = JoinAddress((*transport)->endpoint(), config.controller);
-  co.max_restarts = config.launch.max_restarts;
-  co.restart_backoff_s = config.launch.restart_backoff_s;
+  const Controller::Options co =
+      ControllerOptionsFor(config, *dir, security->actor_key_path, (*transport)->endpoint());
   ActorLaunch launch;
   if (absl::Status s = SetUpLaunch(config, (*algorithm)->Roles(), &launch); !s.ok()) {
     spdlog::error("{}", Msg(s));
@@ -433,19 +543,7 @@ int RunAttempt(const JobConfig& config, const RunOptions& options, Attempt* atte
     status_file.Write("failed", std::string(events.status().message()));
     return 1;
   }
-  controller.set_fault_sink([&](const FaultEvent& e) {
-    nlohmann::json j{{"time", dashboard::WallTimeSeconds()},
-                     {"event", e.kind},
-                     {"actor", e.actor_id},
-                     {"detail", e.detail}};
-    if (e.kind == "lost") {
-      j["works_given_back"] = e.works_given_back;
-      j["silent_s"] = e.silent_s;
-    }
-    if (e.kind == "rejoined") j["down_s"] = e.down_s;
-    absl::Status s = events->Append(j);
-    if (!s.ok()) spdlog::warn("events.jsonl: {}", Msg(s));
-  });
+  controller.set_fault_sink([&](const FaultEvent& e) { RecordFault(e, &*events); });
 
   // The dashboard reads a copy of the run that the loop refreshes (at most every 200 ms).
   dashboard::RunState run_state(RealClock::Get(), static_cast<size_t>(config.dashboard.max_points),
@@ -476,33 +574,14 @@ int RunAttempt(const JobConfig& config, const RunOptions& options, Attempt* atte
     last_publish_us = now;
     PublishActors(controller, actor_metrics, &run_state);
   });
-  std::unique_ptr<dashboard::DashboardServer> server;
-  if (config.dashboard.enabled) {
-    dashboard::ServerOptions so;
-    so.host = config.dashboard.host;
-    so.port = static_cast<int>(config.dashboard.port);
-    so.token = *token;
-    auto started = dashboard::DashboardServer::Start(so, &run_state);
-    if (!started.ok()) {
-      spdlog::error("{}", Msg(started.status()));
-      status_file.Write("failed", std::string(started.status().message()));
-      return 1;
-    }
-    server = std::move(*started);
-    status_file.set_dashboard_url(server->url());
-    spdlog::info("dashboard at {}{}", server->url(),
-                 token->empty() ? "" : " (needs the token: add ?token=TOKEN)");
+  auto server = StartDashboard(config.dashboard, *token, &run_state);
+  if (!server.ok()) {
+    spdlog::error("{}", Msg(server.status()));
+    status_file.Write("failed", std::string(server.status().message()));
+    return 1;
   }
-  std::unique_ptr<dashboard::EventFileWriter> tensorboard;
-  if (config.dashboard.tensorboard) {
-    auto tb = dashboard::EventFileWriter::Create(dir->path(), dashboard::WallTimeSeconds(),
-                                                 LocalHostName());
-    if (tb.ok()) {
-      tensorboard = std::move(*tb);
-    } else {
-      spdlog::warn("no TensorBoard events: {}", Msg(tb.status()));
-    }
-  }
+  if (*server != nullptr) status_file.set_dashboard_url((*server)->url());
+  std::unique_ptr<dashboard::EventFileWriter> tensorboard = OpenTensorBoard(config, *dir);
 
   status_file.Write("starting", "");
   std::string connect = ActorConnectAddress((*transport)->endpoint(), config);
@@ -510,24 +589,8 @@ int RunAttempt(const JobConfig& config, const RunOptions& options, Attempt* atte
                             ? StartTrainerStore(controller, *dir, options, config.controller)
                             : absl::OkStatus();
   auto actor_spec = [&](const ActorInfo& a) {
-    ProcessSpec spec;
-    spec.name = a.id;
-    // rlforge-actor directly: `rlforge actor` would only exec it.
-    spec.argv = {ActorExecutable(options.self_exe),
-                 "--role",
-                 a.role,
-                 "--rank",
-                 std::to_string(a.rank),
-                 "--connect",
-                 connect,
-                 "--log-level",
-                 config.job.log_level};
-    spec.log_path = dir->LogPath(a.id);
-    // libgomp reads this before main(): idle OpenMP threads must not spin
-    // against OpenBLAS's own threads (measured: 40% of a 2-core machine).
-    if (std::getenv("OMP_WAIT_POLICY") == nullptr) spec.env["OMP_WAIT_POLICY"] = "PASSIVE";
-    // Empty without CURVE: a RLFORGE_KEYS of the caller must not reach a plaintext job.
-    spec.env[kKeysEnv] = security->actor_key_path;
+    ProcessSpec spec = LaunchedActorSpec(a, options.self_exe, config.job.log_level, connect,
+                                         dir->LogPath(a.id), security->actor_key_path);
     launch.Place(spec);
     return spec;
   };
@@ -548,37 +611,12 @@ int RunAttempt(const JobConfig& config, const RunOptions& options, Attempt* atte
   PublishActors(controller, actor_metrics, &run_state);
   int code = ExitCodeFor(status, options.stop);
   attempt->actor_lost = controller.faults().fatal_losses > 0;
-  if (status.ok()) {
-    spdlog::info("job finished; results in {}", dir->path());
-    status_file.Write("finished", "");
-  } else if (code > 128) {
-    spdlog::warn("job stopped: {}; results so far in {}", Msg(status), dir->path());
-    status_file.Write("interrupted", std::string(status.message()));
-  } else {
-    spdlog::error("job failed: {}", Msg(status));
-    spdlog::error("run directory: {}", dir->path());
-    status_file.Write("failed", std::string(status.message()));
-  }
-  if (controller.drops().total() > 0) {
-    spdlog::warn("the controller dropped {} bad message(s) during the run",
-                 controller.drops().total());
-  }
-  if (controller.drops().unauthenticated > 0) {
-    spdlog::warn("the controller refused {} connection(s) without this job's CURVE key",
-                 controller.drops().unauthenticated);
-  }
-  if (server != nullptr && config.dashboard.linger_s > 0) {
-    spdlog::info("dashboard stays up for {} s at {} (dashboard.linger_s; Ctrl-C ends it)",
-                 config.dashboard.linger_s, server->url());
-    int64_t until =
-        RealClock::Get()->NowMicros() + static_cast<int64_t>(config.dashboard.linger_s * 1e6);
-    while (RealClock::Get()->NowMicros() < until &&
-           (options.stop == nullptr || options.stop->load() == 0)) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-  }
+  ReportOutcome(status, code, dir->path(), controller.drops(), status_file);
+  if (*server != nullptr) Linger(**server, config.dashboard.linger_s, options.stop);
   return code;
 }
+
+}  // namespace
 
 bool NeedsTrainerStore(const JobConfig& config, int trainer_ranks) {
   if (trainer_ranks > 1) return true;
