@@ -1,18 +1,15 @@
 #include "cli/k8s_command.h"
 
 #include <fcntl.h>
-#include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <random>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "cli/load_job.h"
 #include "common/status.h"
 #include "config/job_config.h"
 #include "controller/algorithm.h"
@@ -60,28 +57,6 @@ std::string RandomHex(int words) {
   return t;
 }
 
-std::string ReadText(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// New key files for the Secret, made in a private temporary folder and read back.
-absl::Status MakeKeyTexts(K8sJob* job) {
-  char tmpl[] = "/tmp/rlforge-k8s-keys-XXXXXX";
-  if (mkdtemp(tmpl) == nullptr) return absl::InternalError("cannot make a temporary folder");
-  const std::string dir = tmpl;
-  absl::Status s = WriteJobKeys(dir);
-  if (s.ok()) {
-    job->controller_key = ReadText(JobKeyPath(dir, kControllerKeyFile));
-    job->actor_key = ReadText(JobKeyPath(dir, kActorKeyFile));
-  }
-  std::error_code ec;
-  std::filesystem::remove_all(dir, ec);
-  return s;
-}
-
 absl::StatusOr<K8sJob> BuildK8sJob(const JobConfig& loaded, const K8sOptions& o) {
   K8sJob j;
   j.name = loaded.job.name;
@@ -104,7 +79,9 @@ absl::StatusOr<K8sJob> BuildK8sJob(const JobConfig& loaded, const K8sOptions& o)
   j.store_port = NeedsTrainerStore(again.config, trainer_ranks) ? c.controller.store_port : 0;
   j.dashboard_port = c.dashboard.enabled ? c.dashboard.port : 0;
   if (c.dashboard.enabled) j.dashboard_token = RandomHex(4);
-  RETURN_IF_ERROR(MakeKeyTexts(&j));
+  ASSIGN_OR_RETURN(JobKeyTexts keys, MakeJobKeyTexts());
+  j.controller_key = keys.controller;
+  j.actor_key = keys.actor;
   return j;
 }
 
@@ -127,13 +104,8 @@ int RunK8sCommand(const std::string& job_path, const std::vector<std::string>& o
                   const K8sCommandOptions& o) {
   std::vector<std::string> all = overrides;
   all.push_back("launch.backend=kubernetes");
-  LoadedJob loaded = LoadJobFile(job_path, all);
-  if (!loaded.ok()) {
-    std::fprintf(stderr, "%s", config::FormatErrors(loaded.errors).c_str());
-    std::fprintf(stderr, "%zu problem(s) in %s; see docs/config.md for every key.\n",
-                 loaded.errors.size(), job_path.c_str());
-    return 2;
-  }
+  LoadedJob loaded;
+  if (!LoadOrReport(job_path, all, &loaded)) return 2;
   absl::StatusOr<K8sJob> job = BuildK8sJob(loaded.config, o.manifests);
   absl::StatusOr<std::string> text =
       job.ok() ? K8sManifests(*job, o.manifests) : absl::StatusOr<std::string>(job.status());

@@ -29,6 +29,7 @@
 
 #include "CLI/CLI.hpp"
 #include "cli/k8s_command.h"
+#include "cli/load_job.h"
 #include "cli/signals.h"
 #include "cli/slurm_command.h"
 #include "common/logging.h"
@@ -45,16 +46,7 @@ namespace {
 std::atomic<int>& g_stop = rlforge::StopFlag();
 using rlforge::InstallSignalHandlers;
 
-// Loads and validates; prints every problem. Returns false on errors.
-bool LoadOrReport(const std::string& path, const std::vector<std::string>& overrides,
-                  rlforge::LoadedJob* out) {
-  *out = rlforge::LoadJobFile(path, overrides);
-  if (out->ok()) return true;
-  std::fprintf(stderr, "%s", rlforge::config::FormatErrors(out->errors).c_str());
-  std::fprintf(stderr, "%zu problem(s) in %s; see docs/config.md for every key.\n",
-               out->errors.size(), path.c_str());
-  return false;
-}
+using rlforge::LoadOrReport;
 
 // model.init_job: a job that produces model.path (e.g. the SFT stage of an RL job), run
 // first when model.path is not there yet. Returns 0 when model.path exists afterwards.

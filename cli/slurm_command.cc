@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "cli/load_job.h"
 #include "common/status.h"
 #include "config/job_config.h"
 #include "controller/actor_placement.h"
@@ -51,13 +52,8 @@ int RunSlurmCommand(const std::string& job_path, const std::vector<std::string>&
                     bool dry_run) {
   std::vector<std::string> all = overrides;
   all.push_back("launch.backend=slurm");
-  LoadedJob loaded = LoadJobFile(job_path, all);
-  if (!loaded.ok()) {
-    std::fprintf(stderr, "%s", config::FormatErrors(loaded.errors).c_str());
-    std::fprintf(stderr, "%zu problem(s) in %s; see docs/config.md for every key.\n",
-                 loaded.errors.size(), job_path.c_str());
-    return 2;
-  }
+  LoadedJob loaded;
+  if (!LoadOrReport(job_path, all, &loaded)) return 2;
   auto job = MakeBatchJob(loaded.config, job_path, overrides);
   if (!job.ok()) {
     std::fprintf(stderr, "error: %s: %s\n", job_path.c_str(), Msg(job.status()).c_str());

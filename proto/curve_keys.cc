@@ -139,6 +139,22 @@ std::string JobKeyPath(const std::string& run_dir, const std::string& file) {
   return absl::StrCat(run_dir, "/", kKeysDir, "/", file);
 }
 
+absl::StatusOr<JobKeyTexts> MakeJobKeyTexts() {
+  ASSIGN_OR_RETURN(KeyPair controller, NewKeyPair());
+  ASSIGN_OR_RETURN(KeyPair actor, NewKeyPair());
+  JobKeyTexts t;
+  t.controller =
+      KeyFileText("controller.key: the controller's server pair and the actors' public key",
+                  {{"controller_public", controller.public_key},
+                   {"controller_secret", controller.secret_key},
+                   {"actor_public", actor.public_key}});
+  t.actor = KeyFileText("actor.key: the controller's public key and the actors' pair",
+                        {{"controller_public", controller.public_key},
+                         {"actor_public", actor.public_key},
+                         {"actor_secret", actor.secret_key}});
+  return t;
+}
+
 absl::Status WriteJobKeys(const std::string& run_dir) {
   const std::string dir = absl::StrCat(run_dir, "/", kKeysDir);
   if (mkdir(dir.c_str(), 0700) != 0) {
@@ -148,20 +164,9 @@ absl::Status WriteJobKeys(const std::string& run_dir) {
   if (chmod(dir.c_str(), 0700) != 0) {  // whatever the umask left
     return absl::InternalError(absl::StrCat(dir, ": chmod: ", std::strerror(errno)));
   }
-  ASSIGN_OR_RETURN(KeyPair controller, NewKeyPair());
-  ASSIGN_OR_RETURN(KeyPair actor, NewKeyPair());
-  RETURN_IF_ERROR(WritePrivateFile(
-      JobKeyPath(run_dir, kControllerKeyFile),
-      KeyFileText("controller.key: the controller's server pair and the actors' public key",
-                  {{"controller_public", controller.public_key},
-                   {"controller_secret", controller.secret_key},
-                   {"actor_public", actor.public_key}})));
-  RETURN_IF_ERROR(
-      WritePrivateFile(JobKeyPath(run_dir, kActorKeyFile),
-                       KeyFileText("actor.key: the controller's public key and the actors' pair",
-                                   {{"controller_public", controller.public_key},
-                                    {"actor_public", actor.public_key},
-                                    {"actor_secret", actor.secret_key}})));
+  ASSIGN_OR_RETURN(JobKeyTexts keys, MakeJobKeyTexts());
+  RETURN_IF_ERROR(WritePrivateFile(JobKeyPath(run_dir, kControllerKeyFile), keys.controller));
+  RETURN_IF_ERROR(WritePrivateFile(JobKeyPath(run_dir, kActorKeyFile), keys.actor));
   return SyncParentDirectory(JobKeyPath(run_dir, kActorKeyFile));
 }
 

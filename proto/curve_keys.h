@@ -37,6 +37,13 @@ struct CurveKeys {
   std::string path;  // the file they came from (for messages)
 };
 
+// The texts of a new job's controller.key and actor.key (e.g. for a Kubernetes Secret).
+struct JobKeyTexts {
+  std::string controller;
+  std::string actor;
+};
+absl::StatusOr<JobKeyTexts> MakeJobKeyTexts();
+
 // Makes the job's two key pairs and writes <run_dir>/keys/ (0700) with controller.key and
 // actor.key (0600). Fails if the folder already exists (a resumed run reuses its keys).
 absl::Status WriteJobKeys(const std::string& run_dir);

@@ -1,0 +1,17 @@
+#include "cli/load_job.h"
+
+#include <cstdio>
+
+namespace rlforge {
+
+bool LoadOrReport(const std::string& path, const std::vector<std::string>& overrides,
+                  LoadedJob* out) {
+  *out = LoadJobFile(path, overrides);
+  if (out->ok()) return true;
+  std::fprintf(stderr, "%s", config::FormatErrors(out->errors).c_str());
+  std::fprintf(stderr, "%zu problem(s) in %s; see docs/config.md for every key.\n",
+               out->errors.size(), path.c_str());
+  return false;
+}
+
+}  // namespace rlforge

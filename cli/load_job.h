@@ -1,0 +1,15 @@
+// Loading a job file for a command: every problem printed, as `rlforge validate` prints them.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "config/job_config.h"
+
+namespace rlforge {
+
+// Loads and validates `path` with `overrides`; prints every problem to stderr. False on errors.
+bool LoadOrReport(const std::string& path, const std::vector<std::string>& overrides,
+                  LoadedJob* out);
+
+}  // namespace rlforge
