@@ -12,10 +12,10 @@ Each host's eth0 is a veth pair whose other end is a port of a bridge in a names
 test's own (the root namespace's network is never touched). Every actor joins by address
 (`rlforge actor --role R --rank K --connect tcp://10.231.7.1:PORT`); the trainer ranks meet at
 the store, and the weights reach the engines by gloo broadcast from trainer rank 0 (checked in
-the controller's log). Once the job runs, the reward host's bridge port goes down as an
-iteration begins: the controller must declare the reward worker lost (events.jsonl, with its
-silent_s), give its scoring back (works_given_back) and wait for a reward worker; meanwhile the
-engine host's port goes down too (no broadcast is in flight then), another dead worker. The
+the controller's log). Once the job runs, the reward host's bridge port goes down: the
+controller must declare the reward worker lost (events.jsonl, with its silent_s), give its
+scoring back (works_given_back) and wait for a reward worker; meanwhile the engine host's
+port goes down too (no broadcast is in flight then), another dead worker. The
 links come back, the old processes are refused and exit, replacements join both slots (event
 "rejoined"), the gloo weight group forms again with the new engine, and the job finishes every
 iteration with both engines at the last version.
@@ -46,7 +46,9 @@ PLACEMENT = [("trn", "trainer", 0), ("gen", "trainer", 1), ("gen", "rollout", 0)
              ("eng", "rollout", 1), ("rwd", "reward", 0)]
 CONTROLLER_PORT = 29411
 STORE_PORT = 29412
-ITERATIONS = 8
+# Enough that the job is still running when the test cuts its first link (some 50 ms after
+# iteration 2) on any machine: an iteration takes 10-30 ms here, the run ends at 1.5-5 s.
+ITERATIONS = 150
 
 
 def ip(*args, check=True):
@@ -242,9 +244,8 @@ def run_job(args, hosts, config, curve):
     metrics = os.path.join(run_dir, "metrics.jsonl")
     events = os.path.join(run_dir, "events.jsonl")
     wait_for("iteration 2", lambda: len(read_lines(metrics)) >= 2, 120, [ctl])
-    # The reward host as an iteration begins: its scoring is dealt to it and never answered.
-    done = len(read_lines(metrics))
-    wait_for(f"iteration {done + 1}", lambda: len(read_lines(metrics)) > done, 60, [ctl])
+    # The reward host, at once: the job cannot end without it, and every iteration of the
+    # second or so before the loss is declared deals it scoring that is never answered.
     lost = {"reward-0": cut(hosts, "rwd", events, "reward-0", ctl)}
     # The loop now waits for a reward worker, no weight stream in flight: the engine host's
     # loss is then a dead worker, not a broken broadcast (which would stop the job).
