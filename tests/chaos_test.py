@@ -19,17 +19,11 @@ import shutil
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from e2e_util import run  # noqa: E402
+
 FAST_FAILURE = ["launch.max_restarts=1000", "launch.restart_backoff_s=0.2",
                 "controller.heartbeat_interval_ms=500", "controller.heartbeat_misses=3"]
-
-
-def run(cmd, timeout):
-    out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         timeout=timeout)
-    if out.returncode != 0:
-        print(out.stdout[-4000:])
-        raise SystemExit(f"failed ({out.returncode}): {' '.join(cmd)}")
-    return out.stdout
 
 
 def final_metrics(run_dir):

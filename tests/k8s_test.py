@@ -15,7 +15,6 @@ import argparse
 import os
 import re
 import shutil
-import socket
 import stat
 import subprocess
 import sys
@@ -24,11 +23,8 @@ import time
 
 import yaml
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from e2e_util import free_port  # noqa: E402
 
 def expand(text, env):
     return re.sub(r"\$\((\w+)\)", lambda m: env.get(m.group(1), m.group(0)), text)

@@ -29,7 +29,6 @@ of dead runs. Everything it made is removed at the end, whatever happened.
 """
 
 import argparse
-import json
 import os
 import random
 import shutil
@@ -37,6 +36,9 @@ import signal
 import subprocess
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from e2e_util import read_jsonl, run, wait_for  # noqa: E402
 
 SKIP = 77
 PREFIX = "rlfmh-"
@@ -153,38 +155,6 @@ def can_make_namespaces():
     return ""
 
 
-def run(cmd, timeout):
-    out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         timeout=timeout)
-    if out.returncode != 0:
-        print(out.stdout[-4000:])
-        raise SystemExit(f"failed ({out.returncode}): {' '.join(cmd)}")
-    return out.stdout
-
-
-def read_lines(path):
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        return [json.loads(line) for line in f.read().splitlines() if line.strip()]
-
-
-def wait_for(what, predicate, timeout, watch):
-    """Polls predicate() until true; fails naming `what` when it does not come, or when a
-    watched process exits first (its log's tail is printed)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        for p in watch:
-            if p.poll() is not None:
-                print(open(p.log).read()[-4000:])
-                raise SystemExit(f"{p.log} exited ({p.returncode}) while waiting for {what}")
-        time.sleep(0.05)
-    raise SystemExit(f"timed out after {timeout} s waiting for {what}")
-
-
 def supports_curve(rlforge):
     return "controller.security" in run([rlforge, "config-docs"], 30)
 
@@ -195,7 +165,7 @@ def actor(rlforge, role, rank, connect):
 
 
 def event(events, kind, actor):
-    found = [e for e in read_lines(events) if e["event"] == kind and e["actor"] == actor]
+    found = [e for e in read_jsonl(events) if e["event"] == kind and e["actor"] == actor]
     return found[0] if found else None
 
 
@@ -243,7 +213,7 @@ def run_job(args, hosts, config, curve):
                                             f"{logs}/{role}-{rank}.out", env)
     metrics = os.path.join(run_dir, "metrics.jsonl")
     events = os.path.join(run_dir, "events.jsonl")
-    wait_for("iteration 2", lambda: len(read_lines(metrics)) >= 2, 120, [ctl])
+    wait_for("iteration 2", lambda: len(read_jsonl(metrics)) >= 2, 120, [ctl])
     # The reward host, at once: the job cannot end without it, and every iteration of the
     # second or so before the loss is declared deals it scoring that is never answered.
     lost = {"reward-0": cut(hosts, "rwd", events, "reward-0", ctl)}
@@ -264,7 +234,7 @@ def run_job(args, hosts, config, curve):
 
 
 def check_run(run_dir, lost, cut_off, curve):
-    rows = read_lines(os.path.join(run_dir, "metrics.jsonl"))
+    rows = read_jsonl(os.path.join(run_dir, "metrics.jsonl"))
     steps = [r["step"] for r in rows if r["step"] > 0]
     if steps != list(range(1, ITERATIONS + 1)):
         raise SystemExit(f"metrics.jsonl steps {steps}, expected 1..{ITERATIONS}")
@@ -323,7 +293,6 @@ def main():
         return SKIP
     shutil.rmtree(args.work, ignore_errors=True)
     os.makedirs(args.work)
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from chaos_test import with_length_reward
     run([args.rlforge, "run", os.path.join(args.source, "configs/sft_tiny.yaml"),
          f"job.run_root={args.work}", "job.name=sft", "sft.steps=4", "sft.eval_every=0",

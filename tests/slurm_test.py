@@ -26,23 +26,10 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from e2e_util import free_port, read_jsonl, wait_for  # noqa: E402
+
 SKIP = 77
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for(what, predicate, timeout, interval=0.2):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise SystemExit(f"timed out after {timeout} s waiting for {what}")
 
 
 class Cluster:
@@ -201,7 +188,8 @@ PPO = ["rollout.workers=2", "env.num_envs=4", "rollout.steps_per_iteration=16", 
 
 def test_sbatch_ppo(cluster, args, runs):
     job_id, run_dir = sbatch_job(cluster, args, runs, "ppo", PPO + ["ppo.total_steps=512"])
-    wait_for(f"Slurm job {job_id} to finish", lambda: job_id not in cluster.jobs(), 120, 0.5)
+    wait_for(f"Slurm job {job_id} to finish", lambda: job_id not in cluster.jobs(), 120,
+             interval=0.5)
     if status(run_dir) != "finished":
         raise SystemExit(f"{run_dir}: {status(run_dir)}\n" + open(run_dir + ".out").read()[-3000:])
     check_spread(run_dir, ["trainer", "rollout"])
@@ -227,11 +215,7 @@ def test_salloc_grpo(cluster, args, runs):
 
 
 def events(run_dir):
-    path = os.path.join(run_dir, "events.jsonl")
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+    return read_jsonl(os.path.join(run_dir, "events.jsonl"))
 
 
 def kill_and_see_it_replaced(cluster, run_dir):
@@ -245,7 +229,7 @@ def kill_and_see_it_replaced(cluster, run_dir):
     os.kill(int(victims[0].split()[0]), signal.SIGKILL)
     wait_for("rollout-1 to be lost and rejoin",
              lambda: {"lost", "rejoined"} <= {e["event"] for e in events(run_dir)
-                                                if e["actor"] == "rollout-1"}, 60, 0.5)
+                                                if e["actor"] == "rollout-1"}, 60, interval=0.5)
     with open(os.path.join(run_dir, "logs", "controller.log")) as f:
         rejoins = [l for l in f if "rollout-1 registered from" in l]
     if len(rejoins) != 2 or not rejoins[1].split(" registered from ")[1].startswith("n2 "):
@@ -257,10 +241,11 @@ def test_scancel(cluster, args, runs):
     job_id, run_dir = sbatch_job(cluster, args, runs, "cancel", PPO + ["ppo.total_steps=10000000"])
     status_file = os.path.join(run_dir, "metrics.jsonl")
     wait_for("the job's first iteration",
-             lambda: os.path.exists(status_file) and os.path.getsize(status_file) > 0, 120, 0.5)
+             lambda: os.path.exists(status_file) and os.path.getsize(status_file) > 0, 120,
+             interval=0.5)
     kill_and_see_it_replaced(cluster, run_dir)
     cluster.run(["scancel", job_id])
-    wait_for(f"Slurm job {job_id} to end", lambda: job_id not in cluster.jobs(), 60, 0.5)
+    wait_for(f"Slurm job {job_id} to end", lambda: job_id not in cluster.jobs(), 60, interval=0.5)
     if status(run_dir) != "interrupted":
         raise SystemExit(f"{run_dir}: {status(run_dir)}, not interrupted\n" +
                          open(run_dir + ".out").read()[-3000:])
@@ -278,9 +263,10 @@ def test_graceful_scancel(cluster, args, runs):
                                  PPO + ["ppo.total_steps=10000000", "checkpoint.every=1000000"])
     metrics = os.path.join(run_dir, "metrics.jsonl")
     wait_for("the job's first iteration",
-             lambda: os.path.exists(metrics) and os.path.getsize(metrics) > 0, 120, 0.5)
+             lambda: os.path.exists(metrics) and os.path.getsize(metrics) > 0, 120,
+             interval=0.5)
     cluster.run(["scancel", "--batch", "--signal=TERM", job_id])
-    wait_for(f"Slurm job {job_id} to end", lambda: job_id not in cluster.jobs(), 60, 0.5)
+    wait_for(f"Slurm job {job_id} to end", lambda: job_id not in cluster.jobs(), 60, interval=0.5)
     checkpoints = os.path.join(run_dir, "checkpoints")
     saved = sorted(os.listdir(checkpoints)) if os.path.isdir(checkpoints) else []
     if status(run_dir) != "interrupted" or not saved:
