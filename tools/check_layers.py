@@ -15,7 +15,7 @@ import sys
 
 LEVELS = [
     ["common"],
-    ["proto", "config", "templating"],
+    ["proto", "config", "templating", "kernels"],
     ["launch", "data", "dist", "dashboard", "models"],
     ["sim_bridge", "weights"],
     ["actors"],

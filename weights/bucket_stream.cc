@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/bfloat16.h"
 #include "common/clock.h"
 
 namespace rlforge {
@@ -116,21 +117,13 @@ uint64_t Combine(const std::vector<uint64_t>& chunk_sums, uint64_t size) {
 
 uint64_t ElementSize(const std::string& dtype) { return dtype == "bfloat16" ? 2 : 4; }
 
-uint16_t ToBf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // NaN
-  u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even
-  return static_cast<uint16_t>(u >> 16);
-}
-
 void Pack(const float* src, int64_t n, const std::string& dtype, char* dst) {
   if (dtype == "float32") {
     StreamCopy(dst, src, static_cast<uint64_t>(n) * 4);
     return;
   }
   auto* out = reinterpret_cast<uint16_t*>(dst);
-  for (int64_t i = 0; i < n; ++i) out[i] = ToBf16(src[i]);
+  for (int64_t i = 0; i < n; ++i) out[i] = FloatToBf16Bits(src[i]);
 }
 
 void Unpack(const char* src, int64_t n, uint64_t esize, float* dst) {
@@ -139,10 +132,7 @@ void Unpack(const char* src, int64_t n, uint64_t esize, float* dst) {
     return;
   }
   const auto* in = reinterpret_cast<const uint16_t*>(src);
-  for (int64_t i = 0; i < n; ++i) {
-    const uint32_t u = static_cast<uint32_t>(in[i]) << 16;
-    std::memcpy(dst + i, &u, 4);
-  }
+  for (int64_t i = 0; i < n; ++i) dst[i] = Bf16BitsToFloat(in[i]);
 }
 
 // Copies stream bytes [lo, hi), found at `data` (stream offset `lo`), into the tensors.
