@@ -4,6 +4,12 @@
 # that uses torch reuses one PCH built once (rlforge_use_torch). Targets that
 # reuse it must keep the same compile flags: link rlforge_warnings PRIVATE,
 # add no -D definitions (put build-time constants in a generated header).
+# A CUDA libtorch (the torch wheel's, -DCMAKE_PREFIX_PATH=$(python3 -c 'import torch;
+# print(torch.utils.cmake_prefix_path)')) would otherwise probe for the GPUs of this machine to
+# pick its architectures, and fail where there are none: Hopper, as the kernels are built for.
+if(NOT DEFINED ENV{TORCH_CUDA_ARCH_LIST})
+  set(ENV{TORCH_CUDA_ARCH_LIST} "9.0")
+endif()
 find_package(Torch REQUIRED)
 
 add_library(rlforge_torch INTERFACE)
