@@ -28,7 +28,9 @@ namespace fs = std::filesystem;
 
 std::string TinyCheckpoint() {
   static const std::string dir = [] {
-    const std::string d = ::testing::TempDir() + "rlforge_lm_rollout_role_ckpt";
+    // One per process: ctest -j runs this binary's tests side by side.
+    const std::string d =
+        ::testing::TempDir() + "rlforge_lm_rollout_role_ckpt_" + std::to_string(getpid());
     fs::remove_all(d);
     std::string alphabet;
     for (char c = ' '; c <= '~'; ++c) alphabet.push_back(c);
