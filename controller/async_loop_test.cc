@@ -76,7 +76,7 @@ class AsyncLoopTest : public ::testing::Test {
         "job: {algorithm: grpo, seed: 3, iterations: 5}\n", "model: {path: ", root_, "/model}\n",
         "data: {source: arithmetic, min_digits: 1, max_digits: 2, ops: ['+']}\n",
         "controller: {request_timeout_s: 30}\n", "rollout: {workers: ", workers,
-        staleness.empty() ? "" : ", max_staleness: " + staleness, "}\n",
+        staleness.empty() ? "" : ", max_staleness: " + staleness, rollout_extra_, "}\n",
         "reward: {workers: ", reward_workers_, "}\n", "grpo: {prompts_per_iteration: ", kPrompts,
         ", group_size: 2, max_new_tokens: 6, eval_every: ", eval_every,
         ", eval_examples: 4, stream_groups: 2}\n"));
@@ -131,6 +131,7 @@ class AsyncLoopTest : public ::testing::Test {
   std::string root_;
   int runs_ = 0;
   int reward_workers_ = 1;
+  std::string rollout_extra_;  // more keys of the rollout section, e.g. ", partial: true"
   std::unique_ptr<models::Tokenizer> tok_;
   models::PromptTemplate tmpl_ = *models::PromptTemplate::Create("none");
 };
@@ -335,6 +336,49 @@ TEST_F(AsyncLoopTest, LostRewardWorkerHasItsChunkScoredByAnother) {
     EXPECT_EQ(clean->ctx->records[r].metrics.at("reward_mean"),
               faulted->ctx->records[r].metrics.at("reward_mean"))
         << r;
+  }
+}
+
+// rollout.partial: engines take each load at once, so a group they started before it continues
+// under the new weights and its samples span two versions. The admission rule still holds every
+// token (its oldest one) within k of the trained version, and nothing is discarded.
+TEST_F(AsyncLoopTest, PartialRolloutsSpanTwoVersionsAndNoAdmittedTokenLagsBeyondTheBound) {
+  rollout_extra_ = ", partial: true";
+  for (int64_t k : {1, 2}) {
+    SCOPED_TRACE(absl::StrCat("k ", k));
+    // One engine holds k + 1 batches at once and answers 2 groups a request, and the trainer
+    // answers at once, so loads land while groups wait in the engine's queue.
+    auto job =
+        Run(absl::StrCat(k), 1, /*train_pumps=*/0, 2, [](Job& j) { j.rollout->set_partial(true); });
+    ASSERT_TRUE(job->status.ok()) << job->status;
+    ASSERT_TRUE(job->config.rollout.partial);
+    const auto batches = TrainBatches(*job);
+    ASSERT_EQ(batches.size(), 5u);
+    int64_t spanning = 0;
+    for (size_t s = 0; s < batches.size(); ++s) {
+      const int64_t trained = static_cast<int64_t>(s);
+      EXPECT_EQ(batches[s].size(), static_cast<size_t>(kPrompts)) << "step " << s + 1;
+      for (const LmGroup& g : batches[s]) {
+        for (const LmSample& smp : g.samples) {
+          ASSERT_FALSE(smp.versions.empty());
+          const auto [oldest, newest] =
+              std::minmax_element(smp.versions.begin(), smp.versions.end());
+          EXPECT_LE(*newest, trained) << "step " << s + 1;
+          EXPECT_LE(trained - *oldest, k) << "step " << s + 1;
+          spanning += *oldest != *newest ? 1 : 0;
+        }
+      }
+    }
+    EXPECT_GT(spanning, 0) << "no sample spanned a weight load";
+    double recorded = 0;
+    for (const auto& r : job->ctx->records) {
+      recorded += r.metrics.count("partial_samples") ? r.metrics.at("partial_samples") : 0;
+    }
+    EXPECT_EQ(recorded, static_cast<double>(spanning));
+    for (size_t r = 1; r < job->ctx->records.size(); ++r) {
+      EXPECT_EQ(job->ctx->records[r].metrics.at("stale_groups_discarded"), 0.0) << r;
+      EXPECT_LE(job->ctx->records[r].metrics.at("policy_version_lag"), static_cast<double>(k));
+    }
   }
 }
 

@@ -1,5 +1,6 @@
 #include "controller/lm_rl_algorithm.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <functional>
@@ -61,6 +62,18 @@ double RecordBatch(const JobConfig& c, const TaskText& text, int64_t it, int64_t
     rec.metrics[absl::StrCat("version_lag/", d)] = all > 0 ? lag_tokens[d] / all : 0;
   }
   return response_tokens;
+}
+
+// Samples whose tokens come from more than one policy version (rollout.partial).
+int64_t PartialSamples(const Scored& s) {
+  int64_t partial = 0;
+  for (const LmGroup& g : s.groups) {
+    for (const LmSample& smp : g.samples) {
+      const auto [lo, hi] = std::minmax_element(smp.versions.begin(), smp.versions.end());
+      partial += lo != smp.versions.end() && *lo != *hi ? 1 : 0;
+    }
+  }
+  return partial;
 }
 
 // The trainer's GrpoTrain request for step `it` on s's groups.
@@ -294,6 +307,7 @@ absl::Status LmRlAlgorithm::RunAsync(JobContext& ctx, const TaskText& text, LmLo
     RewardStats(s, generated, rec.metrics, "");
     rec.metrics["stale_groups_discarded"] = static_cast<double>(stale);
     rec.metrics["groups_in_flight"] = static_cast<double>(rollout.owed_groups());
+    rec.metrics["partial_samples"] = static_cast<double>(PartialSamples(s));
     loop.AddRequeuedMetrics(rec.metrics);  // work dealt again after a worker was lost
 
     const Stopwatch t_train;
