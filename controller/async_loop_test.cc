@@ -33,16 +33,17 @@ struct Job {
   absl::Status status;
 };
 
-// `victim` (a role) of rank `rank` answers its `call`-th request of kind `task` by crashing
-// (an engine's queue goes with it); `*fault_at` is then the count of requests received so far.
-void CrashOn(Job& j, const std::string& victim, int rank, int call, Task task, FakeScript inner,
-             std::shared_ptr<size_t> fault_at) {
+// `victim` (a role) of rank `rank` answers its `call`-th request of kind `task` with `fault`
+// (Crash or Hang; an engine's queue goes with it); `*fault_at` is then the count of requests
+// received so far.
+void FaultOn(Job& j, const std::string& victim, int rank, int call, Task task, FakeScript inner,
+             std::shared_ptr<size_t> fault_at, FakeReply (*fault)() = &FakeReply::Crash) {
   auto calls = std::make_shared<int>(0);
   j.actors->On(victim, task, [=, &j](const FakeWork& w) {
     if (w.rank == rank && ++*calls == call) {
       *fault_at = j.actors->received().size();
       if (victim == "rollout") j.rollout->Forget(w.actor_id);
-      return FakeReply::Crash();
+      return fault();
     }
     return inner(w);
   });
@@ -291,7 +292,7 @@ TEST_F(AsyncLoopTest, LostEngineHasItsGroupsDealtAgainAndEveryBatchIsWhole) {
     // The last engine dies on its 7th generation request (past the first weight load).
     auto faulted = Run("1", workers, 4, 2, [&](Job& j) {
       j.actors->set_rejoin(true);
-      CrashOn(j, "rollout", workers - 1, 7, Task::kLmGenerate, j.rollout->Generate(), fault_at);
+      FaultOn(j, "rollout", workers - 1, 7, Task::kLmGenerate, j.rollout->Generate(), fault_at);
     });
     ASSERT_TRUE(faulted->status.ok()) << faulted->status;
     ASSERT_GT(*fault_at, 0u);
@@ -311,13 +312,36 @@ TEST_F(AsyncLoopTest, LostEngineHasItsGroupsDealtAgainAndEveryBatchIsWhole) {
   }
 }
 
+// An engine that heartbeats but never answers meets the request deadline
+// (controller.request_timeout_s); with no replacement the other engine generates the rest.
+TEST_F(AsyncLoopTest, HungEngineMeetsTheRequestDeadlineAndItsGroupsMoveOn) {
+  auto clean = Run("1", 2, /*train_pumps=*/4);
+  ASSERT_TRUE(clean->status.ok()) << clean->status;
+  auto fault_at = std::make_shared<size_t>(0);
+  auto faulted = Run("1", 2, 4, 2, [&](Job& j) {
+    FaultOn(j, "rollout", 0, 5, Task::kLmGenerate, j.rollout->Generate(), fault_at,
+            &FakeReply::Hang);
+  });
+  ASSERT_TRUE(faulted->status.ok()) << faulted->status;
+  ASSERT_GT(*fault_at, 0u);
+  ExpectWholeBatchesWithinTheBound(*clean, *faulted, 1);
+  EXPECT_EQ(faulted->actors->controller().faults().actors_lost, 1u);
+  EXPECT_EQ(faulted->actors->rejoins(), 0);
+  EXPECT_GT(faulted->ctx->records.back().metrics.at("faults/requeued_groups"), 0);
+  // From the fault on, rollout-0 was asked for nothing more.
+  const auto after = KindsAfter(*faulted, *fault_at, faulted->actors->Ids("rollout")[0]);
+  EXPECT_TRUE(std::none_of(after.begin(), after.end(), [](const std::string& k) {
+    return k == "lm_generate";
+  })) << after.size();
+}
+
 TEST_F(AsyncLoopTest, LostRewardWorkerHasItsChunkScoredByAnother) {
   reward_workers_ = 2;
   auto clean = Run("1", 2, /*train_pumps=*/4);
   ASSERT_TRUE(clean->status.ok()) << clean->status;
   auto fault_at = std::make_shared<size_t>(0);
   auto faulted = Run("1", 2, 4, 2, [&](Job& j) {
-    CrashOn(j, "reward", 0, 3, Task::kScore, ExactScore(), fault_at);
+    FaultOn(j, "reward", 0, 3, Task::kScore, ExactScore(), fault_at);
   });
   ASSERT_TRUE(faulted->status.ok()) << faulted->status;
   ASSERT_GT(*fault_at, 0u);
