@@ -254,11 +254,12 @@ TEST(GrpoTest, AsyncJobSurvivesAKilledEngineAndRewardWorker) {
                                               root + "/grpo_async_length.yaml");
   JobProcess job(
       {"run", config, "job.run_root=" + root, "job.name=a", "model.path=" + sft,
-       "rollout.workers=2", "reward.workers=2", "weights.transport=zmq", "job.iterations=150",
+       "rollout.workers=2", "reward.workers=2", "weights.transport=zmq", "job.iterations=300",
        "grpo.prompts_per_iteration=8", "grpo.group_size=4", "grpo.eval_every=0",
        "grpo.eval_examples=16", "launch.restart_backoff_s=0.1", "dashboard.enabled=false"},
       root + "/a.txt");
-  // Step 0 (the starting evaluation) and two iterations: the job is under way.
+  // Step 0 (the starting evaluation) and two iterations: the job is under way, with ~300
+  // iterations (a second or more) left for the losses to be noticed and the slots refilled.
   for (int i = 0; i < 1200 && ReadMetricsJsonl(root + "/a").size() < 3; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
@@ -282,7 +283,7 @@ TEST(GrpoTest, AsyncJobSurvivesAKilledEngineAndRewardWorker) {
     EXPECT_TRUE(seen.count(want)) << want << " is not in events.jsonl:\n" << events;
   }
   const auto records = ReadMetricsJsonl(root + "/a");
-  ASSERT_EQ(records.size(), 151u);
+  ASSERT_EQ(records.size(), 301u);
   for (size_t r = 1; r < records.size(); ++r) {
     const auto& m = records[r]["metrics"];
     EXPECT_EQ(records[r]["step"].get<int64_t>(), static_cast<int64_t>(r));
