@@ -133,5 +133,20 @@ TEST(AlgorithmRegistryTest, MaxStalenessIsForLanguageModelRlOnly) {
   EXPECT_EQ(neg.errors[0].key, "rollout.max_staleness");
 }
 
+TEST(AlgorithmRegistryTest, PartialRolloutsNeedAsynchronousLanguageModelRl) {
+  EXPECT_TRUE(
+      LoadJobText("job: {algorithm: grpo}\nrollout: {max_staleness: 1, partial: true}\n", "t.yaml")
+          .ok());
+  LoadedJob sync = LoadJobText("job: {algorithm: grpo}\nrollout: {partial: true}\n", "t.yaml");
+  ASSERT_EQ(sync.errors.size(), 1u) << Errors(sync);
+  EXPECT_EQ(sync.errors[0].key, "rollout.partial");
+  EXPECT_NE(sync.errors[0].ToString().find("rollout.max_staleness >= 1"), std::string::npos)
+      << Errors(sync);
+  LoadedJob ppo = LoadJobText("job: {algorithm: ppo}\nrollout: {partial: true}\n", "t.yaml");
+  ASSERT_EQ(ppo.errors.size(), 1u) << Errors(ppo);
+  EXPECT_EQ(ppo.errors[0].key, "rollout.partial");
+  EXPECT_NE(ppo.errors[0].ToString().find("job.algorithm ppo"), std::string::npos) << Errors(ppo);
+}
+
 }  // namespace
 }  // namespace rlforge

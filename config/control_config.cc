@@ -90,6 +90,11 @@ std::shared_ptr<const Schema> RolloutSection() {
         "admitted only if every token's version is within k (docs/async_rl.md).")
       .Min(0)
       .Max(64);
+  b.Bool("partial", &RolloutOptions::partial,
+         "Partial rollouts (needs max_staleness >= 1): an engine takes new weights at once "
+         "instead of letting its started groups finish on the old ones; they continue under the "
+         "new weights with their KV recomputed, each token keeping the version and behaviour "
+         "logprob that produced it (docs/async_rl.md).");
   return b.Build();
 }
 
@@ -223,6 +228,16 @@ void AddControlSections(SchemaBuilder<JobConfig>& b) {
                 absl::StrCat("asynchronous rollout is built for language-model RL (grpo, "
                              "drgrpo, rloo, lm_ppo); job.algorithm ",
                              c.job.algorithm->name, " runs synchronously (set 0)"));
+    }
+    if (c.rollout.partial && family != AlgorithmFamily::kLmRl) {
+      ctx.Error("rollout.partial",
+                absl::StrCat("partial rollouts are for the language-model engines of grpo, "
+                             "drgrpo, rloo and lm_ppo; job.algorithm ",
+                             c.job.algorithm->name, " has none (set false)"));
+    } else if (c.rollout.partial && c.rollout.max_staleness < 1) {
+      ctx.Error("rollout.partial",
+                "partial rollouts need asynchronous rollout (rollout.max_staleness >= 1; it is "
+                "0): a synchronous engine never holds a group across a weight load");
     }
     if (family == AlgorithmFamily::kSft || family == AlgorithmFamily::kEcho) {
       CheckNoWeights(c.weights, ctx);

@@ -33,6 +33,9 @@ struct RolloutOptions {
   int64_t steps_per_iteration = 128;  // per env
   // Language-model RL: how many policy versions a trained token may lag (0: synchronous).
   int64_t max_staleness = 0;
+  // Partial rollouts (max_staleness >= 1): a weight load does not wait for the engine's
+  // in-flight groups; they continue under the new weights, their KV recomputed.
+  bool partial = false;
 };
 
 struct PolicyOptions {

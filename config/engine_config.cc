@@ -25,9 +25,6 @@ void AddEngineSection(SchemaBuilder<JobConfig>& job) {
          "The n samples of a prompt share its KV blocks, the last partial one included "
          "(samples write their own tokens from the next block boundary: the prompt's KV is "
          "stored once, never copied).");
-  b.Choice("weight_update", &EngineOptions::weight_update, {"drain", "recompute"},
-           "New weights during generation: drain lets in-flight sequences finish on the old "
-           "version (tagged) first; recompute takes them at once and recomputes in-flight KV.");
   job.Section("engine", &JobConfig::engine, b.Build());
 }
 

@@ -2,18 +2,16 @@
 #pragma once
 
 #include <cstdint>
-#include <string>
 
 namespace rlforge {
 
 struct EngineOptions {
   int64_t block_size = 16;
-  int64_t num_blocks = 0;        // 0: from kv_memory_mb
+  int64_t num_blocks = 0;  // 0: from kv_memory_mb
   double kv_memory_mb = 256;
   int64_t max_batch = 256;
   int64_t max_tokens_per_step = 2048;
   bool prefix_sharing = true;
-  std::string weight_update = "drain";
 };
 
 }  // namespace rlforge

@@ -2,12 +2,14 @@
 // synchronous loop; with k = 1 and 2 the engines generate while the trainer trains, every
 // trained token lags the trainer's version by at most k (checked from every sample's versions
 // in every train request), batches are dispatched no more than k steps ahead, and nothing is
-// discarded. No process, socket or sleep.
+// discarded; a lost engine's or reward worker's work is dealt again and every batch is whole.
+// No process, socket or sleep.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <functional>
+#include <memory>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -31,6 +33,28 @@ struct Job {
   absl::Status status;
 };
 
+// `victim` (a role) of rank `rank` answers its `call`-th request of kind `task` with `fault`
+// (Crash or Hang; an engine's queue goes with it); `*fault_at` is then the count of requests
+// received so far.
+void FaultOn(Job& j, const std::string& victim, int rank, int call, Task task, FakeScript inner,
+             std::shared_ptr<size_t> fault_at, FakeReply (*fault)() = &FakeReply::Crash) {
+  auto calls = std::make_shared<int>(0);
+  j.actors->On(victim, task, [=, &j](const FakeWork& w) {
+    if (w.rank == rank && ++*calls == call) {
+      *fault_at = j.actors->received().size();
+      if (victim == "rollout") j.rollout->Forget(w.actor_id);
+      return fault();
+    }
+    return inner(w);
+  });
+}
+
+FakeScript ExactScore() {
+  return ScoreScript([](const reward::Sample& s) {
+    return reward::SampleScore::Ok(s.response == s.answer ? 1.0 : 0.0);
+  });
+}
+
 class AsyncLoopTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -43,16 +67,18 @@ class AsyncLoopTest : public ::testing::Test {
 
   // grpo on `workers` engines: 6 prompts x 2 samples, 5 iterations, streamed 2 groups at a
   // time; `staleness` empty leaves the key out. The trainer answers `train_pumps` pumps late
-  // (a slow step), so engines that may run ahead do.
+  // (a slow step), so engines that may run ahead do. `script` may replace scripts (before
+  // Start).
   std::unique_ptr<Job> Run(const std::string& staleness, int workers = 1, int train_pumps = 0,
-                           int64_t eval_every = 2) {
+                           int64_t eval_every = 2,
+                           const std::function<void(Job&)>& script = nullptr) {
     auto job = std::make_unique<Job>();
     job->config = TestConfig(absl::StrCat(
         "job: {algorithm: grpo, seed: 3, iterations: 5}\n", "model: {path: ", root_, "/model}\n",
         "data: {source: arithmetic, min_digits: 1, max_digits: 2, ops: ['+']}\n",
         "controller: {request_timeout_s: 30}\n", "rollout: {workers: ", workers,
-        staleness.empty() ? "" : ", max_staleness: " + staleness, "}\n",
-        "grpo: {prompts_per_iteration: ", kPrompts,
+        staleness.empty() ? "" : ", max_staleness: " + staleness, rollout_extra_, "}\n",
+        "reward: {workers: ", reward_workers_, "}\n", "grpo: {prompts_per_iteration: ", kPrompts,
         ", group_size: 2, max_new_tokens: 6, eval_every: ", eval_every,
         ", eval_examples: 4, stream_groups: 2}\n"));
     auto algo = CreateAlgorithm(job->config);
@@ -74,15 +100,14 @@ class AsyncLoopTest : public ::testing::Test {
         });
     job->actors->On("rollout", Task::kLmGenerate, job->rollout->Generate());
     job->actors->On("rollout", Task::kLoadWeights, job->rollout->LoadWeights());
-    job->actors->On("reward", Task::kScore, ScoreScript([](const reward::Sample& s) {
-                      return reward::SampleScore::Ok(s.response == s.answer ? 1.0 : 0.0);
-                    }));
+    job->actors->On("reward", Task::kScore, ExactScore());
     job->actors->On("trainer", Task::kGrpoTrain, [train_pumps](const FakeWork& w) {
       FakeReply r = WeightsReply(w.request.grpo_train().step(), "inline");
       r.delay_pumps = train_pumps;
       return r;
     });
     job->actors->On("trainer", Task::kLmSave, [](const FakeWork&) { return FakeReply::Ok(); });
+    if (script) script(*job);
     job->status = job->actors->Start();
     if (!job->status.ok()) return job;
     const std::string dir = absl::StrCat(root_, "/run", runs_++);
@@ -106,6 +131,8 @@ class AsyncLoopTest : public ::testing::Test {
 
   std::string root_;
   int runs_ = 0;
+  int reward_workers_ = 1;
+  std::string rollout_extra_;  // more keys of the rollout section, e.g. ", partial: true"
   std::unique_ptr<models::Tokenizer> tok_;
   models::PromptTemplate tmpl_ = *models::PromptTemplate::Create("none");
 };
@@ -208,6 +235,174 @@ TEST_F(AsyncLoopTest, ThrottleDispatchesNoBatchMoreThanKStepsAhead) {
     }
     EXPECT_EQ(step, 5);
     EXPECT_GT(most_ahead, 0) << "nothing was generated ahead of training";
+  }
+}
+
+// Every train request of `faulted` holds each of its batch's prompts' groups exactly once, in
+// prompt order (request ids are run-wide: batch s holds ids s x kPrompts ...), with the
+// samples and rewards of `clean` (the same seeds), and no token beyond the bound k.
+void ExpectWholeBatchesWithinTheBound(const Job& clean, const Job& faulted, int64_t k) {
+  auto a = clean.actors->Received(Task::kGrpoTrain), b = faulted.actors->Received(Task::kGrpoTrain);
+  ASSERT_EQ(b.size(), 5u);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t s = 0; s < b.size(); ++s) {
+    auto want = GroupsFromFrames(a[s]->tensors, true, 2),
+         got = GroupsFromFrames(b[s]->tensors, true, 2);
+    ASSERT_TRUE(want.ok() && got.ok()) << "step " << s + 1;
+    ASSERT_EQ(got->size(), static_cast<size_t>(kPrompts)) << "step " << s + 1;
+    for (size_t i = 0; i < got->size(); ++i) {
+      const LmGroup& g = (*got)[i];
+      EXPECT_EQ(g.request_id, static_cast<int64_t>(s) * kPrompts + static_cast<int64_t>(i));
+      ASSERT_EQ(g.samples.size(), (*want)[i].samples.size());
+      for (size_t j = 0; j < g.samples.size(); ++j) {
+        EXPECT_EQ(g.samples[j].tokens, (*want)[i].samples[j].tokens) << "step " << s + 1;
+        for (int64_t v : g.samples[j].versions) {
+          EXPECT_LE(v, static_cast<int64_t>(s)) << "step " << s + 1;
+          EXPECT_LE(static_cast<int64_t>(s) - v, k) << "step " << s + 1;
+        }
+      }
+    }
+    const TensorFrame* rw = a[s]->Tensor("rewards");
+    const TensorFrame* rg = b[s]->Tensor("rewards");
+    ASSERT_TRUE(rw != nullptr && rg != nullptr);
+    EXPECT_EQ(rw->ToVector<float>(), rg->ToVector<float>()) << "step " << s + 1;
+  }
+  for (size_t r = 1; r < faulted.ctx->records.size(); ++r) {
+    EXPECT_EQ(faulted.ctx->records[r].metrics.at("stale_groups_discarded"), 0.0) << r;
+  }
+}
+
+// The kinds of the requests `actor` received from the fault on.
+std::vector<std::string> KindsAfter(const Job& j, size_t fault_at, const std::string& actor) {
+  std::vector<std::string> kinds;
+  for (size_t k = fault_at; k < j.actors->received().size(); ++k) {
+    const FakeWork& w = j.actors->received()[k];
+    if (w.actor_id == actor) kinds.push_back(w.kind());
+  }
+  return kinds;
+}
+
+TEST_F(AsyncLoopTest, LostEngineHasItsGroupsDealtAgainAndEveryBatchIsWhole) {
+  // With two engines the survivor takes the groups; with one they wait for the replacement.
+  for (int workers : {2, 1}) {
+    SCOPED_TRACE(absl::StrCat("workers ", workers));
+    auto clean = Run("1", workers, /*train_pumps=*/4);
+    ASSERT_TRUE(clean->status.ok()) << clean->status;
+    auto fault_at = std::make_shared<size_t>(0);
+    // The last engine dies on its 7th generation request (past the first weight load).
+    auto faulted = Run("1", workers, 4, 2, [&](Job& j) {
+      j.actors->set_rejoin(true);
+      FaultOn(j, "rollout", workers - 1, 7, Task::kLmGenerate, j.rollout->Generate(), fault_at);
+    });
+    ASSERT_TRUE(faulted->status.ok()) << faulted->status;
+    ASSERT_GT(*fault_at, 0u);
+    ExpectWholeBatchesWithinTheBound(*clean, *faulted, 1);
+    const Controller& c = faulted->actors->controller();
+    EXPECT_EQ(c.faults().actors_lost, 1u);
+    EXPECT_GE(c.faults().works_given_back, 1u);  // its generation (and a load sent meanwhile)
+    EXPECT_EQ(faulted->actors->rejoins(), 1);
+    const auto& last = faulted->ctx->records.back().metrics;
+    EXPECT_GT(last.at("faults/requeued_groups"), 0) << "the groups it owed, dealt again";
+    EXPECT_EQ(last.at("faults/requeued_scores"), 0);
+    // The replacement loaded the current weights before its first prompts.
+    const auto after =
+        KindsAfter(*faulted, *fault_at, faulted->actors->Ids("rollout")[workers - 1]);
+    ASSERT_FALSE(after.empty());
+    EXPECT_EQ(after.front(), "load_weights");
+  }
+}
+
+// An engine that heartbeats but never answers meets the request deadline
+// (controller.request_timeout_s); with no replacement the other engine generates the rest.
+TEST_F(AsyncLoopTest, HungEngineMeetsTheRequestDeadlineAndItsGroupsMoveOn) {
+  auto clean = Run("1", 2, /*train_pumps=*/4);
+  ASSERT_TRUE(clean->status.ok()) << clean->status;
+  auto fault_at = std::make_shared<size_t>(0);
+  auto faulted = Run("1", 2, 4, 2, [&](Job& j) {
+    FaultOn(j, "rollout", 0, 5, Task::kLmGenerate, j.rollout->Generate(), fault_at,
+            &FakeReply::Hang);
+  });
+  ASSERT_TRUE(faulted->status.ok()) << faulted->status;
+  ASSERT_GT(*fault_at, 0u);
+  ExpectWholeBatchesWithinTheBound(*clean, *faulted, 1);
+  EXPECT_EQ(faulted->actors->controller().faults().actors_lost, 1u);
+  EXPECT_EQ(faulted->actors->rejoins(), 0);
+  EXPECT_GT(faulted->ctx->records.back().metrics.at("faults/requeued_groups"), 0);
+  // From the fault on, rollout-0 was asked for nothing more.
+  const auto after = KindsAfter(*faulted, *fault_at, faulted->actors->Ids("rollout")[0]);
+  EXPECT_TRUE(std::none_of(after.begin(), after.end(), [](const std::string& k) {
+    return k == "lm_generate";
+  })) << after.size();
+}
+
+TEST_F(AsyncLoopTest, LostRewardWorkerHasItsChunkScoredByAnother) {
+  reward_workers_ = 2;
+  auto clean = Run("1", 2, /*train_pumps=*/4);
+  ASSERT_TRUE(clean->status.ok()) << clean->status;
+  auto fault_at = std::make_shared<size_t>(0);
+  auto faulted = Run("1", 2, 4, 2, [&](Job& j) {
+    FaultOn(j, "reward", 0, 3, Task::kScore, ExactScore(), fault_at);
+  });
+  ASSERT_TRUE(faulted->status.ok()) << faulted->status;
+  ASSERT_GT(*fault_at, 0u);
+  ExpectWholeBatchesWithinTheBound(*clean, *faulted, 1);
+  const Controller& c = faulted->actors->controller();
+  EXPECT_EQ(c.faults().actors_lost, 1u);
+  // Every chunk it held (the one it died on, and any sent before it was declared dead) is
+  // scored again.
+  EXPECT_GE(c.faults().works_given_back, 1u);
+  EXPECT_EQ(faulted->ctx->records.back().metrics.at("faults/requeued_scores"),
+            static_cast<double>(c.faults().works_given_back));
+  EXPECT_EQ(faulted->ctx->records.back().metrics.at("faults/requeued_groups"), 0);
+  // reward-0 took no work after it died; each record's rewards are those of the clean run.
+  EXPECT_TRUE(KindsAfter(*faulted, *fault_at, faulted->actors->Ids("reward")[0]).empty());
+  for (size_t r = 1; r < clean->ctx->records.size(); ++r) {
+    EXPECT_EQ(clean->ctx->records[r].metrics.at("reward_mean"),
+              faulted->ctx->records[r].metrics.at("reward_mean"))
+        << r;
+  }
+}
+
+// rollout.partial: engines take each load at once, so a group they started before it continues
+// under the new weights and its samples span two versions. The admission rule still holds every
+// token (its oldest one) within k of the trained version, and nothing is discarded.
+TEST_F(AsyncLoopTest, PartialRolloutsSpanTwoVersionsAndNoAdmittedTokenLagsBeyondTheBound) {
+  rollout_extra_ = ", partial: true";
+  for (int64_t k : {1, 2}) {
+    SCOPED_TRACE(absl::StrCat("k ", k));
+    // One engine holds k + 1 batches at once and answers 2 groups a request, and the trainer
+    // answers at once, so loads land while groups wait in the engine's queue.
+    auto job =
+        Run(absl::StrCat(k), 1, /*train_pumps=*/0, 2, [](Job& j) { j.rollout->set_partial(true); });
+    ASSERT_TRUE(job->status.ok()) << job->status;
+    ASSERT_TRUE(job->config.rollout.partial);
+    const auto batches = TrainBatches(*job);
+    ASSERT_EQ(batches.size(), 5u);
+    int64_t spanning = 0;
+    for (size_t s = 0; s < batches.size(); ++s) {
+      const int64_t trained = static_cast<int64_t>(s);
+      EXPECT_EQ(batches[s].size(), static_cast<size_t>(kPrompts)) << "step " << s + 1;
+      for (const LmGroup& g : batches[s]) {
+        for (const LmSample& smp : g.samples) {
+          ASSERT_FALSE(smp.versions.empty());
+          const auto [oldest, newest] =
+              std::minmax_element(smp.versions.begin(), smp.versions.end());
+          EXPECT_LE(*newest, trained) << "step " << s + 1;
+          EXPECT_LE(trained - *oldest, k) << "step " << s + 1;
+          spanning += *oldest != *newest ? 1 : 0;
+        }
+      }
+    }
+    EXPECT_GT(spanning, 0) << "no sample spanned a weight load";
+    double recorded = 0;
+    for (const auto& r : job->ctx->records) {
+      recorded += r.metrics.count("partial_samples") ? r.metrics.at("partial_samples") : 0;
+    }
+    EXPECT_EQ(recorded, static_cast<double>(spanning));
+    for (size_t r = 1; r < job->ctx->records.size(); ++r) {
+      EXPECT_EQ(job->ctx->records[r].metrics.at("stale_groups_discarded"), 0.0) << r;
+      EXPECT_LE(job->ctx->records[r].metrics.at("policy_version_lag"), static_cast<double>(k));
+    }
   }
 }
 

@@ -4,44 +4,82 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "common/logging.h"
 #include "common/status.h"
 #include "reward/reward_role.h"
 
 namespace rlforge {
 
-AsyncRollout::AsyncRollout(Controller& ctl, const EngineFleet& fleet, const TaskText& text,
+AsyncRollout::AsyncRollout(Controller& ctl, LmLoop& loop, const TaskText& text,
                            std::string system_prompt, SamplingParams p)
     : ctl_(ctl),
-      fleet_(fleet),
+      loop_(loop),
+      fleet_(loop.fleet()),
       text_(text),
       system_prompt_(std::move(system_prompt)),
       p_(p),
-      rewarders_(ctl.actors().IdsOfRole("reward")),
-      engines_(fleet.size()) {}
+      engines_(loop.fleet().size()) {}
 
 absl::Status AsyncRollout::Dispatch(int64_t batch, const std::vector<PromptExample>& examples) {
   if (batches_.count(batch)) return absl::InternalError(absl::StrCat("batch ", batch, " twice"));
-  if (rewarders_.empty()) return absl::FailedPreconditionError("the job has no reward worker");
-  ASSIGN_OR_RETURN(const std::vector<size_t> current, fleet_.Current());
+  if (ctl_.actors().IdsOfRole("reward").empty()) {
+    return absl::FailedPreconditionError("the job has no reward worker");
+  }
+  ASSIGN_OR_RETURN(std::vector<size_t> current, loop_.CurrentEngines());
   Batch& b = batches_[batch];
   b.examples = examples;
   b.groups.resize(examples.size());
   b.arrived.assign(examples.size(), false);
   b.rewards.assign(examples.size() * p_.n, std::nan(""));
-  std::vector<LmGroup> prompts(examples.size());
-  std::vector<int64_t> cost(examples.size());
+  std::vector<int64_t> ids(examples.size());
   for (size_t i = 0; i < examples.size(); ++i) {
-    prompts[i].request_id = next_request_++;
-    prompts[i].prompt = text_.Encode(system_prompt_, examples[i].prompt);
-    cost[i] = static_cast<int64_t>(prompts[i].prompt.size()) + p_.n * p_.max_tokens;
-    where_[prompts[i].request_id] = {batch, i};
+    ids[i] = next_request_++;
+    where_[ids[i]] = {batch, i};
   }
-  const std::vector<std::vector<size_t>> shares = DealByTokens(cost, current.size());
-  for (size_t k = 0; k < current.size(); ++k) {
-    Engine& e = engines_[current[k]];
-    for (size_t i : shares[k]) e.queued.push_back(std::move(prompts[i]));
-    e.owed += static_cast<int64_t>(shares[k].size());
-    if (!e.work && !shares[k].empty()) RETURN_IF_ERROR(Request(current[k]));
+  return Deal(ids, std::move(current));
+}
+
+absl::Status AsyncRollout::Refill() {
+  if (homeless_.empty()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(std::vector<size_t> current, loop_.CurrentEngines());
+  std::vector<int64_t> ids = std::move(homeless_);
+  homeless_.clear();
+  return Deal(ids, std::move(current));
+}
+
+LmGroup AsyncRollout::Prompt(int64_t id) const {
+  const auto [batch, i] = where_.at(id);
+  LmGroup g;
+  g.request_id = id;
+  g.prompt = text_.Encode(system_prompt_, batches_.at(batch).examples[i].prompt);
+  return g;
+}
+
+bool AsyncRollout::Live(const std::string& actor_id) const {
+  const ActorInfo* a = ctl_.actors().Find(actor_id);
+  return a != nullptr && (a->state == ActorState::kReady || a->state == ActorState::kBusy);
+}
+
+absl::Status AsyncRollout::Deal(const std::vector<int64_t>& ids, std::vector<size_t> engines) {
+  std::erase_if(engines, [&](size_t e) { return !Live(fleet_.id(e)); });
+  if (engines.empty()) {
+    homeless_.insert(homeless_.end(), ids.begin(), ids.end());
+    return absl::OkStatus();
+  }
+  std::vector<LmGroup> prompts;
+  std::vector<int64_t> cost;
+  for (int64_t id : ids) {
+    prompts.push_back(Prompt(id));
+    cost.push_back(static_cast<int64_t>(prompts.back().prompt.size()) + p_.n * p_.max_tokens);
+  }
+  const std::vector<std::vector<size_t>> shares = DealByTokens(cost, engines.size());
+  for (size_t k = 0; k < engines.size(); ++k) {
+    Engine& e = engines_[engines[k]];
+    for (size_t i : shares[k]) {
+      e.owed.insert(prompts[i].request_id);
+      e.queued.push_back(std::move(prompts[i]));
+    }
+    if (!e.work && !shares[k].empty()) RETURN_IF_ERROR(Request(engines[k]));
   }
   return absl::OkStatus();
 }
@@ -56,7 +94,7 @@ absl::Status AsyncRollout::Request(size_t engine) {
   lg->set_top_k(p_.top_k);
   lg->set_max_tokens(p_.max_tokens);
   lg->set_seed(p_.seed);
-  lg->set_min_groups(std::min<int64_t>(p_.stream_groups, e.owed));
+  lg->set_min_groups(std::min<int64_t>(p_.stream_groups, static_cast<int64_t>(e.owed.size())));
   std::vector<LmGroup> send = std::move(e.queued);
   e.queued.clear();
   ASSIGN_OR_RETURN(uint64_t id,
@@ -79,8 +117,8 @@ std::vector<uint64_t> AsyncRollout::Outstanding() const {
 }
 
 int64_t AsyncRollout::owed_groups() const {
-  int64_t owed = 0;
-  for (const Engine& e : engines_) owed += e.owed;
+  int64_t owed = static_cast<int64_t>(homeless_.size());
+  for (const Engine& e : engines_) owed += static_cast<int64_t>(e.owed.size());
   return owed;
 }
 
@@ -95,15 +133,32 @@ absl::Status AsyncRollout::Handle(uint64_t work_id) {
     const size_t engine = g->second;
     generating_.erase(g);
     engines_[engine].work.reset();
-    ASSIGN_OR_RETURN(WorkOutcome o, ctl_.Await(work_id));
-    return Generated(engine, std::move(o));
+    ASSIGN_OR_RETURN(auto next, ctl_.AwaitNext({work_id}));
+    if (next.second.lost) return GiveBack(engine);
+    return Generated(engine, std::move(next.second));
   }
   auto s = scoring_.find(work_id);
   if (s == scoring_.end()) return absl::InternalError(absl::StrCat("unknown work ", work_id));
-  const Scoring scoring = std::move(s->second);
+  Scoring scoring = std::move(s->second);
   scoring_.erase(s);
-  ASSIGN_OR_RETURN(WorkOutcome o, ctl_.Await(work_id));
-  return RecordScores(scoring, std::move(o));
+  ASSIGN_OR_RETURN(auto next, ctl_.AwaitNext({work_id}));
+  if (next.second.lost) {
+    spdlog::warn("{} lost while scoring {} group(s): sent again", scoring.worker,
+                 scoring.groups.size());
+    loop_.CountRequeued(0, 1);
+    return Score(std::move(scoring));
+  }
+  return RecordScores(scoring, std::move(next.second));
+}
+
+absl::Status AsyncRollout::GiveBack(size_t engine) {
+  Engine& e = engines_[engine];
+  const std::vector<int64_t> again(e.owed.begin(), e.owed.end());
+  spdlog::warn("{} lost with {} group(s) outstanding: dealt again", fleet_.id(engine),
+               again.size());
+  e = Engine();
+  loop_.CountRequeued(static_cast<int64_t>(again.size()), 0);
+  return Deal(again, loop_.ServingEngines());
 }
 
 absl::Status AsyncRollout::Generated(size_t engine, WorkOutcome o) {
@@ -112,21 +167,19 @@ absl::Status AsyncRollout::Generated(size_t engine, WorkOutcome o) {
   ASSIGN_OR_RETURN(std::vector<LmGroup> chunk, GroupsFromFrames(o.tensors, true, p_.n));
   const auto& m = o.result.metrics();
   busy_s_ += m.count("generate_s") ? m.at("generate_s") : 0;
-  if (chunk.empty() || static_cast<int64_t>(chunk.size()) > e.owed) {
-    return absl::InternalError(
-        absl::StrCat(name, " returned ", chunk.size(), " groups with ", e.owed, " outstanding"));
+  if (chunk.empty()) return absl::InternalError(absl::StrCat(name, " returned no group"));
+  for (const LmGroup& grp : chunk) {
+    if (e.owed.erase(grp.request_id) == 0) {
+      return absl::InternalError(absl::StrCat(name, " returned request ", grp.request_id,
+                                              ", which it does not owe (unknown or repeated)"));
+    }
   }
-  e.owed -= static_cast<int64_t>(chunk.size());
-  if (e.owed > 0) RETURN_IF_ERROR(Request(engine));  // the next chunk before scoring this one
+  // The next chunk before scoring this one; an engine lost meanwhile gives its share back.
+  if (!e.owed.empty()) RETURN_IF_ERROR(Live(name) ? Request(engine) : GiveBack(engine));
   Scoring scoring;
-  proto::WorkRequest score;
   std::vector<reward::Sample> samples;
   for (LmGroup& grp : chunk) {
     auto w = where_.find(grp.request_id);
-    if (w == where_.end()) {
-      return absl::InternalError(
-          absl::StrCat(name, " returned unknown or repeated request ", grp.request_id));
-    }
     const auto [batch, i] = w->second;
     where_.erase(w);
     Batch& b = batches_.at(batch);
@@ -147,10 +200,22 @@ absl::Status AsyncRollout::Generated(size_t engine, WorkOutcome o) {
   // The engine's preemptions and tokens belong to the batch of the chunk's first group.
   Batch& first = batches_.at(scoring.groups.front().first);
   first.preemptions += m.count("preemptions") ? m.at("preemptions") : 0;
-  reward::SamplesToProto(samples, score.mutable_score());
-  scoring.worker = rewarders_[next_rewarder_++ % rewarders_.size()];
-  ASSIGN_OR_RETURN(uint64_t sid, ctl_.Submit(scoring.worker, std::move(score)));
-  scoring_[sid] = std::move(scoring);
+  reward::SamplesToProto(samples, &scoring.task);
+  return Score(std::move(scoring));
+}
+
+absl::Status AsyncRollout::Score(Scoring s) {
+  std::vector<std::string> live = ctl_.actors().LiveOfRole("reward");
+  if (live.empty()) {
+    RETURN_IF_ERROR(ctl_.AwaitLive("reward"));
+    live = ctl_.actors().LiveOfRole("reward");
+  }
+  // Round-robin: every chunk is about the same work, so this balances the load.
+  s.worker = live[next_rewarder_++ % live.size()];
+  proto::WorkRequest score;
+  *score.mutable_score() = s.task;
+  ASSIGN_OR_RETURN(uint64_t sid, ctl_.Submit(s.worker, std::move(score)));
+  scoring_[sid] = std::move(s);
   return absl::OkStatus();
 }
 

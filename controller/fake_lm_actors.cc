@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -67,7 +68,7 @@ FakeReply FakeLmRollout::Answer(const FakeWork& w) {
     const uint64_t seed = RequestSeed(p.seed(), g.request_id);
     prompts_.push_back(text);
     queued_.push_back({w.actor_id, g.request_id, text, p.seed(), seed});
-    e.queue.emplace_back(std::move(g), seed);
+    e.queue.push_back({std::move(g), seed, e.version});
   }
   const size_t take =
       std::min<size_t>(e.queue.size(), static_cast<size_t>(std::max<int64_t>(1, p.min_groups())));
@@ -75,7 +76,7 @@ FakeReply FakeLmRollout::Answer(const FakeWork& w) {
   double tokens = 0;
   answering_ = &e;
   for (size_t k = 0; k < take; ++k) {
-    std::pair<LmGroup, uint64_t> q;
+    Started q;
     if (reverse_) {
       q = std::move(e.queue.back());
       e.queue.pop_back();
@@ -83,8 +84,8 @@ FakeReply FakeLmRollout::Answer(const FakeWork& w) {
       q = std::move(e.queue.front());
       e.queue.pop_front();
     }
-    LmGroup g = std::move(q.first);
-    group_seed_ = q.second;
+    LmGroup g = std::move(q.group);
+    group_seed_ = q.seed;
     const std::string prompt = PromptText(tok_, g.prompt);
     for (int64_t j = 0; j < p.n(); ++j) {
       LmSample s;
@@ -96,6 +97,7 @@ FakeReply FakeLmRollout::Answer(const FakeWork& w) {
       }
       s.logprobs.assign(s.tokens.size(), -0.5f);
       s.versions.assign(s.tokens.size(), e.version);
+      if (partial_) std::fill_n(s.versions.begin(), s.tokens.size() / 2, q.version);
       tokens += static_cast<double>(s.tokens.size());
       g.samples.push_back(std::move(s));
     }

@@ -42,6 +42,10 @@ class FakeLmRollout {
   // Groups finish in the reverse of their queueing order (the engine's finishing order need
   // not be the request order).
   void set_reverse_order(bool reverse) { reverse_ = reverse; }
+  // Partial rollouts (rollout.partial): a group counts as started when queued, so one answered
+  // after a load spans both versions: the first half of each sample's tokens carries the
+  // version its engine served when the group was queued, the rest the version answering.
+  void set_partial(bool partial) { partial_ = partial; }
   // Edits every chunk before it is sent (e.g. to repeat a request id).
   void set_chunk_filter(std::function<void(std::vector<LmGroup>&)> f) { filter_ = std::move(f); }
   // Engine `actor_id` ignores loads past `version`: it stays there and acks it (a lagging
@@ -73,8 +77,13 @@ class FakeLmRollout {
   int64_t calls() const { return calls_; }
 
  private:
+  struct Started {
+    LmGroup group;
+    uint64_t seed = 0;
+    int64_t version = 0;  // the engine's when queued
+  };
   struct Engine {
-    std::deque<std::pair<LmGroup, uint64_t>> queue;  // with each group's seed
+    std::deque<Started> queue;
     int64_t version = 0;
   };
   FakeReply Answer(const FakeWork& w);
@@ -89,6 +98,7 @@ class FakeLmRollout {
   std::vector<Queued> queued_;
   uint64_t group_seed_ = 0;
   bool reverse_ = false;
+  bool partial_ = false;
   std::function<void(std::vector<LmGroup>&)> filter_;
   int64_t calls_ = 0;
 };

@@ -304,7 +304,7 @@ absl::Status LmLoop::Round::GiveBack(size_t engine) {
                again.size());
   st.dealt = std::move(kept);
   st.unsent.clear();
-  loop_.requeued_groups_ += static_cast<int64_t>(again.size());
+  loop_.CountRequeued(static_cast<int64_t>(again.size()), 0);
   return Deal(again);
 }
 
@@ -327,7 +327,7 @@ absl::Status LmLoop::Round::OnScored(uint64_t work_id, WorkOutcome o) {
   ScoreRequest req = std::move(scoring_.extract(work_id).mapped());
   if (o.lost) {
     spdlog::warn("{} lost while scoring {} group(s): sent again", req.scorer, req.ids.size());
-    ++loop_.requeued_scores_;
+    loop_.CountRequeued(0, 1);
     return Score(std::move(req));
   }
   const int64_t n = p_.n;
@@ -374,9 +374,18 @@ void LmLoop::Round::Finish() {
   out_.timings["reward_s"] = reward_busy_;
   out_.timings["rollout_wall_s"] = t0_.Seconds();
   out_.metrics["generated_tokens"] = gen_tokens_;
-  if (loop_.requeued_groups_ > 0 || loop_.requeued_scores_ > 0) {  // totals, once it happened
-    out_.metrics["faults/requeued_groups"] = static_cast<double>(loop_.requeued_groups_);
-    out_.metrics["faults/requeued_scores"] = static_cast<double>(loop_.requeued_scores_);
+  loop_.AddRequeuedMetrics(out_.metrics);
+}
+
+void LmLoop::CountRequeued(int64_t groups, int64_t scores) {
+  requeued_groups_ += groups;
+  requeued_scores_ += scores;
+}
+
+void LmLoop::AddRequeuedMetrics(std::map<std::string, double>& metrics) const {
+  if (requeued_groups_ > 0 || requeued_scores_ > 0) {  // totals, once it happened
+    metrics["faults/requeued_groups"] = static_cast<double>(requeued_groups_);
+    metrics["faults/requeued_scores"] = static_cast<double>(requeued_scores_);
   }
 }
 
@@ -554,6 +563,20 @@ absl::StatusOr<std::vector<size_t>> LmLoop::CurrentEngines() {
     // A replacement registered while the others were lost (their loads came back lost, so
     // nothing serves the current version yet): the next Refresh gives it the weights.
   }
+}
+
+std::vector<size_t> LmLoop::ServingEngines() const {
+  const ActorRegistry& actors = ctx_.controller().actors();
+  std::vector<size_t> serving;
+  for (size_t e = 0; e < fleet_.size(); ++e) {
+    const ActorInfo* a = actors.Find(fleet_.id(e));
+    const bool live = a->state == ActorState::kReady || a->state == ActorState::kBusy;
+    if (live && a->incarnation == incarnation_[e] &&
+        fleet_.version(e) == fleet_.required_version()) {
+      serving.push_back(e);
+    }
+  }
+  return serving;
 }
 
 bool LmLoop::ReplacementArrived() const {

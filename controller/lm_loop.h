@@ -121,6 +121,19 @@ class LmLoop {
 
   const EngineFleet& fleet() const { return fleet_; }
 
+  // The engines serving the required version, after marking lost ones and loading the current
+  // weights onto replacements; waits for a replacement when no engine is live. Loading may
+  // ask the trainer to publish: call it only while the trainer has no request in flight.
+  absl::StatusOr<std::vector<size_t>> CurrentEngines();
+  // The engines live now that serve the required version, as last loaded (a replacement not
+  // yet given the weights is not among them). Sends nothing: callable at any time.
+  std::vector<size_t> ServingEngines() const;
+  // Work dealt again after its actor was lost (groups, scoring requests), for the job's totals.
+  void CountRequeued(int64_t groups, int64_t scores);
+  // faults/requeued_groups and faults/requeued_scores (the job's totals) into `metrics`, from
+  // the first such loss on.
+  void AddRequeuedMetrics(std::map<std::string, double>& metrics) const;
+
  private:
   class Round;
   // The version of a lost engine: it serves nothing.
@@ -128,9 +141,6 @@ class LmLoop {
 
   // Marks lost engines, and loads the current weights onto replacements (a new incarnation).
   absl::Status Refresh();
-  // The engines serving the required version after Refresh; waits for a replacement when no
-  // engine is live.
-  absl::StatusOr<std::vector<size_t>> CurrentEngines();
   // A live engine whose replacement Refresh has not seen yet.
   bool ReplacementArrived() const;
   // Brings `loaders` to last_weights_ (rec: where to record per-engine figures; may be null).

@@ -1,5 +1,6 @@
 #include "controller/lm_rl_algorithm.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <functional>
@@ -63,6 +64,18 @@ double RecordBatch(const JobConfig& c, const TaskText& text, int64_t it, int64_t
   return response_tokens;
 }
 
+// Samples whose tokens come from more than one policy version (rollout.partial).
+int64_t PartialSamples(const Scored& s) {
+  int64_t partial = 0;
+  for (const LmGroup& g : s.groups) {
+    for (const LmSample& smp : g.samples) {
+      const auto [lo, hi] = std::minmax_element(smp.versions.begin(), smp.versions.end());
+      partial += lo != smp.versions.end() && *lo != *hi ? 1 : 0;
+    }
+  }
+  return partial;
+}
+
 // The trainer's GrpoTrain request for step `it` on s's groups.
 absl::Status SubmitTrain(TrainerGroup& trainer, const Scored& s, int64_t group_size, int64_t it) {
   std::vector<TensorFrame> frames = GroupsToFrames(s.groups, true);
@@ -75,9 +88,11 @@ absl::Status SubmitTrain(TrainerGroup& trainer, const Scored& s, int64_t group_s
 }
 
 // After step `it` trained: its metrics, the weight sync (engines then serve `version`), the
-// evaluation every grpo.eval_every iterations, the final checkpoint.
+// evaluation every grpo.eval_every iterations (after `before_eval`, if given), the final
+// checkpoint.
 absl::Status AfterTrain(JobContext& ctx, const JobConfig& c, LmLoop& loop, TrainerGroup& trainer,
-                        WorkOutcome trained, int64_t it, int64_t& version, IterationRecord& rec) {
+                        WorkOutcome trained, int64_t it, int64_t& version, IterationRecord& rec,
+                        const std::function<absl::Status()>& before_eval = nullptr) {
   const GrpoOptions& g = c.grpo;
   SplitTimingsFromMetrics(trained.result.metrics(), rec.timings, rec.metrics);
   const Stopwatch t_sync;
@@ -88,6 +103,7 @@ absl::Status AfterTrain(JobContext& ctx, const JobConfig& c, LmLoop& loop, Train
   rec.metrics["policy_version"] = static_cast<double>(version);
   const uint64_t seed = static_cast<uint64_t>(c.job.seed);
   if (it == c.job.iterations || (g.eval_every > 0 && it % g.eval_every == 0)) {
+    if (before_eval) RETURN_IF_ERROR(before_eval());
     RETURN_IF_ERROR(loop.Evaluate(g.max_new_tokens, seed, g.eval_verifier, rec));
   }
   if (it == c.job.iterations) {  // the final policy, for `rlforge eval` and later stages
@@ -220,10 +236,13 @@ absl::Status LmRlAlgorithm::RunSynchronous(JobContext& ctx, const TaskText& text
 
 namespace {
 
-// Serves the rollout's work until `done` holds. An error when nothing is in flight that could
-// make it hold (never a wait without a deadline: each work has the request deadline).
+// Serves the rollout's work until `done` holds, while the trainer is idle (so groups a lost
+// engine gave back can wait for a replacement, which loads the current weights first). An
+// error when nothing is in flight that could make it hold (never a wait without a deadline:
+// each work has the request deadline).
 absl::Status ServeUntil(Controller& ctl, AsyncRollout& rollout, const std::function<bool()>& done) {
   while (!done()) {
+    RETURN_IF_ERROR(rollout.Refill());
     const std::vector<uint64_t> ids = rollout.Outstanding();
     if (ids.empty()) return absl::InternalError("the rollout waits on a batch nothing generates");
     ASSIGN_OR_RETURN(const size_t k, ctl.AwaitReady(ids));
@@ -233,7 +252,8 @@ absl::Status ServeUntil(Controller& ctl, AsyncRollout& rollout, const std::funct
 }
 
 // Serves the rollout's work (engines keep generating, rewards keep scoring) until the
-// trainer's request in flight has a result; trainer.Await() then collects it.
+// trainer's request in flight has a result; trainer.Await() then collects it. Groups a lost
+// engine gives back meanwhile go to the engines serving now, or wait for ServeUntil's Refill.
 absl::Status ServeWhileTraining(Controller& ctl, AsyncRollout& rollout,
                                 const TrainerGroup& trainer) {
   while (true) {
@@ -256,7 +276,7 @@ absl::Status LmRlAlgorithm::RunAsync(JobContext& ctx, const TaskText& text, LmLo
   Controller& ctl = ctx.controller();
   SamplingParams sampling = TrainSampling(g);
   sampling.seed = seed * 1000003ull;  // with each group's run-wide request id
-  AsyncRollout rollout(ctl, loop.fleet(), text, config_.data.system_prompt, sampling);
+  AsyncRollout rollout(ctl, loop, text, config_.data.system_prompt, sampling);
   int64_t version = 0, dispatched = 0;
   for (int64_t it = 1; it <= iterations; ++it) {
     const Stopwatch t_iter;
@@ -287,17 +307,19 @@ absl::Status LmRlAlgorithm::RunAsync(JobContext& ctx, const TaskText& text, LmLo
     RewardStats(s, generated, rec.metrics, "");
     rec.metrics["stale_groups_discarded"] = static_cast<double>(stale);
     rec.metrics["groups_in_flight"] = static_cast<double>(rollout.owed_groups());
+    rec.metrics["partial_samples"] = static_cast<double>(PartialSamples(s));
+    loop.AddRequeuedMetrics(rec.metrics);  // work dealt again after a worker was lost
 
     const Stopwatch t_train;
     RETURN_IF_ERROR(SubmitTrain(trainer, s, g.group_size, it));
     RETURN_IF_ERROR(ServeWhileTraining(ctl, rollout, trainer));
     ASSIGN_OR_RETURN(WorkOutcome trained, trainer.Await());
     rec.timings["train_s"] = t_train.Seconds();
-    if (it == iterations || (g.eval_every > 0 && it % g.eval_every == 0)) {
-      // Evaluation deals its own prompts to the engines: they first return all they owe.
-      RETURN_IF_ERROR(ServeUntil(ctl, rollout, [&] { return rollout.owed_groups() == 0; }));
-    }
-    RETURN_IF_ERROR(AfterTrain(ctx, config_, loop, trainer, std::move(trained), it, version, rec));
+    // Evaluation deals its own prompts to the engines: they first return all they owe (after
+    // the weight sync, so a replacement that takes given-back groups loads the newest weights).
+    RETURN_IF_ERROR(AfterTrain(
+        ctx, config_, loop, trainer, std::move(trained), it, version, rec,
+        [&] { return ServeUntil(ctl, rollout, [&] { return rollout.owed_groups() == 0; }); }));
     EndTimings(t_iter.Seconds(), generated, tokens, static_cast<double>(loop.fleet().size()),
                rollout.TakeEngineBusySeconds(), rec);
     RETURN_IF_ERROR(ctx.EndIteration(rec));

@@ -372,6 +372,55 @@ TEST(LlmEngine, RecomputeTakesNewWeightsMidSequence) {
   EXPECT_EQ(std::vector<int32_t>(smp.tokens.begin() + old_tokens, smp.tokens.end()), cont);
 }
 
+// Partial rollouts (rollout.partial): sampled groups that span a weight update record, token
+// by token, the version that sampled each token and its logprob under that version's weights
+// on the whole prefix (so the prefix's KV was recomputed under the new weights, never mixed).
+TEST(LlmEngine, RecomputeRecordsEachTokensVersionAndLogprobWhereTheUpdateHappened) {
+  Transformer m = TinyModel(8);
+  EngineSettings s = Settings(128);
+  s.weight_update = "recompute";
+  LlmEngine engine(m, s, 1);
+  std::mt19937 rng(8);
+  GenerationRequest a;
+  a.id = 1;
+  a.prompt = RandomPrompt(rng, 6);
+  a.n = 3;
+  a.params.seed = 80;
+  a.params.temperature = 0.9;
+  a.params.max_tokens = 12;
+  ASSERT_TRUE(engine.Submit(a).ok());
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(engine.Step().ok());
+  // Every sample is running (none stops: no stop token), each with the same count so far.
+  const int64_t before = engine.stats().generated_tokens / a.n;
+  ASSERT_EQ(before * a.n, engine.stats().generated_tokens);
+  ASSERT_GT(before, 1);
+  Transformer old_model = TinyModel(8);
+  torch::manual_seed(81);
+  engine.RequestWeightUpdate(
+      [](Transformer& model) {
+        Perturb(model);
+        return absl::OkStatus();
+      },
+      2);
+  auto done = RunAll(engine);
+  ASSERT_EQ(done[1].samples.size(), 3u);
+  for (const auto& smp : done[1].samples) {
+    ASSERT_EQ(smp.tokens.size(), 12u);
+    std::vector<int64_t> want(12, 2);
+    std::fill(want.begin(), want.begin() + before, 1);
+    EXPECT_EQ(smp.versions, want) << "sample " << smp.index;
+    std::vector<int32_t> full = a.prompt;
+    full.insert(full.end(), smp.tokens.begin(), smp.tokens.end());
+    const torch::Tensor lp_old = torch::log_softmax(FullLogits(old_model, full), -1);
+    const torch::Tensor lp_new = torch::log_softmax(FullLogits(engine.model(), full), -1);
+    for (size_t t = 0; t < smp.tokens.size(); ++t) {
+      const torch::Tensor& lp = smp.versions[t] == 1 ? lp_old : lp_new;
+      const float expect = lp[a.prompt.size() - 1 + t][smp.tokens[t]].item<float>();
+      EXPECT_NEAR(smp.logprobs[t], expect, 1e-4) << "sample " << smp.index << " token " << t;
+    }
+  }
+}
+
 TEST(LlmEngine, SubmitRejectsBadRequestsByName) {
   Transformer m = TinyModel(8);
   LlmEngine engine(m, Settings(8), 0);

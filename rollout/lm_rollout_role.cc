@@ -20,7 +20,6 @@ EngineSettings EngineSettingsFor(const EngineOptions& o, const models::Transform
   s.max_batch = o.max_batch;
   s.max_tokens_per_step = o.max_tokens_per_step;
   s.prefix_sharing = o.prefix_sharing;
-  s.weight_update = o.weight_update;
   s.num_blocks = o.num_blocks;
   if (s.num_blocks == 0) {
     const double block_bytes = 2.0 * m.num_hidden_layers * o.block_size * m.num_key_value_heads *
@@ -50,6 +49,7 @@ absl::StatusOr<std::unique_ptr<Role>> LmRolloutRole::Create(const JobConfig& con
                      models::LoadHfModel(config.model.path, torch::kFloat32));
     model->eval();
     EngineSettings s = EngineSettingsFor(config.engine, model->config());
+    s.weight_update = config.rollout.partial ? "recompute" : "drain";
     const models::Tokenizer* tok = role->tokenizer_.get();
     s.detokenize = [tok](const std::vector<int32_t>& ids) { return tok->Decode(ids); };
     role->layout_hash_ = LayoutHash(*model);

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <thread>
@@ -28,7 +29,9 @@ namespace fs = std::filesystem;
 
 std::string TinyCheckpoint() {
   static const std::string dir = [] {
-    const std::string d = ::testing::TempDir() + "rlforge_lm_rollout_role_ckpt";
+    // One per process: ctest -j runs this binary's tests side by side.
+    const std::string d =
+        ::testing::TempDir() + "rlforge_lm_rollout_role_ckpt_" + std::to_string(getpid());
     fs::remove_all(d);
     std::string alphabet;
     for (char c = ' '; c <= '~'; ++c) alphabet.push_back(c);
@@ -294,6 +297,42 @@ TEST(LmRolloutRoleTest, GroupFinishedByALoadsDrainComesBackWithTheNextGenerate) 
   EXPECT_EQ(second->at(0).request_id, 2);
   for (const LmSample& s : second->at(0).samples) {
     for (int64_t v : s.versions) EXPECT_EQ(v, 0);  // drained on the weights it started with
+  }
+}
+
+// rollout.partial: the load does not wait for the started group; it continues under the new
+// weights, so its tokens carry version 0 up to the load and version 1 after it.
+TEST(LmRolloutRoleTest, PartialLoadContinuesAStartedGroupUnderTheNewWeights) {
+  Engine e = MakeEngine("staged",
+                        "engine: {max_tokens_per_step: 4, block_size: 4}\n"
+                        "rollout: {max_staleness: 1, partial: true}\n");
+  ASSERT_TRUE(e.role);
+  LmGroup short_prompt, longer_prompt;  // the longer one starts decoding a step or two later
+  short_prompt.request_id = 1;
+  short_prompt.prompt = {3, 4};
+  longer_prompt.request_id = 2;
+  longer_prompt.prompt = {5, 6, 7, 8, 9, 10};
+  auto first = GenerateGroups(*e.role, {short_prompt, longer_prompt});
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_EQ(first->size(), 1u) << "the scenario needs the longer prompt still generating";
+  EXPECT_EQ(first->at(0).request_id, 1);
+
+  const auto w = TrainerWeights(0.25f);
+  proto::WeightsReady r = Announce(w, 1, "inline");
+  auto loaded = Load(*e.role, r, InlineWeights(w, 1, r));
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(e.role->policy_version(), 1);
+
+  auto second = GenerateGroups(*e.role, {});
+  ASSERT_TRUE(second.ok()) << second.status();
+  ASSERT_EQ(second->size(), 1u);
+  EXPECT_EQ(second->at(0).request_id, 2);
+  for (const LmSample& s : second->at(0).samples) {
+    ASSERT_EQ(s.versions.size(), s.tokens.size());
+    ASSERT_FALSE(s.versions.empty());
+    EXPECT_EQ(s.versions.front(), 0) << "sampled before the load, on the old weights";
+    EXPECT_EQ(s.versions.back(), 1) << "sampled after the load, on the new weights";
+    EXPECT_TRUE(std::is_sorted(s.versions.begin(), s.versions.end()));
   }
 }
 

@@ -9,7 +9,10 @@ all as a slow one's does), must finish with every sample (chaos.py counts them f
 runs end: GRPO exactly where the unfaulted run of the same seed ends (a group's samples follow
 from its seed, whichever engine makes them), PPO within the spread of three unfaulted seeds
 (widened by that spread: a faulted run is one more draw, and 3 draws bound a 4th only half
-the time).
+the time). The asynchronous GRPO loop (configs/grpo_arith_async.yaml, rollout.max_staleness 1)
+takes the same faults: it must finish with every sample and keep every trained token within
+one version, nothing discarded as stale (its runs are not bit-reproducible, so it is not
+compared with an unfaulted one).
 """
 
 import argparse
@@ -88,6 +91,21 @@ def grpo(args):
     if diff:
         raise SystemExit(f"GRPO under faults ended elsewhere (clean, faulted): {diff}")
     print("GRPO: the faulted run ends where the unfaulted one does (to 1e-4)")
+    grpo_async(args, overrides)
+
+
+def grpo_async(args, overrides):
+    config = with_length_reward(os.path.join(args.source, "configs/grpo_arith_async.yaml"),
+                                os.path.join(args.work, "grpo_async_length.yaml"))
+    chaos(args, config, "grpo_async_chaos", ["--groups", "8", "--every-steps", "10"], overrides)
+    with open(os.path.join(args.work, "grpo_async_chaos", "metrics.jsonl")) as f:
+        records = [json.loads(line) for line in f if line.strip()]
+    for r in records[1:]:
+        m = r["metrics"]
+        if m["policy_version_lag"] > 1 or m["stale_groups_discarded"] != 0:
+            raise SystemExit(f"async GRPO step {r['step']}: lag {m['policy_version_lag']}, "
+                             f"{m['stale_groups_discarded']} groups discarded (bound 1)")
+    print("GRPO async: every trained token within 1 version, nothing discarded")
 
 
 def ppo(args):

@@ -2,11 +2,16 @@
 // the starting checkpoint, then configs/grpo_arith.yaml, ppo_arith.yaml and dpo_arith.yaml
 // run on it with the trainer, the rollout engine and a reward worker as separate processes.
 #include <gtest/gtest.h>
+#include <signal.h>
 
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <set>
+#include <sstream>
+#include <thread>
 
 #include "nlohmann/json.hpp"
 #include "tests/job_process.h"
@@ -237,6 +242,57 @@ TEST_P(GrpoVariantTest, CommittedConfigRunsWithTwoRewardWorkers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Configs, GrpoVariantTest, ::testing::Values("rloo", "drgrpo"));
+
+// The asynchronous loop (configs/grpo_arith_async.yaml, rollout.max_staleness 1) with an
+// engine and a reward worker SIGKILLed two iterations in: both are replaced, the job finishes
+// with every iteration trained once, no trained token more than one version old and nothing
+// discarded as stale.
+TEST(GrpoTest, AsyncJobSurvivesAKilledEngineAndRewardWorker) {
+  const std::string root = FreshDir("grpo_async_faults");
+  const std::string sft = SftCheckpoint(root);
+  const std::string config = WithLengthReward(SourceDir() + "/configs/grpo_arith_async.yaml",
+                                              root + "/grpo_async_length.yaml");
+  JobProcess job(
+      {"run", config, "job.run_root=" + root, "job.name=a", "model.path=" + sft,
+       "rollout.workers=2", "reward.workers=2", "weights.transport=zmq", "job.iterations=300",
+       "grpo.prompts_per_iteration=8", "grpo.group_size=4", "grpo.eval_every=0",
+       "grpo.eval_examples=16", "launch.restart_backoff_s=0.1", "dashboard.enabled=false"},
+      root + "/a.txt");
+  // Step 0 (the starting evaluation) and two iterations: the job is under way, with ~300
+  // iterations (a second or more) left for the losses to be noticed and the slots refilled.
+  for (int i = 0; i < 1200 && ReadMetricsJsonl(root + "/a").size() < 3; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_GE(ReadMetricsJsonl(root + "/a").size(), 3u) << job.Output();
+  const std::string out = job.Output();
+  for (const char* victim : {"rollout-1", "reward-0"}) {
+    std::smatch m;
+    const std::regex started(std::string("started ") + victim + R"( \(pid (\d+)\))");
+    ASSERT_TRUE(std::regex_search(out, m, started)) << out;
+    kill(std::stoi(m[1]), SIGKILL);
+  }
+  ASSERT_EQ(job.Wait(120).value_or(-1), 0) << job.Output();
+  const std::string events = ReadFile(root + "/a/events.jsonl");
+  std::set<std::string> seen;  // "event actor"
+  std::istringstream lines(events);
+  for (std::string line; std::getline(lines, line);) {
+    auto e = nlohmann::json::parse(line);
+    seen.insert(e["event"].get<std::string>() + " " + e["actor"].get<std::string>());
+  }
+  for (const char* want : {"lost rollout-1", "restart rollout-1", "lost reward-0"}) {
+    EXPECT_TRUE(seen.count(want)) << want << " is not in events.jsonl:\n" << events;
+  }
+  const auto records = ReadMetricsJsonl(root + "/a");
+  ASSERT_EQ(records.size(), 301u);
+  for (size_t r = 1; r < records.size(); ++r) {
+    const auto& m = records[r]["metrics"];
+    EXPECT_EQ(records[r]["step"].get<int64_t>(), static_cast<int64_t>(r));
+    EXPECT_EQ(m["groups"].get<double>(), 8.0) << "step " << r;  // every prompt's group
+    EXPECT_LE(m["policy_version_lag"].get<double>(), 1.0) << "step " << r;
+    EXPECT_EQ(m["stale_groups_discarded"].get<double>(), 0.0) << "step " << r;
+  }
+  EXPECT_GE(records.back()["metrics"]["faults/actors_lost"].get<double>(), 2.0) << events;
+}
 
 TEST(GrpoTest, MissingStartingCheckpointIsAClearError) {
   std::string root = FreshDir("grpo_nopath");
