@@ -401,5 +401,38 @@ TEST(ResumeTest, SftKilledOrInterruptedAndResumedWritesTheSameMetrics) {
   EXPECT_EQ(ReadFile(run + last), ReadFile(root + "/full" + last));
 }
 
+// launch.max_job_restarts with 2 sft ranks: trainer rank 1 SIGKILLed after step 2's
+// checkpoint restarts the whole job from it in the same run directory (its trainer store
+// anew) and the run ends with the metrics of one that was not touched.
+TEST(ResumeTest, SftOnTwoRanksWhoseRankDiesRestartsFromItsCheckpointByItself) {
+  const std::string root = FreshDir("resume_sft_restart");
+  const auto args = [&](const std::string& name) {
+    return std::vector<std::string>{"run",
+                                    SourceDir() + "/configs/sft_tiny.yaml",
+                                    "job.run_root=" + root,
+                                    "job.name=" + name,
+                                    "sft.steps=32",
+                                    "trainer.ranks=2",
+                                    "checkpoint.every=2",
+                                    "launch.max_job_restarts=1",
+                                    "dashboard.enabled=false"};
+  };
+  auto [code, out] = RunRlforge(args("full"), 300);
+  ASSERT_EQ(code, 0) << out;
+  const auto full = Metrics(root + "/full");
+  ASSERT_EQ(full.size(), 8u);
+
+  const std::string run = root + "/restarted";
+  JobProcess job(args("restarted"), root + "/r.txt");
+  ASSERT_TRUE(WaitForFile(Manifest(run, 2), 120)) << job.Output();
+  const int rank1 = PidOf(job.Output(), "trainer-1");
+  ASSERT_GT(rank1, 0) << job.Output();
+  kill(rank1, SIGKILL);
+  auto rc = job.Wait(300);
+  ASSERT_EQ(rc.value_or(-1), 0) << job.Output();
+  EXPECT_NE(job.Output().find("job restart 1 of 1"), std::string::npos) << job.Output();
+  ExpectSameRun(full, Metrics(run), "restarted after trainer rank 1 died");
+}
+
 }  // namespace
 }  // namespace rlforge::testing
