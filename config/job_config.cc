@@ -295,7 +295,8 @@ std::shared_ptr<const Schema> CheckpointSection() {
       "Whole-job checkpoints: models, optimizer state, every RNG, the data position and the "
       "loop's counters, for `rlforge run --resume` (docs/checkpoints.md).");
   b.Int("every", &CheckpointOptions::every,
-        "Iterations between checkpoints; 0: none. When set, the first Ctrl-C (SIGINT or "
+        "Iterations between checkpoints (sft: iterations of sft.steps_per_iteration "
+        "optimiser steps); 0: none. When set, the first Ctrl-C (SIGINT or "
         "SIGTERM) finishes the iteration under way, checkpoints and stops; a second stops at "
         "once.")
       .Min(0);
@@ -310,17 +311,12 @@ std::shared_ptr<const Schema> CheckpointSection() {
 std::string NoCheckpointReason(const AlgorithmSpec& a) {
   switch (a.family) {
     case AlgorithmFamily::kControlPpo:
-      return "";
     case AlgorithmFamily::kLmRl:
-      return a.advantage == AdvantageKind::kTokenGae
-                 ? "keeps a critic whose state whole-job checkpoints do not save yet"
-                 : "";
+    case AlgorithmFamily::kSft:
+    case AlgorithmFamily::kDpo:
+      return "";
     case AlgorithmFamily::kEcho:
       return "has no state to checkpoint";
-    case AlgorithmFamily::kSft:
-      return "saves its own checkpoints (sft.save_every) and has no resume yet";
-    case AlgorithmFamily::kDpo:
-      return "has no whole-job checkpoints yet";
   }
   return "";
 }

@@ -116,6 +116,20 @@ TEST(JobConfigTest, CheckpointsOfAnAsynchronousRunAreRefused) {
   EXPECT_TRUE(sync.errors.empty()) << config::FormatErrors(sync.errors);
 }
 
+TEST(JobConfigTest, CheckpointsAreTakenByEveryAlgorithmWithState) {
+  for (const char* algorithm : {"ppo", "grpo", "rloo", "lm_ppo", "dpo", "sft"}) {
+    LoadedJob j = LoadJobText(
+        absl::StrCat("job: {algorithm: ", algorithm, "}\ncheckpoint: {every: 5}\n"), "t.yaml");
+    EXPECT_TRUE(j.errors.empty()) << algorithm << ": " << config::FormatErrors(j.errors);
+  }
+  LoadedJob echo = LoadJobText("job: {algorithm: echo}\ncheckpoint: {every: 5}\n", "t.yaml");
+  EXPECT_NE(config::FormatErrors(echo.errors)
+                .find("checkpoint.every: job.algorithm echo has no state to checkpoint; got 5 "
+                      "(set 0)"),
+            std::string::npos)
+      << config::FormatErrors(echo.errors);
+}
+
 TEST(JobConfigTest, DpoOptionsAreChecked) {
   LoadedJob j = LoadJobText(
       "job: {algorithm: dpo}\ndata: {source: jsonl}\ndpo: {loss_type: ipo, label_smoothing: 0.1, "

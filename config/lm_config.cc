@@ -158,7 +158,10 @@ std::shared_ptr<const Schema> SftSection() {
   b.Int("max_new_tokens", &SftOptions::max_new_tokens, "Greedy generation budget per answer.")
       .Min(1);
   b.Int("save_every", &SftOptions::save_every,
-        "Optimiser steps between HF-format checkpoints; 0: only at the end.")
+        "Optimiser steps between Hugging Face exports of the model (checkpoints/step_<optimiser "
+        "step>/, for later stages and `rlforge eval`); 0: only at the end. Independent of "
+        "checkpoint.every, whose whole-job checkpoints are what `rlforge run --resume` "
+        "continues from.")
       .Min(0);
   return b.Build();
 }

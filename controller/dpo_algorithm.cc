@@ -39,9 +39,15 @@ absl::Status DpoAlgorithm::Run(JobContext& ctx) {
   const uint64_t seed = static_cast<uint64_t>(config_.job.seed);
   spdlog::info("dpo: {} pairs per iteration (rejected: {}), {} iterations, {} held-out prompts",
                d.pairs_per_iteration, d.rejected, iterations, text.heldout.size());
-  RETURN_IF_ERROR(loop.EvaluateStart(d.max_new_tokens, seed,
-                                     AnswerCheck::kExact));  // step 0: the starting policy
-  for (int64_t it = 1; it <= iterations; ++it) {
+  int64_t first = 1;
+  if (const JobCheckpoint* from = ctx.resume_point()) {
+    RETURN_IF_ERROR(ResumeLmJob(trainer, loop, *from).status());
+    first = from->step + 1;
+  } else {
+    RETURN_IF_ERROR(loop.EvaluateStart(d.max_new_tokens, seed,
+                                       AnswerCheck::kExact));  // step 0: the starting policy
+  }
+  for (int64_t it = first; it <= iterations; ++it) {
     const Stopwatch t_iter;
     IterationRecord rec;
     rec.step = it;
@@ -99,7 +105,8 @@ absl::Status DpoAlgorithm::Run(JobContext& ctx) {
                      trainer.Run(std::move(train), GroupsToFrames(pairs, true)));
     SplitTimingsFromMetrics(trained.result.metrics(), rec.timings, rec.metrics);
     rec.timings["train_s"] = t_train.Seconds();
-    rec.metrics["policy_version"] = static_cast<double>(trained.result.weights().version());
+    const int64_t version = trained.result.weights().version();
+    rec.metrics["policy_version"] = static_cast<double>(version);
 
     if (it == iterations || (d.eval_every > 0 && it % d.eval_every == 0)) {
       const Stopwatch t_sync;
@@ -111,6 +118,7 @@ absl::Status DpoAlgorithm::Run(JobContext& ctx) {
     rec.timings["iteration_s"] = t_iter.Seconds();
     rec.timings["pairs_per_s"] = static_cast<double>(batch.size()) / rec.timings["iteration_s"];
     RETURN_IF_ERROR(ctx.EndIteration(rec));
+    RETURN_IF_ERROR(CheckpointLmJob(ctx, trainer, it, version));
   }
   return absl::OkStatus();
 }

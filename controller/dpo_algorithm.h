@@ -7,6 +7,9 @@
 //   loads the trainer's version; greedy answers to held-out prompts -> heldout_accuracy
 //
 // Offline: no sampling during training, so the rollout and reward workers only evaluate.
+// Whole-job checkpoints (checkpoint.every) hold the trainer's policy and AdamW state; the
+// pairs of iteration N are a pure function of the job seed and N, and the frozen reference is
+// model.path again, so a resume needs nothing else.
 #pragma once
 
 #include "controller/algorithm.h"

@@ -3,6 +3,8 @@
 // evaluation, which must run on the trainer's latest version.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <optional>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -10,6 +12,7 @@
 #include "controller/fake_actors.h"
 #include "controller/fake_lm_actors.h"
 #include "data/arith_task.h"
+#include "nlohmann/json.hpp"
 
 namespace rlforge::testing {
 namespace {
@@ -66,6 +69,7 @@ class DpoLoopTest : public ::testing::Test {
     absl::Status started = actors_->Start();
     if (!started.ok()) return started;
     ctx_ = std::make_unique<FakeJobContext>(*actors_, config, root_);
+    if (resume_) ctx_->resume = &*resume_;
     return (*algo)->Run(*ctx_);
   }
 
@@ -82,7 +86,19 @@ class DpoLoopTest : public ::testing::Test {
   std::unique_ptr<FakeLmRollout> rollout_;
   std::unique_ptr<FakeJobContext> ctx_;
   std::map<std::pair<std::string, Task>, FakeScript> overrides_;
+  std::optional<JobCheckpoint> resume_;
 };
+
+// The prompts of each pair dpo_train `w` carried.
+std::vector<std::string> PairPrompts(const models::Tokenizer& tok, const FakeWork& w) {
+  std::vector<std::string> out;
+  auto pairs = GroupsFromFrames(w.tensors, true, 2);
+  EXPECT_TRUE(pairs.ok()) << pairs.status();
+  if (pairs.ok()) {
+    for (const LmGroup& p : *pairs) out.push_back(PromptText(tok, p.prompt));
+  }
+  return out;
+}
 
 TEST_F(DpoLoopTest, TrainsEveryIterationAndSyncsOnlyToEvaluate) {
   ASSERT_TRUE(Run(Config()).ok());
@@ -229,6 +245,60 @@ TEST_F(DpoLoopTest, FailureOnRankOneStopsTheJobNamingRankOne) {
             std::string::npos)
       << s;
   EXPECT_EQ(ctx_->records.size(), 2u) << "the start evaluation and iteration 1";
+}
+
+// checkpoint.every 2: the trainer saves after iterations 2 and 4, controller.json holds the
+// version. Resumed from step 2's checkpoint: the trainer restores, the engine loads the
+// restored version, and iterations 3 and 4 train on the pairs the run that went through gave
+// them, with no start evaluation.
+TEST_F(DpoLoopTest, CheckpointedRunResumesOnTheSamePairs) {
+  overrides_[{"trainer", Task::kSaveState}] = [](const FakeWork&) { return FakeReply::Ok(); };
+  ASSERT_TRUE(Run(Config("checkpoint: {every: 2}\n")).ok());
+  const std::string run = ctx_->run_dir().path();
+  auto saves = actors_->Received(Task::kSaveState);
+  ASSERT_EQ(saves.size(), 2u);
+  EXPECT_EQ(saves[0]->request.save_state().dir(), run + "/checkpoints/step_2/state/trainer");
+  std::ifstream in(run + "/checkpoints/step_2/state/controller.json");
+  const nlohmann::json c = nlohmann::json::parse(in, nullptr, false);
+  EXPECT_EQ(c, (nlohmann::json{{"iteration", 2}, {"policy_version", 2}}));
+  auto trains = actors_->Received(Task::kDpoTrain);
+  ASSERT_EQ(trains.size(), 4u);
+  const std::vector<std::string> third = PairPrompts(*tok_, *trains[2]);
+  const std::vector<std::string> fourth = PairPrompts(*tok_, *trains[3]);
+
+  resume_ = JobCheckpoint{2, run + "/checkpoints/step_2/state", c};
+  overrides_[{"trainer", Task::kLoadState}] = [](const FakeWork&) { return WeightsReply(2); };
+  ASSERT_TRUE(Run(Config("checkpoint: {every: 2}\n")).ok());
+  const std::string load = Id("rollout") + " load_weights", train = Id("trainer") + " dpo_train";
+  const std::string publish = Id("trainer") + " publish_weights";
+  EXPECT_EQ(actors_->Log(),
+            (std::vector<std::string>{Id("trainer") + " load_state", publish, load, train, train,
+                                      publish, load, Id("rollout") + " lm_generate",
+                                      Id("reward") + " score", Id("trainer") + " save_state"}));
+  EXPECT_EQ(actors_->Received(Task::kLoadState)[0]->request.load_state().dir(),
+            run + "/checkpoints/step_2/state/trainer");
+  EXPECT_EQ(actors_->Received(Task::kLoadWeights)[0]->request.load_weights().weights().version(),
+            2);
+  trains = actors_->Received(Task::kDpoTrain);
+  ASSERT_EQ(trains.size(), 2u);
+  EXPECT_EQ(trains[0]->request.dpo_train().step(), 3);
+  EXPECT_EQ(PairPrompts(*tok_, *trains[0]), third);
+  EXPECT_EQ(PairPrompts(*tok_, *trains[1]), fourth);
+  ASSERT_EQ(ctx_->records.size(), 2u);
+  EXPECT_EQ(ctx_->records[0].step, 3);
+}
+
+TEST_F(DpoLoopTest, ResumeRefusesATrainerThatRestoredAnotherVersion) {
+  resume_ = JobCheckpoint{2, "/ckpt/step_2/state", {{"iteration", 2}, {"policy_version", 2}}};
+  overrides_[{"trainer", Task::kLoadState}] = [](const FakeWork&) { return WeightsReply(1); };
+  absl::Status s = Run(Config());
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_NE(
+      s.message().find(
+          "/ckpt/step_2/state: the trainer restored policy version 1, controller.json says 2"),
+      std::string::npos)
+      << s;
+  EXPECT_TRUE(ctx_->records.empty());
 }
 
 }  // namespace

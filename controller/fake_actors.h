@@ -168,6 +168,10 @@ class FakeJobContext final : public JobContext {
   void AddSamples(const std::vector<SampleRecord>& s) override {
     samples.insert(samples.end(), s.begin(), s.end());
   }
+  const JobCheckpoint* resume_point() const override { return resume; }
+
+  // Set before the loop runs: the checkpoint it resumes from (owned by the test).
+  const JobCheckpoint* resume = nullptr;
 
   std::vector<IterationRecord> records;
   int64_t total_iterations = 0;

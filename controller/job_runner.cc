@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <optional>
 #include <random>
@@ -273,6 +274,9 @@ absl::Status StartTrainerStore(Controller& controller, const RunDirectory& dir,
                                const RunOptions& options, const ControllerOptions& c) {
   const double timeout_s = c.register_timeout_s;
   const std::string file = dir.path() + "/trainer_store.address";
+  // A resumed or restarted job runs in the same directory: the last store's address is stale.
+  std::error_code ec;
+  std::filesystem::remove(file, ec);
   ProcessSpec spec;
   spec.name = "trainer-store";
   spec.argv = StoreArgv(StoreExecutable(options.self_exe), c, file);

@@ -623,6 +623,33 @@ void RewardStats(const Scored& s, double count, std::map<std::string, double>& m
   }
 }
 
+absl::Status CheckpointLmJob(JobContext& ctx, TrainerGroup& trainer, int64_t it, int64_t version) {
+  return CheckpointAfterIteration(ctx, it, {{"iteration", it}, {"policy_version", version}},
+                                  [&](const std::string& dir) { return trainer.SaveState(dir); });
+}
+
+absl::StatusOr<int64_t> ResumeLmJob(TrainerGroup& trainer, LmLoop& loop,
+                                    const JobCheckpoint& from) {
+  const nlohmann::json& c = from.controller;
+  if (!c.contains("iteration") || !c.contains("policy_version") ||
+      c["iteration"].get<int64_t>() != from.step) {
+    return absl::DataLossError(absl::StrCat(from.dir, "/controller.json: no iteration ", from.step,
+                                            " and policy_version"));
+  }
+  const int64_t version = c["policy_version"].get<int64_t>();
+  ASSIGN_OR_RETURN(WorkOutcome restored, trainer.LoadState(from.dir));
+  if (restored.result.weights().version() != version) {
+    return absl::DataLossError(absl::StrCat(from.dir, ": the trainer restored policy version ",
+                                            restored.result.weights().version(),
+                                            ", controller.json says ", version));
+  }
+  IterationRecord unused;  // the sync's figures belong to no iteration
+  RETURN_IF_ERROR(
+      loop.SyncWeights(trainer, restored.result.weights(), std::move(restored.tensors), unused));
+  spdlog::info("resumed after iteration {} at policy version {}", from.step, version);
+  return version;
+}
+
 absl::Status CheckStartCheckpoint(const JobConfig& c) {
   if (c.model.path.empty() || !std::filesystem::is_directory(c.model.path)) {
     return absl::InvalidArgumentError(

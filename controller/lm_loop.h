@@ -177,6 +177,15 @@ void AddRewardSums(const std::map<std::string, std::vector<double>>& by_reward,
 void RewardStats(const Scored& s, double count, std::map<std::string, double>& metrics,
                  const std::string& prefix);
 
+// Whole-job checkpoints of the loops that drive a language-model policy (kLmRl, kDpo): after
+// iteration `it`, at policy `version`, when CheckpointAfterIteration says so, the trainer
+// ranks' state (trainer/) and controller.json {iteration, policy_version}.
+absl::Status CheckpointLmJob(JobContext& ctx, TrainerGroup& trainer, int64_t it, int64_t version);
+
+// A resumed job: the trainer ranks read their state from the checkpoint, the restored version
+// is checked against controller.json's, and the engines load it. Returns that version.
+absl::StatusOr<int64_t> ResumeLmJob(TrainerGroup& trainer, LmLoop& loop, const JobCheckpoint& from);
+
 // Refuses a missing model.path before any actor starts: otherwise the trainer, the rollout
 // worker and the controller race to report the same missing checkpoint, each in its words.
 absl::Status CheckStartCheckpoint(const JobConfig& c);

@@ -176,7 +176,7 @@ absl::Status LmRlAlgorithm::Run(JobContext& ctx) {
   }
   int64_t first = 1, version = 0;
   if (const JobCheckpoint* from = ctx.resume_point()) {
-    ASSIGN_OR_RETURN(version, Resume(trainer, loop, *from));
+    ASSIGN_OR_RETURN(version, ResumeLmJob(trainer, loop, *from));
     first = from->step + 1;
   } else {
     RETURN_IF_ERROR(loop.EvaluateStart(g.max_new_tokens, static_cast<uint64_t>(config_.job.seed),
@@ -224,12 +224,7 @@ absl::Status LmRlAlgorithm::RunSynchronous(JobContext& ctx, const TaskText& text
     EndTimings(t_iter.Seconds(), static_cast<double>(batch.size() * g.group_size), tokens,
                static_cast<double>(loop.fleet().size()), engine_busy, rec);
     RETURN_IF_ERROR(ctx.EndIteration(rec));
-    RETURN_IF_ERROR(CheckpointAfterIteration(
-        ctx, it, {{"iteration", it}, {"policy_version", version}}, [&](const std::string& dir) {
-          proto::WorkRequest save;
-          save.mutable_save_state()->set_dir(dir + "/trainer");
-          return trainer.Run(std::move(save)).status();
-        }));
+    RETURN_IF_ERROR(CheckpointLmJob(ctx, trainer, it, version));
   }
   return absl::OkStatus();
 }
@@ -325,30 +320,6 @@ absl::Status LmRlAlgorithm::RunAsync(JobContext& ctx, const TaskText& text, LmLo
     RETURN_IF_ERROR(ctx.EndIteration(rec));
   }
   return absl::OkStatus();
-}
-
-absl::StatusOr<int64_t> LmRlAlgorithm::Resume(TrainerGroup& trainer, LmLoop& loop,
-                                              const JobCheckpoint& from) {
-  const nlohmann::json& c = from.controller;
-  if (!c.contains("iteration") || !c.contains("policy_version") ||
-      c["iteration"].get<int64_t>() != from.step) {
-    return absl::DataLossError(absl::StrCat(from.dir, "/controller.json: no iteration ", from.step,
-                                            " and policy_version"));
-  }
-  const int64_t version = c["policy_version"].get<int64_t>();
-  proto::WorkRequest load;
-  load.mutable_load_state()->set_dir(from.dir + "/trainer");
-  ASSIGN_OR_RETURN(WorkOutcome restored, trainer.Run(std::move(load)));
-  if (restored.result.weights().version() != version) {
-    return absl::DataLossError(absl::StrCat(from.dir, ": the trainer restored policy version ",
-                                            restored.result.weights().version(),
-                                            ", controller.json says ", version));
-  }
-  IterationRecord unused;  // the sync's figures belong to no iteration
-  RETURN_IF_ERROR(
-      loop.SyncWeights(trainer, restored.result.weights(), std::move(restored.tensors), unused));
-  spdlog::info("resumed after iteration {} at policy version {}", from.step, version);
-  return version;
 }
 
 }  // namespace rlforge

@@ -33,9 +33,6 @@ class LmRlAlgorithm final : public Algorithm {
 
  private:
   explicit LmRlAlgorithm(const JobConfig& config) : config_(config) {}
-  // A resumed job: the trainer ranks read their state from the checkpoint, and the engines
-  // load the restored version. Returns that version.
-  absl::StatusOr<int64_t> Resume(TrainerGroup& trainer, LmLoop& loop, const JobCheckpoint& from);
   // After the start evaluation (or a resume): the iterations from `first` on, synchronous
   // (from policy `version`) or asynchronous.
   absl::Status RunSynchronous(JobContext& ctx, const TaskText& text, LmLoop& loop,

@@ -15,6 +15,28 @@ void Record(const WorkOutcome& o, IterationRecord& rec) {
   SplitTimingsFromMetrics(o.result.metrics(), rec.timings, rec.metrics);
 }
 
+// A resumed job: the trainer ranks read their state from the checkpoint; their optimiser step
+// count must be controller.json's. Returns it.
+absl::StatusOr<int64_t> Resume(TrainerGroup& trainer, const JobCheckpoint& from) {
+  const nlohmann::json& c = from.controller;
+  if (!c.contains("iteration") || !c.contains("optimizer_step") ||
+      c["iteration"].get<int64_t>() != from.step) {
+    return absl::DataLossError(absl::StrCat(from.dir, "/controller.json: no iteration ", from.step,
+                                            " and optimizer_step"));
+  }
+  const int64_t step = c["optimizer_step"].get<int64_t>();
+  ASSIGN_OR_RETURN(WorkOutcome restored, trainer.LoadState(from.dir));
+  const auto& m = restored.result.metrics();
+  const auto it = m.find("optimizer_step");
+  if (it == m.end() || static_cast<int64_t>(it->second) != step) {
+    return absl::DataLossError(absl::StrCat(from.dir, ": the trainer restored optimizer step ",
+                                            it == m.end() ? -1 : static_cast<int64_t>(it->second),
+                                            ", controller.json says ", step));
+  }
+  spdlog::info("resumed after iteration {} at optimizer step {}", from.step, step);
+  return step;
+}
+
 }  // namespace
 
 absl::Status SftAlgorithm::Run(JobContext& ctx) {
@@ -33,8 +55,12 @@ absl::Status SftAlgorithm::Run(JobContext& ctx) {
                im.count("vocab_size") ? im.at("vocab_size") : 0.0,
                im.count("train_rows") ? im.at("train_rows") : 0.0, s.steps);
 
-  int64_t step = 0;
-  for (int64_t it = 1; it <= iterations; ++it) {
+  int64_t step = 0, first = 1;
+  if (const JobCheckpoint* from = ctx.resume_point()) {
+    ASSIGN_OR_RETURN(step, Resume(trainer, *from));
+    first = from->step + 1;
+  }
+  for (int64_t it = first; it <= iterations; ++it) {
     const Stopwatch t_iter;
     IterationRecord rec;
     rec.step = it;
@@ -65,6 +91,9 @@ absl::Status SftAlgorithm::Run(JobContext& ctx) {
     }
     rec.timings["iteration_s"] = t_iter.Seconds();
     RETURN_IF_ERROR(ctx.EndIteration(rec));
+    RETURN_IF_ERROR(
+        CheckpointAfterIteration(ctx, it, {{"iteration", it}, {"optimizer_step", step}},
+                                 [&](const std::string& dir) { return trainer.SaveState(dir); }));
   }
   return absl::OkStatus();
 }

@@ -6,6 +6,12 @@
 //   -> metrics.jsonl: loss, lr, grad_norm, heldout_accuracy, ...
 // The work happens in the trainer actor (trainer/sft_trainer_role.h); the controller
 // drives the schedule and records it.
+//
+// Two kinds of checkpoint, independent of each other: sft.save_every's Hugging Face exports
+// of the model (checkpoints/step_<optimiser step>/, what later stages start from) and
+// checkpoint.every's whole-job checkpoints (checkpoints/step_<iteration>/state/: the sharded
+// model, AdamW, the data position; controller.json {iteration, optimizer_step}), which
+// `rlforge run --resume` continues from.
 #pragma once
 
 #include "controller/algorithm.h"

@@ -2,9 +2,14 @@
 // save requests, what each carries, and how the record is built from the replies.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+#include <optional>
+
 #include "absl/strings/str_cat.h"
 #include "controller/algorithm.h"
 #include "controller/fake_actors.h"
+#include "nlohmann/json.hpp"
 
 namespace rlforge::testing {
 namespace {
@@ -57,6 +62,7 @@ class SftLoopTest : public ::testing::Test {
     absl::Status started = actors_->Start();
     if (!started.ok()) return started;
     ctx_ = std::make_unique<FakeJobContext>(*actors_, config, FreshTestDir());
+    if (resume_) ctx_->resume = &*resume_;
     return (*algo)->Run(*ctx_);
   }
 
@@ -66,6 +72,7 @@ class SftLoopTest : public ::testing::Test {
   std::unique_ptr<FakeJobContext> ctx_;
   int evals_ = 0;
   std::map<std::pair<std::string, Task>, FakeScript> overrides_;
+  std::optional<JobCheckpoint> resume_;
 };
 
 TEST_F(SftLoopTest, TrainsInChunksEvaluatesAndSavesOnSchedule) {
@@ -183,6 +190,70 @@ TEST_F(SftLoopTest, FailureOnRankOneStopsTheJobNamingRankOne) {
       << s;
   EXPECT_TRUE(ctx_->records.empty());
   EXPECT_EQ(actors_->Received(Task::kSftTrain).size(), 2u) << "one request, both ranks";
+}
+
+// checkpoint.every 1 on 2 ranks: after each iteration's record, every rank gets save_state
+// into the step's state/trainer, then controller.json (with the optimizer step) and the
+// manifest are written.
+TEST_F(SftLoopTest, CheckpointsTheTrainerRanksAfterEachIteration) {
+  overrides_[{"trainer", Task::kSaveState}] = [](const FakeWork&) { return FakeReply::Ok(); };
+  const absl::Status s = Run(Config("trainer: {ranks: 2}\ncheckpoint: {every: 1, keep: 5}\n"));
+  ASSERT_TRUE(s.ok()) << s;
+  const std::vector<std::string> ids = actors_->Ids("trainer");
+  std::vector<std::string> expected;
+  for (const char* kind :
+       {"sft_init", "sft_train", "lm_save", "save_state", "sft_train", "lm_evaluate", "lm_save",
+        "save_state", "sft_train", "lm_evaluate", "lm_save", "save_state"}) {
+    for (const std::string& id : ids) expected.push_back(id + " " + kind);
+  }
+  EXPECT_EQ(actors_->Log(), expected);
+  const std::string run = ctx_->run_dir().path();
+  auto saves = actors_->Received(Task::kSaveState);
+  ASSERT_EQ(saves.size(), 6u);
+  EXPECT_EQ(saves[4]->request.save_state().dir(), run + "/checkpoints/step_3/state/trainer");
+  std::ifstream in(run + "/checkpoints/step_3/state/controller.json");
+  const nlohmann::json c = nlohmann::json::parse(in, nullptr, false);
+  EXPECT_EQ(c, (nlohmann::json{{"iteration", 3}, {"optimizer_step", 10}}));
+  EXPECT_TRUE(std::filesystem::exists(run + "/checkpoints/step_3/state/manifest.json"));
+}
+
+// Resumed after iteration 1 (4 of 10 steps): sft_init, load_state from the checkpoint, and
+// training goes on at step 4 with iteration 2's record.
+TEST_F(SftLoopTest, ResumedJobLoadsTheTrainerAndContinuesAtTheSavedStep) {
+  resume_ = JobCheckpoint{1, "/ckpt/step_1/state", {{"iteration", 1}, {"optimizer_step", 4}}};
+  overrides_[{"trainer", Task::kLoadState}] = [](const FakeWork&) {
+    FakeReply r = FakeReply::Ok();
+    (*r.result.mutable_metrics())["optimizer_step"] = 4;
+    return r;
+  };
+  ASSERT_TRUE(Run(Config()).ok());
+  const std::string t = Trainer();
+  EXPECT_EQ(actors_->Log(),
+            (std::vector<std::string>{t + " sft_init", t + " load_state", t + " sft_train",
+                                      t + " lm_evaluate", t + " lm_save", t + " sft_train",
+                                      t + " lm_evaluate", t + " lm_save"}));
+  EXPECT_EQ(actors_->Received(Task::kLoadState)[0]->request.load_state().dir(),
+            "/ckpt/step_1/state/trainer");
+  EXPECT_EQ(actors_->Received(Task::kSftTrain)[0]->request.sft_train().first_step(), 4);
+  ASSERT_EQ(ctx_->records.size(), 2u);
+  EXPECT_EQ(ctx_->records[0].step, 2);
+  EXPECT_EQ(ctx_->records[1].metrics.at("optimizer_step"), 10);
+}
+
+TEST_F(SftLoopTest, ResumeRefusesATrainerThatRestoredAnotherStep) {
+  resume_ = JobCheckpoint{1, "/ckpt/step_1/state", {{"iteration", 1}, {"optimizer_step", 4}}};
+  overrides_[{"trainer", Task::kLoadState}] = [](const FakeWork&) {
+    FakeReply r = FakeReply::Ok();
+    (*r.result.mutable_metrics())["optimizer_step"] = 3;
+    return r;
+  };
+  absl::Status s = Run(Config());
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_NE(s.message().find("/ckpt/step_1/state: the trainer restored optimizer step 3, "
+                             "controller.json says 4"),
+            std::string::npos)
+      << s;
+  EXPECT_TRUE(ctx_->records.empty());
 }
 
 }  // namespace

@@ -76,4 +76,16 @@ absl::StatusOr<WorkOutcome> TrainerGroup::Run(proto::WorkRequest request,
   return Await();
 }
 
+absl::Status TrainerGroup::SaveState(const std::string& state_dir) {
+  proto::WorkRequest save;
+  save.mutable_save_state()->set_dir(state_dir + "/trainer");
+  return Run(std::move(save)).status();
+}
+
+absl::StatusOr<WorkOutcome> TrainerGroup::LoadState(const std::string& state_dir) {
+  proto::WorkRequest load;
+  load.mutable_load_state()->set_dir(state_dir + "/trainer");
+  return Run(std::move(load));
+}
+
 }  // namespace rlforge

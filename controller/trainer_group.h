@@ -38,6 +38,12 @@ class TrainerGroup {
   absl::StatusOr<WorkOutcome> Run(proto::WorkRequest request,
                                   std::vector<TensorFrame> tensors = {});
 
+  // Whole-job checkpoints: every rank writes its state (its shards) into
+  // <state_dir>/trainer; LoadState reads it back and returns rank 0's outcome (a
+  // language-model trainer's carries the restored version's WeightsReady).
+  absl::Status SaveState(const std::string& state_dir);
+  absl::StatusOr<WorkOutcome> LoadState(const std::string& state_dir);
+
   // The work ids of the request in flight, by rank (empty when none): to wait on alongside
   // other work with Controller::AwaitReady, then Await.
   const std::vector<uint64_t>& in_flight() const { return in_flight_; }

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <regex>
 #include <thread>
 
@@ -221,6 +222,37 @@ TEST(ResumeTest, ResumeRefusesADirectoryThatIsNotARun) {
   EXPECT_NE(out2.find("takes no job file or overrides"), std::string::npos) << out2;
 }
 
+// The seconds-long SFT stage the language-model jobs start from: its final export.
+std::string SftBase(const std::string& root) {
+  auto [rc, out] =
+      RunRlforge({"run", SourceDir() + "/configs/sft_tiny.yaml", "job.run_root=" + root,
+                  "job.name=sft", "sft.steps=4", "sft.eval_every=0", "sft.save_every=0"},
+                 300);
+  EXPECT_EQ(rc, 0) << out;
+  return root + "/sft/checkpoints/step_4";
+}
+
+// Runs `make(name)` through as "full", then as "killed": SIGKILL of the controller once step
+// `step`'s checkpoint is complete, and `--resume`; the two metrics.jsonl must be the same.
+// Returns the full run's metrics.
+std::vector<nlohmann::json> ExpectKilledAndResumedRunsTheSame(
+    const std::string& root,
+    const std::function<std::vector<std::string>(const std::string&)>& make, int step) {
+  auto [code, out] = RunRlforge(make("full"), 300);
+  EXPECT_EQ(code, 0) << out;
+  const auto full = Metrics(root + "/full");
+  const std::string run = root + "/killed";
+  auto [killed, kout] = RunAndSignal(make("killed"), run, step, SIGKILL, root + "/killed.txt");
+  EXPECT_EQ(killed, 128 + SIGKILL) << kout;
+  EXPECT_LT(Metrics(run).size(), full.size()) << "the job ended before it was killed";
+  ExpectNoOrphans(ActorPids(kout), 5);
+  auto [rc, rout] = RunRlforge({"run", "--resume", run}, 300);
+  EXPECT_EQ(rc, 0) << rout;
+  EXPECT_NE(rout.find("resuming from checkpoint"), std::string::npos) << rout;
+  ExpectSameRun(full, Metrics(run), "killed and resumed");
+  return full;
+}
+
 // configs/grpo_arith.yaml, shortened, from the seconds-long SFT stage, with a length reward
 // so that every iteration updates the policy (as grpo_test.cc's fleet test).
 std::vector<std::string> GrpoArgs(const std::string& root, const std::string& base,
@@ -241,12 +273,7 @@ std::vector<std::string> GrpoArgs(const std::string& root, const std::string& ba
 
 TEST(ResumeTest, GrpoArithKilledOrInterruptedAndResumedWritesTheSameMetrics) {
   const std::string root = FreshDir("resume_grpo");
-  auto [sft_rc, sft_out] =
-      RunRlforge({"run", SourceDir() + "/configs/sft_tiny.yaml", "job.run_root=" + root,
-                  "job.name=sft", "sft.steps=4", "sft.eval_every=0", "sft.save_every=0"},
-                 300);
-  ASSERT_EQ(sft_rc, 0) << sft_out;
-  const std::string base = root + "/sft/checkpoints/step_4";
+  const std::string base = SftBase(root);
 
   auto [code, out] = RunRlforge(GrpoArgs(root, base, "full"), 300);
   ASSERT_EQ(code, 0) << out;
@@ -267,6 +294,144 @@ TEST(ResumeTest, GrpoArithKilledOrInterruptedAndResumedWritesTheSameMetrics) {
     ASSERT_EQ(rrc, 0) << rout;
     ExpectSameRun(full, Metrics(run), name + " and resumed");
   }
+}
+
+// lm_ppo (configs/ppo_arith.yaml, shortened, with a length reward): the critic's shards and
+// AdamW moments are part of the checkpoint. The critic trains alone in iteration 1, so by the
+// cut at step 2 it has moved apart from the policy, and the held-out evaluations at steps 3
+// and 6 come after the resume.
+TEST(ResumeTest, LmPpoArithKilledAndResumedWritesTheSameMetrics) {
+  const std::string root = FreshDir("resume_lm_ppo");
+  const std::string base = SftBase(root);
+  const std::string config =
+      WithLengthReward(SourceDir() + "/configs/ppo_arith.yaml", root + "/ppo_length.yaml");
+  const auto args = [&](const std::string& name) {
+    return std::vector<std::string>{"run",
+                                    config,
+                                    "job.run_root=" + root,
+                                    "job.name=" + name,
+                                    "model.path=" + base,
+                                    "job.iterations=6",
+                                    "grpo.prompts_per_iteration=8",
+                                    "grpo.group_size=2",
+                                    "grpo.eval_every=3",
+                                    "grpo.eval_examples=8",
+                                    "grpo.kl_beta=0.05",
+                                    "critic.warmup_iterations=1",
+                                    "trainer.lr=1e-3",
+                                    "checkpoint.every=2",
+                                    "dashboard.enabled=false"};
+  };
+  const auto full = ExpectKilledAndResumedRunsTheSame(root, args, 2);
+  ASSERT_EQ(full.size(), 7u);
+  EXPECT_GE(full.back()[1]["policy_version"].get<double>(), 4);
+  EXPECT_TRUE(full.back()[1].contains("value_loss"));
+  EXPECT_TRUE(fs::exists(root + "/killed/checkpoints/step_6/state/trainer/critic/manifest.json"));
+}
+
+// dpo (configs/dpo_arith.yaml, shortened) on 2 trainer ranks: each rank's shards of the
+// policy and its AdamW state; the frozen reference is model.path again. The cut at step 2
+// falls between two evaluations.
+TEST(ResumeTest, DpoArithKilledAndResumedWritesTheSameMetrics) {
+  const std::string root = FreshDir("resume_dpo");
+  const std::string base = SftBase(root);
+  const auto args = [&](const std::string& name) {
+    return std::vector<std::string>{"run",
+                                    SourceDir() + "/configs/dpo_arith.yaml",
+                                    "job.run_root=" + root,
+                                    "job.name=" + name,
+                                    "model.path=" + base,
+                                    "job.iterations=6",
+                                    "dpo.pairs_per_iteration=8",
+                                    "dpo.eval_every=3",
+                                    "dpo.eval_examples=8",
+                                    "trainer.lr=1e-3",
+                                    "trainer.ranks=2",
+                                    "checkpoint.every=2",
+                                    "dashboard.enabled=false"};
+  };
+  const auto full = ExpectKilledAndResumedRunsTheSame(root, args, 2);
+  ASSERT_EQ(full.size(), 7u);
+  EXPECT_EQ(full.back()[1]["policy_version"].get<double>(), 6);
+  EXPECT_NE(full.back()[1]["dpo/margin"].get<double>(), 0.0);
+  const std::string trainer = root + "/killed/checkpoints/step_6/state/trainer/";
+  EXPECT_TRUE(fs::exists(trainer + "rank-0-of-2.safetensors"));
+  EXPECT_TRUE(fs::exists(trainer + "rank-1-of-2.safetensors"));
+}
+
+// configs/sft_tiny.yaml over 8 iterations of 4 steps, past two epochs of its data: the
+// model, AdamW, the schedule's step and the data position. Killed (SIGKILL) and, separately,
+// interrupted (SIGINT) after step 2's checkpoint (mid-epoch), each resumed to the same
+// metrics.jsonl and the same final Hugging Face export, byte for byte.
+TEST(ResumeTest, SftKilledOrInterruptedAndResumedWritesTheSameMetrics) {
+  const std::string root = FreshDir("resume_sft");
+  const auto args = [&](const std::string& name) {
+    return std::vector<std::string>{"run",
+                                    SourceDir() + "/configs/sft_tiny.yaml",
+                                    "job.run_root=" + root,
+                                    "job.name=" + name,
+                                    "sft.steps=32",
+                                    "sft.eval_every=8",
+                                    "sft.save_every=8",
+                                    "checkpoint.every=2",
+                                    "checkpoint.keep=2",
+                                    "dashboard.enabled=false"};
+  };
+  const auto full = ExpectKilledAndResumedRunsTheSame(root, args, 2);
+  ASSERT_EQ(full.size(), 8u);
+  EXPECT_GE(full.back()[1]["epoch"].get<double>(), 2) << "the run stayed in its first epochs";
+  EXPECT_EQ(CheckpointSteps(root + "/full"), (std::vector<int>{6, 8}));
+  const std::string last = "/checkpoints/step_32/model.safetensors";
+  EXPECT_EQ(ReadFile(root + "/killed" + last), ReadFile(root + "/full" + last));
+
+  const std::string run = root + "/stopped";
+  auto [stopped, sout] = RunAndSignal(args("stopped"), run, 2, SIGINT, root + "/stopped.txt");
+  ASSERT_EQ(stopped, 128 + SIGINT) << sout;
+  const auto partial = Metrics(run);
+  ASSERT_LT(partial.size(), full.size()) << "the job ended before it was interrupted";
+  // The first Ctrl-C lets the iteration under way finish and checkpoints it.
+  const int at = partial.back()[0].get<int>();
+  EXPECT_TRUE(fs::exists(Manifest(run, at))) << sout;
+  EXPECT_NE(sout.find("rlforge run --resume"), std::string::npos) << sout;
+  auto [rc, rout] = RunRlforge({"run", "--resume", run}, 300);
+  ASSERT_EQ(rc, 0) << rout;
+  EXPECT_NE(rout.find("step_" + std::to_string(at) + "/state (iteration"), std::string::npos)
+      << rout;
+  ExpectSameRun(full, Metrics(run), "interrupted and resumed");
+  EXPECT_EQ(ReadFile(run + last), ReadFile(root + "/full" + last));
+}
+
+// launch.max_job_restarts with 2 sft ranks: trainer rank 1 SIGKILLed after step 2's
+// checkpoint restarts the whole job from it in the same run directory (its trainer store
+// anew) and the run ends with the metrics of one that was not touched.
+TEST(ResumeTest, SftOnTwoRanksWhoseRankDiesRestartsFromItsCheckpointByItself) {
+  const std::string root = FreshDir("resume_sft_restart");
+  const auto args = [&](const std::string& name) {
+    return std::vector<std::string>{"run",
+                                    SourceDir() + "/configs/sft_tiny.yaml",
+                                    "job.run_root=" + root,
+                                    "job.name=" + name,
+                                    "sft.steps=32",
+                                    "trainer.ranks=2",
+                                    "checkpoint.every=2",
+                                    "launch.max_job_restarts=1",
+                                    "dashboard.enabled=false"};
+  };
+  auto [code, out] = RunRlforge(args("full"), 300);
+  ASSERT_EQ(code, 0) << out;
+  const auto full = Metrics(root + "/full");
+  ASSERT_EQ(full.size(), 8u);
+
+  const std::string run = root + "/restarted";
+  JobProcess job(args("restarted"), root + "/r.txt");
+  ASSERT_TRUE(WaitForFile(Manifest(run, 2), 120)) << job.Output();
+  const int rank1 = PidOf(job.Output(), "trainer-1");
+  ASSERT_GT(rank1, 0) << job.Output();
+  kill(rank1, SIGKILL);
+  auto rc = job.Wait(300);
+  ASSERT_EQ(rc.value_or(-1), 0) << job.Output();
+  EXPECT_NE(job.Output().find("job restart 1 of 1"), std::string::npos) << job.Output();
+  ExpectSameRun(full, Metrics(run), "restarted after trainer rank 1 died");
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include "trainer/lm_losses.h"
 #include "trainer/lm_metrics.h"
 #include "trainer/ppo_loss.h"
+#include "trainer/sharded_checkpoint.h"
 #include "trainer/token_ppo.h"
 #include "trainer/trainer_ranks.h"
 
@@ -154,6 +155,14 @@ class CriticEstimator final : public AdvantageEstimator {
   }
 
   void SetTraining(bool training) override { critic_->module()->train(training); }
+
+  // The critic's learning rate is constant (critic.lr): parameters and moments are all of it.
+  absl::Status SaveState(const std::string& dir) override {
+    return SaveShardedState(dir + "/critic", *critic_, *optimizer_);
+  }
+  absl::Status LoadState(const std::string& dir) override {
+    return LoadShardedState(dir + "/critic", *critic_, *optimizer_);
+  }
 
  private:
   CriticEstimator(const JobConfig& config, ShardedModel* reference, dist::Communicator* comm)

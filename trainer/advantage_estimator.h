@@ -63,6 +63,11 @@ class AdvantageEstimator {
   }
   // Train/eval mode of the estimator's own model, if any.
   virtual void SetTraining(bool training) {}
+  // Whole-job checkpoints: the state the estimator keeps between batches (a critic's
+  // parameters and AdamW moments, sharded, in dir/critic/); nothing for the critic-free
+  // ones. Every rank calls them (collectives).
+  virtual absl::Status SaveState(const std::string& dir) { return absl::OkStatus(); }
+  virtual absl::Status LoadState(const std::string& dir) { return absl::OkStatus(); }
 
  protected:
   std::vector<int64_t> kept_;

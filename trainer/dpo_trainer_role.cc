@@ -35,7 +35,18 @@ absl::StatusOr<WorkReply> DpoTrainerRole::Handle(const proto::WorkRequest& reque
     if (request.task_case() == proto::WorkRequest::kPublishWeights) {
       return state_->Stream(request.publish_weights().readers(), request.publish_weights().group());
     }
-    return absl::InvalidArgumentError("the dpo trainer takes dpo_train and publish_weights work");
+    // Whole-job checkpoints: the policy and its optimizer; the frozen reference is model.path's
+    // weights, loaded again at setup, so it is not saved.
+    if (request.task_case() == proto::WorkRequest::kSaveState) {
+      RETURN_IF_ERROR(state_->SaveJobState(request.save_state().dir()));
+      return WorkReply();
+    }
+    if (request.task_case() == proto::WorkRequest::kLoadState) {
+      RETURN_IF_ERROR(state_->LoadJobState(request.load_state().dir()));
+      return state_->Announce();
+    }
+    return absl::InvalidArgumentError(
+        "the dpo trainer takes dpo_train, publish_weights, save_state and load_state work");
   });
 }
 

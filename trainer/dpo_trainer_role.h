@@ -6,6 +6,9 @@
 // mean over every rank's pairs -> AdamW on the shards] -> new version published (as GRPO's
 // trainer does)
 //
+// SaveState / LoadState (whole-job checkpoints): the policy's shards, AdamW and version, as
+// GRPO's trainer saves them; the frozen reference is model.path, loaded again at setup.
+//
 // The metrics of each batch are measured before its first update: the pairs are new to the
 // policy, so dpo/margin and dpo/accuracy estimate how it ranks unseen pairs.
 #pragma once

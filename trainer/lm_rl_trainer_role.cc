@@ -60,12 +60,13 @@ absl::StatusOr<WorkReply> LmRlTrainerRole::Handle(const proto::WorkRequest& requ
       return state_->Save(request.lm_save().dir());
     }
     if (request.task_case() == proto::WorkRequest::kSaveState) {
-      // A critic's state is not saved: the config refuses checkpoint.every for lm_ppo.
       RETURN_IF_ERROR(state_->SaveJobState(request.save_state().dir()));
+      RETURN_IF_ERROR(estimator_->SaveState(request.save_state().dir()));  // lm_ppo's critic
       return WorkReply();
     }
     if (request.task_case() == proto::WorkRequest::kLoadState) {
       RETURN_IF_ERROR(state_->LoadJobState(request.load_state().dir()));
+      RETURN_IF_ERROR(estimator_->LoadState(request.load_state().dir()));
       return state_->Announce();
     }
     return absl::InvalidArgumentError(absl::StrCat(

@@ -17,6 +17,7 @@
 #include "models/compute_threads.h"
 #include "models/greedy_generate.h"
 #include "models/hf_checkpoint.h"
+#include "nlohmann/json.hpp"
 #include "trainer/lr_schedule.h"
 #include "trainer/sharded_checkpoint.h"
 #include "trainer/trainer_ranks.h"
@@ -61,9 +62,14 @@ absl::StatusOr<WorkReply> SftTrainerRole::Handle(const proto::WorkRequest& reque
         return Evaluate(request.lm_evaluate());
       case proto::WorkRequest::kLmSave:
         return Save(request.lm_save());
+      case proto::WorkRequest::kSaveState:
+        return SaveState(request.save_state().dir());
+      case proto::WorkRequest::kLoadState:
+        return LoadState(request.load_state().dir());
       default:
         return absl::InvalidArgumentError(
-            "the SFT trainer takes sft_init, sft_train, lm_evaluate and lm_save work");
+            "the SFT trainer takes sft_init, sft_train, lm_evaluate, lm_save, save_state and "
+            "load_state work");
     }
   });
 }
@@ -366,6 +372,48 @@ absl::StatusOr<WorkReply> SftTrainerRole::Save(const proto::LmSave& task) {
   if (comm_->rank() != 0) return reply;
   RETURN_IF_ERROR(models::SaveTokenizer(*tokenizer_, task.dir()));
   (*reply.result.mutable_metrics())["save_s"] = timer.Seconds();
+  return reply;
+}
+
+absl::StatusOr<WorkReply> SftTrainerRole::SaveState(const std::string& dir) {
+  if (!model_) return absl::FailedPreconditionError("save_state before sft_init");
+  RETURN_IF_ERROR(SaveShardedState(dir, *model_, *optimizer_));
+  if (comm_->rank() != 0) return WorkReply();
+  const nlohmann::json j{{"steps_done", steps_done_},
+                         {"epoch", epoch_},
+                         {"next_row", next_row_},
+                         {"truncated_examples", truncated_}};
+  RETURN_IF_ERROR(WriteFileAtomic(dir + "/sft.json", j.dump() + "\n"));
+  return WorkReply();
+}
+
+absl::StatusOr<WorkReply> SftTrainerRole::LoadState(const std::string& dir) {
+  if (!model_) return absl::FailedPreconditionError("load_state before sft_init");
+  RETURN_IF_ERROR(LoadShardedState(dir, *model_, *optimizer_));
+  ASSIGN_OR_RETURN(const std::string text, ReadFileToString(dir + "/sft.json"));
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  for (const char* key : {"steps_done", "epoch", "next_row", "truncated_examples"}) {
+    if (j.is_discarded() || !j.contains(key) || !j[key].is_number_integer() ||
+        j[key].get<int64_t>() < 0) {
+      return absl::DataLossError(
+          absl::StrCat(dir, "/sft.json: no non-negative integer '", key, "'"));
+    }
+  }
+  // The data order is a pure function of (job.seed, epoch): repack the saved epoch and
+  // continue at its row.
+  epoch_ = j["epoch"].get<int64_t>() - 1;
+  RETURN_IF_ERROR(NextEpoch());
+  const size_t next_row = j["next_row"].get<size_t>();
+  if (next_row > rows_.size()) {
+    return absl::DataLossError(absl::StrCat(dir, "/sft.json: next_row ", next_row, " but epoch ",
+                                            epoch_, " packs into ", rows_.size(),
+                                            " rows (was the data changed?)"));
+  }
+  next_row_ = next_row;
+  truncated_ = j["truncated_examples"].get<int64_t>();
+  steps_done_ = j["steps_done"].get<int64_t>();
+  WorkReply reply;
+  (*reply.result.mutable_metrics())["optimizer_step"] = static_cast<double>(steps_done_);
   return reply;
 }
 

@@ -10,6 +10,8 @@
 //   exact-match accuracy (rank 0's reply)
 // LmSave(dir) -> gathered unit by unit, rank 0 streams each into the Hugging Face
 //   checkpoint (never a whole model on one rank) + tokenizer files
+// SaveState(dir) / LoadState(dir) (after SftInit) -> whole-job checkpoints: every rank's
+//   shards + sft.json; the LR schedule follows from the step count
 //
 // Training runs in fp32 (master weights); model.dtype sets the saved checkpoint's dtype.
 // Data order is a pure function of (job.seed, epoch): each epoch reshuffles (arithmetic:
@@ -55,6 +57,11 @@ class SftTrainerRole final : public Role {
                                     int64_t loss_tokens);
   absl::StatusOr<WorkReply> Evaluate(const proto::LmEvaluate& task);
   absl::StatusOr<WorkReply> Save(const proto::LmSave& task);
+  // Whole-job checkpoints: the sharded model and AdamW moments (trainer/sharded_checkpoint.h)
+  // and, from rank 0, sft.json with the step count and the data position (epoch, row, the
+  // truncation counter). LoadState's reply: metric optimizer_step, the restored count.
+  absl::StatusOr<WorkReply> SaveState(const std::string& dir);
+  absl::StatusOr<WorkReply> LoadState(const std::string& dir);
   absl::StatusOr<std::vector<PromptExample>> TrainExamples(int64_t epoch) const;
   absl::Status NextEpoch();
   const PackedRow& NextRow();

@@ -1,5 +1,6 @@
 // The trainer roles with trainer.ranks N against one rank: sft, grpo, drgrpo, lm_ppo and
-// dpo on a tiny checkpoint, N = 1, 2 and 3 ranks as threads in one process.
+// dpo on a tiny checkpoint, N = 1, 2 and 3 ranks as threads in one process; and each role's
+// whole-job state saved by N ranks and loaded by N fresh ones, continuing as if never stopped.
 //
 // the same requests (fixed groups, pairs, rewards) -> every rank's role -> rank 0's replies
 //   -> per-step metrics and the final weights of N ranks == those of one rank
@@ -475,6 +476,81 @@ TEST_F(ShardedRolesTest, SftRanksMatchOneRankWithGradientAccumulation) { ExpectS
 
 // 2 rows per micro-batch: with 3 ranks one rank has no row.
 TEST_F(ShardedRolesTest, SftRanksMatchOneRankWithARankWithoutRows) { ExpectSftRanksAgree(2); }
+
+// Whole-job state on `ranks` ranks: requests 0..count-1 run through, against the same
+// requests with the ranks' state saved after the first `cut` (save_state), the roles torn
+// down, fresh roles set up (the first `setup` requests again, e.g. sft_init) and the state
+// loaded (load_state): every reply after the cut is the same, to the bit.
+void ExpectResumedRanksContinue(int ranks, const std::string& yaml, const MakeRole& make, int count,
+                                int cut, int setup, const MakeRequest& request) {
+  const std::string dir = absl::StrCat(CheckpointDir(), "/state_", ranks, "_", cut);
+  fs::remove_all(dir);
+  const FinalWeights none = [](const WorkReply&) { return Params{}; };
+  const RanksRun through = RunRanks(ranks, yaml, make, count, request, none);
+  ASSERT_EQ(through.metrics.size(), static_cast<size_t>(count));
+  const MakeRequest saving = [&](int k, int64_t version) {
+    if (k < cut) return request(k, version);
+    Request r;
+    r.request.mutable_save_state()->set_dir(dir);
+    return r;
+  };
+  RunRanks(ranks, yaml, make, cut + 1, saving, none);
+  ASSERT_TRUE(fs::exists(dir + "/manifest.json"));
+  for (int r = 0; r < ranks; ++r) {
+    EXPECT_TRUE(fs::exists(absl::StrCat(dir, "/rank-", r, "-of-", ranks, ".safetensors")));
+  }
+  const MakeRequest loading = [&](int k, int64_t version) {
+    if (k < setup) return request(k, version);
+    if (k > setup) return request(cut + k - setup - 1, version);
+    Request r;
+    r.request.mutable_load_state()->set_dir(dir);
+    return r;
+  };
+  const RanksRun resumed = RunRanks(ranks, yaml, make, setup + 1 + count - cut, loading, none);
+  ASSERT_EQ(resumed.metrics.size(), static_cast<size_t>(setup + 1 + count - cut));
+  for (int k = cut; k < count; ++k) {
+    std::map<std::string, double> want, got;
+    for (const auto& [key, v] : through.metrics[k]) {
+      if (Compared(key)) want[key] = v;
+    }
+    for (const auto& [key, v] : resumed.metrics[setup + 1 + k - cut]) {
+      if (Compared(key)) got[key] = v;
+    }
+    EXPECT_EQ(got, want) << "request " << k;
+  }
+  fs::remove_all(dir);
+}
+
+// lm_ppo on 2 ranks: the policy's and the critic's shards and moments (the critic trains
+// alone in the first iteration, so its state differs from the policy's).
+TEST_F(ShardedRolesTest, LmPpoStateSavedByTwoRanksContinuesTheRun) {
+  ExpectResumedRanksContinue(2, LmRlYaml("lm_ppo", 2, 3), LmRlRole(), 4, 2, 0, GrpoRequests(5, 2));
+}
+
+TEST_F(ShardedRolesTest, DpoStateSavedByTwoRanksContinuesTheRun) {
+  ExpectResumedRanksContinue(2, kDpoYaml, DpoRole(), 4, 2, 0, DpoRequests(5));
+}
+
+// sft on 2 ranks, cut in the middle of an epoch (100 examples pack into a few dozen rows):
+// the data position and the schedule's step come back with the shards.
+TEST_F(ShardedRolesTest, SftStateSavedByTwoRanksContinuesTheRun) {
+  const std::string yaml = absl::StrReplaceAll(kSftYaml, {{"$ROWS", "3"}});
+  const MakeRole make = [](const JobConfig& c, const proto::Assignment& a) {
+    return absl::StatusOr<std::unique_ptr<Role>>(std::make_unique<SftTrainerRole>(c, a));
+  };
+  const MakeRequest request = [](int k, int64_t) {
+    Request r;
+    if (k == 0) {
+      r.request.mutable_sft_init();
+    } else {
+      r.request.mutable_sft_train()->set_first_step(k - 1);
+      r.request.mutable_sft_train()->set_num_steps(1);
+      r.request.mutable_sft_train()->set_total_steps(5);
+    }
+    return r;
+  };
+  ExpectResumedRanksContinue(2, yaml, make, 6, 3, 1, request);
+}
 
 }  // namespace
 }  // namespace rlforge
