@@ -158,20 +158,18 @@ absl::Status PpoAlgorithm::Broadcast(Controller& c, const proto::WeightsReady& w
   last_weights_ = w;
   last_frames_ = std::move(inline_weights);
   std::vector<uint64_t> ids;
+  std::vector<size_t> slots;
   for (size_t k = 0; k < workers_.size(); ++k) {
     if (!Usable(c, k)) continue;  // a replacement loads the weights before its first rollout
-    proto::WorkRequest req;
-    *req.mutable_load_weights()->mutable_weights() = w;
-    std::vector<TensorFrame> tensors;
-    for (const auto& t : last_frames_) {
-      tensors.push_back(TensorFrame::Copy(t.name(), t.dtype(), t.shape(), t.data()));
-    }
-    ASSIGN_OR_RETURN(uint64_t wid, c.Submit(workers_[k], std::move(req), std::move(tensors)));
+    ASSIGN_OR_RETURN(uint64_t wid, SubmitLoad(c, k));
     ids.push_back(wid);
+    slots.push_back(k);
   }
   while (!ids.empty()) {
     ASSIGN_OR_RETURN(auto ready, c.AwaitNext(ids));
+    const size_t slot = slots[ready.first];
     ids.erase(ids.begin() + static_cast<std::ptrdiff_t>(ready.first));
+    slots.erase(slots.begin() + static_cast<std::ptrdiff_t>(ready.first));
     const WorkOutcome& o = ready.second;
     if (o.lost) continue;
     if (o.result.weights().version() != w.version()) {
@@ -179,8 +177,19 @@ absl::Status PpoAlgorithm::Broadcast(Controller& c, const proto::WeightsReady& w
                                               o.result.weights().version(), " instead of ",
                                               w.version()));
     }
+    served_[slot] = w.version();
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> PpoAlgorithm::SubmitLoad(Controller& c, size_t w) {
+  proto::WorkRequest load;
+  *load.mutable_load_weights()->mutable_weights() = last_weights_;
+  std::vector<TensorFrame> tensors;
+  for (const auto& t : last_frames_) {
+    tensors.push_back(TensorFrame::Copy(t.name(), t.dtype(), t.shape(), t.data()));
+  }
+  return c.Submit(workers_[w], std::move(load), std::move(tensors));
 }
 
 proto::WorkRequest PpoAlgorithm::SetupRequest(size_t w) const {
@@ -227,13 +236,7 @@ absl::Status PpoAlgorithm::PrepareReplacements(Controller& c) {
           workers_[w], " (a replacement) set up envs (", got.env_id(), ", ", got.num_envs(),
           " envs) unlike the job's (", spec_.env_id(), ", ", spec_.num_envs(), ")"));
     }
-    proto::WorkRequest load;
-    *load.mutable_load_weights()->mutable_weights() = last_weights_;
-    std::vector<TensorFrame> tensors;
-    for (const auto& t : last_frames_) {
-      tensors.push_back(TensorFrame::Copy(t.name(), t.dtype(), t.shape(), t.data()));
-    }
-    ASSIGN_OR_RETURN(uint64_t load_id, c.Submit(workers_[w], std::move(load), std::move(tensors)));
+    ASSIGN_OR_RETURN(uint64_t load_id, SubmitLoad(c, w));
     ASSIGN_OR_RETURN(auto loaded, c.AwaitNext({load_id}));
     if (loaded.second.lost) continue;
     if (loaded.second.result.weights().version() != last_weights_.version()) {
@@ -242,6 +245,7 @@ absl::Status PpoAlgorithm::PrepareReplacements(Controller& c) {
                                               " instead of ", last_weights_.version()));
     }
     ready_[w] = true;
+    served_[w] = last_weights_.version();
     spdlog::info("{} replaced: envs set up again, policy version {}", workers_[w],
                  last_weights_.version());
   }
@@ -320,6 +324,7 @@ absl::Status PpoAlgorithm::Run(JobContext& ctx) {
   }
   ASSIGN_OR_RETURN(auto setups, c.AwaitAll(ids));
   ready_.assign(workers_.size(), true);
+  served_.assign(workers_.size(), -1);
   stepped_.assign(workers_.size(), false);
   spec_ = setups[0].result.policy_spec();
   const proto::PolicySpec& spec = spec_;
@@ -359,11 +364,9 @@ absl::Status PpoAlgorithm::Run(JobContext& ctx) {
     RETURN_IF_ERROR(Resume(c, trainer, *ctx.resume_point(), &progress));
     if (progress.solved && config_.ppo.stop_when_solved) return absl::OkStatus();
   }
-  int64_t &version = progress.version, &env_steps = progress.env_steps,
-          &episodes = progress.episodes;
-  bool& solved = progress.solved;
-  const int64_t O = spec.obs_size();
-  const int64_t A = spec.discrete() ? 1 : spec.action_size();
+  if (config_.rollout.max_staleness > 0) {
+    return RunPipelined(ctx, trainer, iterations, &progress);
+  }
   for (int64_t it = progress.iteration + 1; it <= iterations; ++it) {
     const Stopwatch t_iter;
     IterationRecord rec;
@@ -373,145 +376,184 @@ absl::Status PpoAlgorithm::Run(JobContext& ctx) {
     rec.timings["rollout_s"] = t_iter.Seconds();
     // Rewards are scaled by the worker that stepped the envs, in the order it stepped them.
     std::vector<std::vector<float>> scaled(rollouts.size());
+    double stepping_s = 0;
     for (size_t k : done_order) {
-      const int64_t TN = T * N;
-      ASSIGN_OR_RETURN(const TensorFrame* t_rew, Need(rollouts[k], "rewards", proto::F32, TN));
-      ASSIGN_OR_RETURN(const TensorFrame* t_term, Need(rollouts[k], "terminated", proto::U8, TN));
-      ASSIGN_OR_RETURN(const TensorFrame* t_trunc, Need(rollouts[k], "truncated", proto::U8, TN));
-      ASSIGN_OR_RETURN(const TensorFrame* t_valid, Need(rollouts[k], "valid", proto::U8, TN));
-      scaled[k].assign(t_rew->data_as<float>(), t_rew->data_as<float>() + TN);
-      if (config_.ppo.normalize_reward) {
-        const auto* term = static_cast<const uint8_t*>(t_term->data());
-        const auto* trunc = static_cast<const uint8_t*>(t_trunc->data());
-        std::vector<uint8_t> done(TN);
-        for (int64_t i = 0; i < TN; ++i) done[i] = term[i] | trunc[i];
-        reward_scalers_[producers[k]].ScaleInPlace(T, scaled[k].data(), done.data(),
-                                                   static_cast<const uint8_t*>(t_valid->data()));
-      }
+      ASSIGN_OR_RETURN(scaled[k], ScaledRewards(rollouts[k], producers[k]));
+      stepping_s += rollouts[k].seconds;
     }
 
     const Stopwatch t_gae;
-    std::vector<float> obs, logp, values, adv, ret, cact;
-    std::vector<int64_t> dact;
-    int64_t lag = 0;
-    double policy_s = 0, env_s = 0;
+    TrainBatch b;
     for (size_t w = 0; w < rollouts.size(); ++w) {
-      const WorkOutcome& o = rollouts[w];
-      lag = std::max(lag, version - o.result.policy_version());
-      policy_s += o.result.metrics().count("policy_s") ? o.result.metrics().at("policy_s") : 0;
-      env_s += o.result.metrics().count("env_s") ? o.result.metrics().at("env_s") : 0;
-      const int64_t TN = T * N;
-      ASSIGN_OR_RETURN(const TensorFrame* t_obs, Need(o, "obs", proto::F32, TN * O));
-      ASSIGN_OR_RETURN(const TensorFrame* t_act,
-                       Need(o, "actions", spec.discrete() ? proto::I64 : proto::F32, TN * A));
-      ASSIGN_OR_RETURN(const TensorFrame* t_logp, Need(o, "logprobs", proto::F32, TN));
-      ASSIGN_OR_RETURN(const TensorFrame* t_val, Need(o, "values", proto::F32, TN));
-      ASSIGN_OR_RETURN(const TensorFrame* t_term, Need(o, "terminated", proto::U8, TN));
-      ASSIGN_OR_RETURN(const TensorFrame* t_trunc, Need(o, "truncated", proto::U8, TN));
-      ASSIGN_OR_RETURN(const TensorFrame* t_valid, Need(o, "valid", proto::U8, TN));
-      ASSIGN_OR_RETURN(const TensorFrame* t_last, Need(o, "last_values", proto::F32, N));
-      const std::vector<float>& rewards = scaled[w];
-      const auto* term = static_cast<const uint8_t*>(t_term->data());
-      const auto* trunc = static_cast<const uint8_t*>(t_trunc->data());
-      const auto* valid = static_cast<const uint8_t*>(t_valid->data());
-      GaeInput g{T,    N,     rewards.data(), t_val->data_as<float>(), t_last->data_as<float>(),
-                 term, trunc, valid};
-      GaeOutput gae = ComputeGae(g, config_.ppo.gamma, config_.ppo.gae_lambda);
-      const float* po = t_obs->data_as<float>();
-      for (int64_t i = 0; i < TN; ++i) {
-        if (!valid[i]) continue;
-        obs.insert(obs.end(), po + i * O, po + (i + 1) * O);
-        if (spec.discrete()) {
-          dact.push_back(t_act->data_as<int64_t>()[i]);
-        } else {
-          const float* pa = t_act->data_as<float>() + i * A;
-          cact.insert(cact.end(), pa, pa + A);
-        }
-        logp.push_back(t_logp->data_as<float>()[i]);
-        values.push_back(t_val->data_as<float>()[i]);
-        adv.push_back(gae.advantages[i]);
-        ret.push_back(gae.returns[i]);
-      }
-      for (const auto& e : o.result.rollout().episodes()) {
-        recent_returns_.push_back(e.episode_return());
-        recent_lengths_.push_back(static_cast<double>(e.length()));
-        while (static_cast<int64_t>(recent_returns_.size()) > config_.ppo.return_window) {
-          recent_returns_.pop_front();
-          recent_lengths_.pop_front();
-        }
-        ++episodes;
-      }
-      env_steps += o.result.rollout().env_steps();
+      RETURN_IF_ERROR(AddRollout(rollouts[w], scaled[w], progress.version, &b, &progress));
     }
-    const int64_t rows = static_cast<int64_t>(logp.size());
     rec.timings["gae_s"] = t_gae.Seconds();
-    if (rows == 0) return absl::InternalError("a rollout produced no valid samples");
+    if (b.rows() == 0) return absl::InternalError("a rollout produced no valid samples");
 
     const Stopwatch t_train;
-    proto::WorkRequest step;
-    step.mutable_train_step()->set_iteration(it);
-    step.mutable_train_step()->set_num_iterations(iterations);
-    step.mutable_train_step()->set_behavior_version(version);
-    std::vector<TensorFrame> tensors;
-    tensors.push_back(TensorFrame::Copy("obs", proto::F32, {rows, O}, obs.data()));
-    if (spec.discrete()) {
-      tensors.push_back(TensorFrame::Copy("actions", proto::I64, {rows}, dact.data()));
-    } else {
-      tensors.push_back(TensorFrame::Copy("actions", proto::F32, {rows, A}, cact.data()));
-    }
-    tensors.push_back(TensorFrame::FromVector("logprobs", logp));
-    tensors.push_back(TensorFrame::FromVector("values", values));
-    tensors.push_back(TensorFrame::FromVector("advantages", adv));
-    tensors.push_back(TensorFrame::FromVector("returns", ret));
-    ASSIGN_OR_RETURN(uint64_t sid, c.Submit(trainer, std::move(step), std::move(tensors)));
+    ASSIGN_OR_RETURN(uint64_t sid, SubmitTrain(c, trainer, it, iterations, progress.version, b));
     ASSIGN_OR_RETURN(WorkOutcome trained, c.Await(sid));
     rec.timings["train_s"] = t_train.Seconds();
 
     const Stopwatch t_sync;
     RETURN_IF_ERROR(Broadcast(c, trained.result.weights(), std::move(trained.tensors)));
-    version = trained.result.weights().version();
+    progress.version = trained.result.weights().version();
     rec.timings["weight_sync_s"] = t_sync.Seconds();
 
-    SplitTimingsFromMetrics(trained.result.metrics(), rec.timings, rec.metrics);
-    rec.timings["policy_s"] = policy_s / static_cast<double>(workers_.size());
-    rec.timings["env_s"] = env_s / static_cast<double>(workers_.size());
-    rec.metrics["env_steps"] = static_cast<double>(env_steps);
-    rec.metrics["episodes"] = static_cast<double>(episodes);
-    rec.metrics["samples"] = static_cast<double>(rows);
-    rec.metrics["policy_version"] = static_cast<double>(version);
-    rec.metrics["version_lag"] = static_cast<double>(lag);
-    rec.metrics["weight_bytes"] = static_cast<double>(trained.result.weights().nbytes());
-    if (episodes_cut_ > 0 || requeued_batches_ > 0) {  // only once a worker was lost
-      rec.metrics["faults/episodes_cut"] = static_cast<double>(episodes_cut_);
-      rec.metrics["faults/requeued_batches"] = static_cast<double>(requeued_batches_);
-    }
-    if (!recent_returns_.empty()) {
-      double sr = 0, sl = 0;
-      for (double r : recent_returns_) sr += r;
-      for (double l : recent_lengths_) sl += l;
-      double n = static_cast<double>(recent_returns_.size());
-      rec.metrics["episodic_return"] = sr / n;
-      rec.metrics["episode_length"] = sl / n;
-      bool window_full = static_cast<int64_t>(recent_returns_.size()) >= config_.ppo.return_window;
-      if (!solved && window_full && sr / n >= config_.ppo.solved_return &&
-          config_.ppo.solved_return != 0) {
-        solved = true;
-        rec.metrics["solved_at_step"] = static_cast<double>(env_steps);
-        spdlog::info("solved: mean return {:.1f} over the last {} episodes at {} env steps", sr / n,
-                     recent_returns_.size(), env_steps);
-      }
-    }
-    double iter_s = t_iter.Seconds();
+    RecordIteration(trained, b, &progress, &rec);
+    const double iter_s = t_iter.Seconds();
     rec.timings["iteration_s"] = iter_s;
     rec.timings["steps_per_s"] = static_cast<double>(batch) / iter_s;
+    IdleShares(rec.timings["train_s"], stepping_s, iter_s, &rec);
     RETURN_IF_ERROR(ctx.EndIteration(rec));
     progress.iteration = it;
     RETURN_IF_ERROR(CheckpointAfterIteration(
         ctx, it, SaveProgress(progress),
         [&](const std::string& dir) { return SaveActors(c, trainer, dir); }));
-    if (solved && config_.ppo.stop_when_solved) break;
+    if (progress.solved && config_.ppo.stop_when_solved) break;
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<float>> PpoAlgorithm::ScaledRewards(const WorkOutcome& o,
+                                                               size_t producer) {
+  const int64_t TN = config_.rollout.steps_per_iteration * config_.env.num_envs;
+  ASSIGN_OR_RETURN(const TensorFrame* t_rew, Need(o, "rewards", proto::F32, TN));
+  ASSIGN_OR_RETURN(const TensorFrame* t_term, Need(o, "terminated", proto::U8, TN));
+  ASSIGN_OR_RETURN(const TensorFrame* t_trunc, Need(o, "truncated", proto::U8, TN));
+  ASSIGN_OR_RETURN(const TensorFrame* t_valid, Need(o, "valid", proto::U8, TN));
+  std::vector<float> scaled(t_rew->data_as<float>(), t_rew->data_as<float>() + TN);
+  if (config_.ppo.normalize_reward) {
+    const auto* term = static_cast<const uint8_t*>(t_term->data());
+    const auto* trunc = static_cast<const uint8_t*>(t_trunc->data());
+    std::vector<uint8_t> done(TN);
+    for (int64_t i = 0; i < TN; ++i) done[i] = term[i] | trunc[i];
+    reward_scalers_[producer].ScaleInPlace(config_.rollout.steps_per_iteration, scaled.data(),
+                                           done.data(),
+                                           static_cast<const uint8_t*>(t_valid->data()));
+  }
+  return scaled;
+}
+
+absl::Status PpoAlgorithm::AddRollout(const WorkOutcome& o, const std::vector<float>& rewards,
+                                      int64_t version, TrainBatch* b, Progress* p) {
+  const int64_t T = config_.rollout.steps_per_iteration, N = config_.env.num_envs;
+  const int64_t O = spec_.obs_size(), A = spec_.discrete() ? 1 : spec_.action_size();
+  const int64_t lag = version - o.result.policy_version();
+  b->lag = std::max(b->lag, lag);
+  const auto& m = o.result.metrics();
+  b->policy_s += m.count("policy_s") ? m.at("policy_s") : 0;
+  b->env_s += m.count("env_s") ? m.at("env_s") : 0;
+  const int64_t TN = T * N;
+  ASSIGN_OR_RETURN(const TensorFrame* t_obs, Need(o, "obs", proto::F32, TN * O));
+  ASSIGN_OR_RETURN(const TensorFrame* t_act,
+                   Need(o, "actions", spec_.discrete() ? proto::I64 : proto::F32, TN * A));
+  ASSIGN_OR_RETURN(const TensorFrame* t_logp, Need(o, "logprobs", proto::F32, TN));
+  ASSIGN_OR_RETURN(const TensorFrame* t_val, Need(o, "values", proto::F32, TN));
+  ASSIGN_OR_RETURN(const TensorFrame* t_term, Need(o, "terminated", proto::U8, TN));
+  ASSIGN_OR_RETURN(const TensorFrame* t_trunc, Need(o, "truncated", proto::U8, TN));
+  ASSIGN_OR_RETURN(const TensorFrame* t_valid, Need(o, "valid", proto::U8, TN));
+  ASSIGN_OR_RETURN(const TensorFrame* t_last, Need(o, "last_values", proto::F32, N));
+  const auto* term = static_cast<const uint8_t*>(t_term->data());
+  const auto* trunc = static_cast<const uint8_t*>(t_trunc->data());
+  const auto* valid = static_cast<const uint8_t*>(t_valid->data());
+  GaeInput g{T,    N,     rewards.data(), t_val->data_as<float>(), t_last->data_as<float>(),
+             term, trunc, valid};
+  GaeOutput gae = ComputeGae(g, config_.ppo.gamma, config_.ppo.gae_lambda);
+  const float* po = t_obs->data_as<float>();
+  const int64_t rows_before = b->rows();
+  for (int64_t i = 0; i < TN; ++i) {
+    if (!valid[i]) continue;
+    b->obs.insert(b->obs.end(), po + i * O, po + (i + 1) * O);
+    if (spec_.discrete()) {
+      b->dact.push_back(t_act->data_as<int64_t>()[i]);
+    } else {
+      const float* pa = t_act->data_as<float>() + i * A;
+      b->cact.insert(b->cact.end(), pa, pa + A);
+    }
+    b->logp.push_back(t_logp->data_as<float>()[i]);
+    b->values.push_back(t_val->data_as<float>()[i]);
+    b->adv.push_back(gae.advantages[i]);
+    b->ret.push_back(gae.returns[i]);
+  }
+  if (lag >= 0) {
+    if (static_cast<int64_t>(b->lag_rows.size()) <= lag) b->lag_rows.resize(lag + 1, 0);
+    b->lag_rows[lag] += b->rows() - rows_before;
+  }
+  for (const auto& e : o.result.rollout().episodes()) {
+    recent_returns_.push_back(e.episode_return());
+    recent_lengths_.push_back(static_cast<double>(e.length()));
+    while (static_cast<int64_t>(recent_returns_.size()) > config_.ppo.return_window) {
+      recent_returns_.pop_front();
+      recent_lengths_.pop_front();
+    }
+    ++p->episodes;
+  }
+  p->env_steps += o.result.rollout().env_steps();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> PpoAlgorithm::SubmitTrain(Controller& c, const std::string& trainer,
+                                                   int64_t it, int64_t iterations,
+                                                   int64_t behavior_version, const TrainBatch& b) {
+  const int64_t rows = b.rows(), O = spec_.obs_size();
+  const int64_t A = spec_.discrete() ? 1 : spec_.action_size();
+  proto::WorkRequest step;
+  step.mutable_train_step()->set_iteration(it);
+  step.mutable_train_step()->set_num_iterations(iterations);
+  step.mutable_train_step()->set_behavior_version(behavior_version);
+  std::vector<TensorFrame> tensors;
+  tensors.push_back(TensorFrame::Copy("obs", proto::F32, {rows, O}, b.obs.data()));
+  if (spec_.discrete()) {
+    tensors.push_back(TensorFrame::Copy("actions", proto::I64, {rows}, b.dact.data()));
+  } else {
+    tensors.push_back(TensorFrame::Copy("actions", proto::F32, {rows, A}, b.cact.data()));
+  }
+  tensors.push_back(TensorFrame::FromVector("logprobs", b.logp));
+  tensors.push_back(TensorFrame::FromVector("values", b.values));
+  tensors.push_back(TensorFrame::FromVector("advantages", b.adv));
+  tensors.push_back(TensorFrame::FromVector("returns", b.ret));
+  return c.Submit(trainer, std::move(step), std::move(tensors));
+}
+
+void PpoAlgorithm::IdleShares(double train_s, double stepping_s, double iteration_s,
+                              IterationRecord* rec) const {
+  const double workers = static_cast<double>(workers_.size());
+  rec->timings["trainer_idle_share"] = std::clamp(1.0 - train_s / iteration_s, 0.0, 1.0);
+  rec->timings["stepper_idle_share"] =
+      std::clamp(1.0 - stepping_s / (iteration_s * workers), 0.0, 1.0);
+}
+
+void PpoAlgorithm::RecordIteration(const WorkOutcome& trained, const TrainBatch& b, Progress* p,
+                                   IterationRecord* rec) {
+  SplitTimingsFromMetrics(trained.result.metrics(), rec->timings, rec->metrics);
+  rec->timings["policy_s"] = b.policy_s / static_cast<double>(workers_.size());
+  rec->timings["env_s"] = b.env_s / static_cast<double>(workers_.size());
+  rec->metrics["env_steps"] = static_cast<double>(p->env_steps);
+  rec->metrics["episodes"] = static_cast<double>(p->episodes);
+  rec->metrics["samples"] = static_cast<double>(b.rows());
+  rec->metrics["policy_version"] = static_cast<double>(p->version);
+  rec->metrics["version_lag"] = static_cast<double>(b.lag);
+  rec->metrics["weight_bytes"] = static_cast<double>(trained.result.weights().nbytes());
+  if (episodes_cut_ > 0 || requeued_batches_ > 0) {  // only once a worker was lost
+    rec->metrics["faults/episodes_cut"] = static_cast<double>(episodes_cut_);
+    rec->metrics["faults/requeued_batches"] = static_cast<double>(requeued_batches_);
+  }
+  if (recent_returns_.empty()) return;
+  double sr = 0, sl = 0;
+  for (double r : recent_returns_) sr += r;
+  for (double l : recent_lengths_) sl += l;
+  double n = static_cast<double>(recent_returns_.size());
+  rec->metrics["episodic_return"] = sr / n;
+  rec->metrics["episode_length"] = sl / n;
+  bool window_full = static_cast<int64_t>(recent_returns_.size()) >= config_.ppo.return_window;
+  if (!p->solved && window_full && sr / n >= config_.ppo.solved_return &&
+      config_.ppo.solved_return != 0) {
+    p->solved = true;
+    rec->metrics["solved_at_step"] = static_cast<double>(p->env_steps);
+    spdlog::info("solved: mean return {:.1f} over the last {} episodes at {} env steps", sr / n,
+                 recent_returns_.size(), p->env_steps);
+  }
 }
 
 nlohmann::json PpoAlgorithm::SaveProgress(const Progress& p) const {
