@@ -473,9 +473,9 @@ TEST_P(PpoStalenessTest, NoTrainedSampleLagsMoreThanTheBound) {
   EXPECT_EQ(CheckBound(k), k) << "a slow trainer lets the workers run the whole bound ahead";
   EXPECT_EQ(ctx_->records.back().metrics.at("env_steps"), 72);
   EXPECT_EQ(ctx_->records.back().metrics.at("policy_version"), 6);
-  // The workers stepped while the trainer trained: batch 2's rollouts were in flight when
-  // batch 1 went to the trainer.
-  EXPECT_EQ(ctx_->records[0].metrics.at("rollouts_in_flight"), 2);
+  // The workers stepped while the trainer trained: batch 2's rollouts while it trained batch 1
+  // (and batch 3's too with k = 2).
+  EXPECT_EQ(ctx_->records[0].metrics.at("rollouts_during_train"), 2 * k);
   // Every worker loaded each version once, in order, between its rollouts.
   for (int rank = 0; rank < 2; ++rank) {
     std::vector<int64_t> loaded;

@@ -88,8 +88,10 @@ class PpoPipeline {
   std::map<uint64_t, InFlight> in_flight_;
   std::vector<bool> busy_;
   bool draining_ = false;
-  int64_t discarded_ = 0;  // this iteration's
-  double stepping_s_ = 0;  // rollout seconds returned since the last iteration ended
+  bool training_ = false;     // a train step is in flight
+  int64_t during_train_ = 0;  // rollouts in flight while it was
+  int64_t discarded_ = 0;     // this iteration's
+  double stepping_s_ = 0;     // rollout seconds returned since the last iteration ended
 };
 
 void PpoPipeline::Open(int64_t batch) {
@@ -143,6 +145,7 @@ absl::Status PpoPipeline::Dispatch() {
     req.mutable_rollout()->set_num_steps(
         static_cast<int32_t>(a_.config_.rollout.steps_per_iteration));
     ASSIGN_OR_RETURN(uint64_t id, c_.Submit(a_.workers_[w], std::move(req)));
+    if (training_) ++during_train_;
     in_flight_[id] = {w, std::nullopt, *it};
     busy_[w] = true;
     queue_.erase(it);
@@ -266,14 +269,17 @@ absl::Status PpoPipeline::Run(JobContext& ctx, PpoAlgorithm::Progress* p) {
     if (b.rows() == 0) return absl::InternalError("a rollout produced no valid samples");
 
     RETURN_IF_ERROR(SettleLoads());
-    rec.metrics["rollouts_in_flight"] = static_cast<double>(RolloutsInFlight());
     const Stopwatch t_train;
     ASSIGN_OR_RETURN(uint64_t sid, a_.SubmitTrain(c_, trainer_, it, iterations_, oldest, b));
+    training_ = true;
+    during_train_ = RolloutsInFlight();
     WorkOutcome trained;
     bool done = false;
     while (!done) {
       ASSIGN_OR_RETURN(done, Next(sid, &trained));
     }
+    training_ = false;
+    rec.metrics["rollouts_during_train"] = static_cast<double>(during_train_);
     rec.timings["train_s"] = t_train.Seconds();
     // Workers load the new version between their rollouts (Dispatch).
     a_.last_weights_ = trained.result.weights();
