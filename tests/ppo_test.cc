@@ -273,6 +273,43 @@ TEST(PpoTest, AKilledSimServerIsRestartedWithItsWorker) {
       << fatal;
 }
 
+// rollout.max_staleness 1 with a rollout worker killed mid-run: its rollout is dealt again,
+// its replacement sets its envs up again and loads the newest version, and the job finishes
+// every iteration within the bound.
+TEST(PpoTest, AKilledWorkerOfAStaleRunIsReplaced) {
+  std::string root = FreshDir("ppo_stale_kill");
+  std::vector<std::string> args = {"run",
+                                   CartPole(),
+                                   "job.run_root=" + root,
+                                   "job.name=r",
+                                   "ppo.total_steps=102400",
+                                   "rollout.workers=2",
+                                   "rollout.max_staleness=1",
+                                   "launch.restart_backoff_s=0.1",
+                                   "dashboard.enabled=false"};
+  JobProcess job(args, root + "/r.txt");
+  for (int i = 0; i < 2400 && ReadMetricsJsonl(root + "/r").size() < 5; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_GE(ReadMetricsJsonl(root + "/r").size(), 5u) << job.Output();
+  std::smatch m;
+  const std::string out = job.Output();
+  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(started rollout-1 \(pid (\d+)\))"))) << out;
+  kill(std::stoi(m[1]), SIGKILL);
+  ASSERT_EQ(job.Wait(300).value_or(-1), 0) << job.Output();
+  const std::string events = ReadFile(root + "/r/events.jsonl");
+  EXPECT_NE(events.find("\"lost\""), std::string::npos) << events;
+  EXPECT_NE(events.find("rollout-1"), std::string::npos) << events;
+  auto records = ReadMetricsJsonl(root + "/r");
+  ASSERT_EQ(records.size(), 200u) << "102400 steps, 2 workers x 8 envs x 32 steps each";
+  for (const auto& r : records) {
+    EXPECT_LE(r["metrics"]["version_lag"].get<double>(), 1) << r.dump();
+    EXPECT_EQ(r["metrics"]["stale_batches_discarded"].get<double>(), 0) << r.dump();
+  }
+  EXPECT_EQ(records.back()["metrics"]["env_steps"].get<double>(), 102400) << "no rollout lost";
+  EXPECT_GT(records.back()["metrics"]["faults/episodes_cut"].get<double>(), 0) << events;
+}
+
 TEST(PpoTest, UnknownEnvFailsWithSuggestion) {
   std::string root = FreshDir("ppo_badenv");
   auto [code, out] = RunJob(root, "e", {"env.id=CartPole-v0"});
