@@ -106,6 +106,13 @@ TEST(PpoTest, StaleRolloutsStayWithinTheBoundAndLearn) {
     // Batch 2 is stepped by version 0 while batch 1 trains (the first overlap, whatever the
     // timing); later lags depend on how fast the trainer is.
     EXPECT_GE(largest, 1) << "the workers ran ahead of the trainer";
+    // Batch 1 is stepped and trained by version 0: the ratio starts at 1, the trainer's
+    // logprobs agreeing with those the workers recorded (bit for bit here; a BLAS that rounds
+    // rows differently by batch size may move the last bits).
+    EXPECT_EQ(m[0]["metrics"]["version_lag"].get<double>(), 0);
+    EXPECT_NEAR(m[0]["metrics"]["is_weight_max"].get<double>(), 1.0, 1e-5);
+    EXPECT_NEAR(m[0]["metrics"]["is_weight_mean"].get<double>(), 1.0, 1e-5);
+    EXPECT_EQ(m[1]["metrics"]["version_lag/1"].get<double>(), 1) << "batch 2: version 0";
     EXPECT_GT(m.back()["metrics"]["episodic_return"].get<double>(),
               m[2]["metrics"]["episodic_return"].get<double>() + 50)
         << "k = " << k << " must still learn";
