@@ -5,7 +5,7 @@
 // sim servers (optional) -> RolloutSetup (envs, seeds) -> TrainInit (v0) ->
 // LoadWeights -> per iteration:
 //   rollout workers: T steps each -> trajectories tagged with their version
-//   controller: reward scaling (optional), GAE, batch of valid samples
+//   controller: reward scaling (optional), GAE, batch of valid samples (ppo_batch.cc)
 //   trainer: PPO update -> version v+1 -> weight sync (shm or ZeroMQ)
 //   metrics: episodic_return over the last ppo.return_window episodes, losses,
 //            per-stage timings, policy version and lag
