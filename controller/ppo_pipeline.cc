@@ -77,6 +77,8 @@ class PpoPipeline {
   // Waits for every work in flight, dispatching nothing more (the run ends).
   absl::Status Drain();
   int64_t RolloutsInFlight() const;
+  // version_lag/<d>, version_lag_mean and stale_batches_discarded of the batch `b`.
+  void RecordLag(const PpoAlgorithm::TrainBatch& b, IterationRecord* rec) const;
 
   PpoAlgorithm& a_;
   Controller& c_;
@@ -232,6 +234,17 @@ absl::Status PpoPipeline::Drain() {
   return absl::OkStatus();
 }
 
+void PpoPipeline::RecordLag(const PpoAlgorithm::TrainBatch& b, IterationRecord* rec) const {
+  double lag_sum = 0;
+  for (int64_t d = 0; d <= k_; ++d) {
+    const double rows = d < static_cast<int64_t>(b.lag_rows.size()) ? b.lag_rows[d] : 0;
+    rec->metrics[absl::StrCat("version_lag/", d)] = rows / static_cast<double>(b.rows());
+    lag_sum += rows * static_cast<double>(d);
+  }
+  rec->metrics["version_lag_mean"] = lag_sum / static_cast<double>(b.rows());
+  rec->metrics["stale_batches_discarded"] = static_cast<double>(discarded_);
+}
+
 int64_t PpoPipeline::RolloutsInFlight() const {
   return std::count_if(in_flight_.begin(), in_flight_.end(),
                        [](const auto& e) { return !e.second.load.has_value(); });
@@ -287,14 +300,7 @@ absl::Status PpoPipeline::Run(JobContext& ctx, PpoAlgorithm::Progress* p) {
     p->version = trained.result.weights().version();
 
     a_.RecordIteration(trained, b, p, &rec);
-    double lag_sum = 0;
-    for (int64_t d = 0; d <= k_; ++d) {
-      const double rows = d < static_cast<int64_t>(b.lag_rows.size()) ? b.lag_rows[d] : 0;
-      rec.metrics[absl::StrCat("version_lag/", d)] = rows / static_cast<double>(b.rows());
-      lag_sum += rows * static_cast<double>(d);
-    }
-    rec.metrics["version_lag_mean"] = lag_sum / static_cast<double>(b.rows());
-    rec.metrics["stale_batches_discarded"] = static_cast<double>(discarded_);
+    RecordLag(b, &rec);
     const double iter_s = t_iter.Lap();
     rec.timings["iteration_s"] = iter_s;
     rec.timings["steps_per_s"] = static_cast<double>(batch_steps) / iter_s;
