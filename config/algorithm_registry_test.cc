@@ -114,13 +114,13 @@ TEST(AlgorithmRegistryTest, EngineFleetsUpTo64AreAcceptedForEveryLmJob) {
   EXPECT_TRUE(LoadJobText("job: {algorithm: grpo}\nreward: {workers: 3}\n", "t.yaml").ok());
 }
 
-TEST(AlgorithmRegistryTest, MaxStalenessIsForLanguageModelRlOnly) {
-  for (const char* algo : {"grpo", "drgrpo", "rloo", "lm_ppo"}) {
+TEST(AlgorithmRegistryTest, MaxStalenessIsForRlWithRolloutWorkersOnly) {
+  for (const char* algo : {"grpo", "drgrpo", "rloo", "lm_ppo", "ppo"}) {
     LoadedJob j = LoadJobText(
         absl::StrCat("job: {algorithm: ", algo, "}\nrollout: {max_staleness: 2}\n"), "t.yaml");
     EXPECT_TRUE(j.errors.empty()) << algo << ": " << Errors(j);
   }
-  for (const char* algo : {"dpo", "ppo"}) {
+  for (const char* algo : {"dpo"}) {
     LoadedJob j = LoadJobText(
         absl::StrCat("job: {algorithm: ", algo, "}\nrollout: {max_staleness: 1}\n"), "t.yaml");
     ASSERT_EQ(j.errors.size(), 1u) << algo << ": " << Errors(j);
@@ -128,9 +128,20 @@ TEST(AlgorithmRegistryTest, MaxStalenessIsForLanguageModelRlOnly) {
     EXPECT_NE(j.errors[0].ToString().find(absl::StrCat("job.algorithm ", algo)), std::string::npos)
         << Errors(j);
   }
-  LoadedJob neg = LoadJobText("job: {algorithm: grpo}\nrollout: {max_staleness: -1}\n", "t.yaml");
-  ASSERT_EQ(neg.errors.size(), 1u) << Errors(neg);
-  EXPECT_EQ(neg.errors[0].key, "rollout.max_staleness");
+  for (const char* algo : {"grpo", "ppo"}) {
+    LoadedJob neg = LoadJobText(
+        absl::StrCat("job: {algorithm: ", algo, "}\nrollout: {max_staleness: -1}\n"), "t.yaml");
+    ASSERT_EQ(neg.errors.size(), 1u) << Errors(neg);
+    EXPECT_EQ(neg.errors[0].key, "rollout.max_staleness");
+    EXPECT_NE(neg.errors[0].ToString().find("got -1"), std::string::npos) << Errors(neg);
+  }
+  // Batches in flight are not in a checkpoint: control PPO refuses the pair as LM RL does.
+  LoadedJob ckpt = LoadJobText(
+      "job: {algorithm: ppo}\nrollout: {max_staleness: 1}\ncheckpoint: {every: 5}\n", "t.yaml");
+  ASSERT_EQ(ckpt.errors.size(), 1u) << Errors(ckpt);
+  EXPECT_EQ(ckpt.errors[0].key, "checkpoint.every");
+  EXPECT_NE(ckpt.errors[0].ToString().find("rollout.max_staleness 1"), std::string::npos)
+      << Errors(ckpt);
 }
 
 TEST(AlgorithmRegistryTest, PartialRolloutsNeedAsynchronousLanguageModelRl) {

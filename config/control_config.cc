@@ -83,11 +83,12 @@ std::shared_ptr<const Schema> RolloutSection() {
         "Steps per env per iteration; the batch is workers x env.num_envs x this.")
       .Min(1);
   b.Int("max_staleness", &RolloutOptions::max_staleness,
-        "Language-model RL (grpo, drgrpo, rloo, lm_ppo): how many policy versions a trained "
-        "token may lag the version being trained. 0: synchronous (generate, train, load, in "
-        "turn). k >= 1: engines generate the next batches while the trainer trains; a batch "
-        "is dispatched only once the engines serve the weights of step b-1-k, and a group is "
-        "admitted only if every token's version is within k (docs/async_rl.md).")
+        "How many policy versions a trained sample may lag the version being trained "
+        "(language-model RL: grpo, drgrpo, rloo, lm_ppo; and control ppo). 0: synchronous "
+        "(roll out, train, load, in turn). k >= 1: the rollout workers produce the next "
+        "batches while the trainer trains; a batch is dispatched only once the workers serve "
+        "the weights of step b-1-k, and a group (an LM job) or a worker's batch (ppo) is "
+        "admitted only if its version is within k (docs/async_rl.md).")
       .Min(0)
       .Max(64);
   b.Bool("partial", &RolloutOptions::partial,
@@ -223,10 +224,11 @@ void AddControlSections(SchemaBuilder<JobConfig>& b) {
   b.Check([](const JobConfig& c, CheckContext& ctx) {
     if (c.job.algorithm == nullptr) return;
     const AlgorithmFamily family = c.job.algorithm->family;
-    if (c.rollout.max_staleness != 0 && family != AlgorithmFamily::kLmRl) {
+    if (c.rollout.max_staleness != 0 && family != AlgorithmFamily::kLmRl &&
+        family != AlgorithmFamily::kControlPpo) {
       ctx.Error("rollout.max_staleness",
-                absl::StrCat("asynchronous rollout is built for language-model RL (grpo, "
-                             "drgrpo, rloo, lm_ppo); job.algorithm ",
+                absl::StrCat("asynchronous rollout is built for RL with rollout workers (grpo, "
+                             "drgrpo, rloo, lm_ppo, ppo); job.algorithm ",
                              c.job.algorithm->name, " runs synchronously (set 0)"));
     }
     if (c.rollout.partial && family != AlgorithmFamily::kLmRl) {

@@ -14,31 +14,11 @@
 #include "common/clock.h"
 #include "common/logging.h"
 #include "common/status.h"
-#include "common/timing_keys.h"
 #include "launch/process_launcher.h"
-#include "trainer/gae.h"
 
 namespace rlforge {
 
 namespace {
-
-const TensorFrame* Find(const WorkOutcome& o, const std::string& name) {
-  for (const auto& t : o.tensors) {
-    if (t.name() == name) return &t;
-  }
-  return nullptr;
-}
-
-absl::StatusOr<const TensorFrame*> Need(const WorkOutcome& o, const std::string& name, DType dtype,
-                                        int64_t numel) {
-  const TensorFrame* t = Find(o, name);
-  if (t == nullptr || t->dtype() != dtype || t->numel() != numel) {
-    return absl::DataLossError(absl::StrCat(o.actor_id, " sent a rollout without a valid '", name,
-                                            "' tensor (", DTypeName(dtype), ", ", numel,
-                                            " values)"));
-  }
-  return t;
-}
 
 bool SameSpec(const proto::PolicySpec& a, const proto::PolicySpec& b) {
   return a.obs_size() == b.obs_size() && a.discrete() == b.discrete() &&
@@ -158,20 +138,18 @@ absl::Status PpoAlgorithm::Broadcast(Controller& c, const proto::WeightsReady& w
   last_weights_ = w;
   last_frames_ = std::move(inline_weights);
   std::vector<uint64_t> ids;
+  std::vector<size_t> slots;
   for (size_t k = 0; k < workers_.size(); ++k) {
     if (!Usable(c, k)) continue;  // a replacement loads the weights before its first rollout
-    proto::WorkRequest req;
-    *req.mutable_load_weights()->mutable_weights() = w;
-    std::vector<TensorFrame> tensors;
-    for (const auto& t : last_frames_) {
-      tensors.push_back(TensorFrame::Copy(t.name(), t.dtype(), t.shape(), t.data()));
-    }
-    ASSIGN_OR_RETURN(uint64_t wid, c.Submit(workers_[k], std::move(req), std::move(tensors)));
+    ASSIGN_OR_RETURN(uint64_t wid, SubmitLoad(c, k));
     ids.push_back(wid);
+    slots.push_back(k);
   }
   while (!ids.empty()) {
     ASSIGN_OR_RETURN(auto ready, c.AwaitNext(ids));
+    const size_t slot = slots[ready.first];
     ids.erase(ids.begin() + static_cast<std::ptrdiff_t>(ready.first));
+    slots.erase(slots.begin() + static_cast<std::ptrdiff_t>(ready.first));
     const WorkOutcome& o = ready.second;
     if (o.lost) continue;
     if (o.result.weights().version() != w.version()) {
@@ -179,8 +157,19 @@ absl::Status PpoAlgorithm::Broadcast(Controller& c, const proto::WeightsReady& w
                                               o.result.weights().version(), " instead of ",
                                               w.version()));
     }
+    served_[slot] = w.version();
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> PpoAlgorithm::SubmitLoad(Controller& c, size_t w) {
+  proto::WorkRequest load;
+  *load.mutable_load_weights()->mutable_weights() = last_weights_;
+  std::vector<TensorFrame> tensors;
+  for (const auto& t : last_frames_) {
+    tensors.push_back(TensorFrame::Copy(t.name(), t.dtype(), t.shape(), t.data()));
+  }
+  return c.Submit(workers_[w], std::move(load), std::move(tensors));
 }
 
 proto::WorkRequest PpoAlgorithm::SetupRequest(size_t w) const {
@@ -227,13 +216,7 @@ absl::Status PpoAlgorithm::PrepareReplacements(Controller& c) {
           workers_[w], " (a replacement) set up envs (", got.env_id(), ", ", got.num_envs(),
           " envs) unlike the job's (", spec_.env_id(), ", ", spec_.num_envs(), ")"));
     }
-    proto::WorkRequest load;
-    *load.mutable_load_weights()->mutable_weights() = last_weights_;
-    std::vector<TensorFrame> tensors;
-    for (const auto& t : last_frames_) {
-      tensors.push_back(TensorFrame::Copy(t.name(), t.dtype(), t.shape(), t.data()));
-    }
-    ASSIGN_OR_RETURN(uint64_t load_id, c.Submit(workers_[w], std::move(load), std::move(tensors)));
+    ASSIGN_OR_RETURN(uint64_t load_id, SubmitLoad(c, w));
     ASSIGN_OR_RETURN(auto loaded, c.AwaitNext({load_id}));
     if (loaded.second.lost) continue;
     if (loaded.second.result.weights().version() != last_weights_.version()) {
@@ -242,6 +225,7 @@ absl::Status PpoAlgorithm::PrepareReplacements(Controller& c) {
                                               " instead of ", last_weights_.version()));
     }
     ready_[w] = true;
+    served_[w] = last_weights_.version();
     spdlog::info("{} replaced: envs set up again, policy version {}", workers_[w],
                  last_weights_.version());
   }
@@ -320,6 +304,7 @@ absl::Status PpoAlgorithm::Run(JobContext& ctx) {
   }
   ASSIGN_OR_RETURN(auto setups, c.AwaitAll(ids));
   ready_.assign(workers_.size(), true);
+  served_.assign(workers_.size(), -1);
   stepped_.assign(workers_.size(), false);
   spec_ = setups[0].result.policy_spec();
   const proto::PolicySpec& spec = spec_;
@@ -359,11 +344,9 @@ absl::Status PpoAlgorithm::Run(JobContext& ctx) {
     RETURN_IF_ERROR(Resume(c, trainer, *ctx.resume_point(), &progress));
     if (progress.solved && config_.ppo.stop_when_solved) return absl::OkStatus();
   }
-  int64_t &version = progress.version, &env_steps = progress.env_steps,
-          &episodes = progress.episodes;
-  bool& solved = progress.solved;
-  const int64_t O = spec.obs_size();
-  const int64_t A = spec.discrete() ? 1 : spec.action_size();
+  if (config_.rollout.max_staleness > 0) {
+    return RunPipelined(ctx, trainer, iterations, &progress);
+  }
   for (int64_t it = progress.iteration + 1; it <= iterations; ++it) {
     const Stopwatch t_iter;
     IterationRecord rec;
@@ -373,143 +356,41 @@ absl::Status PpoAlgorithm::Run(JobContext& ctx) {
     rec.timings["rollout_s"] = t_iter.Seconds();
     // Rewards are scaled by the worker that stepped the envs, in the order it stepped them.
     std::vector<std::vector<float>> scaled(rollouts.size());
+    double stepping_s = 0;
     for (size_t k : done_order) {
-      const int64_t TN = T * N;
-      ASSIGN_OR_RETURN(const TensorFrame* t_rew, Need(rollouts[k], "rewards", proto::F32, TN));
-      ASSIGN_OR_RETURN(const TensorFrame* t_term, Need(rollouts[k], "terminated", proto::U8, TN));
-      ASSIGN_OR_RETURN(const TensorFrame* t_trunc, Need(rollouts[k], "truncated", proto::U8, TN));
-      ASSIGN_OR_RETURN(const TensorFrame* t_valid, Need(rollouts[k], "valid", proto::U8, TN));
-      scaled[k].assign(t_rew->data_as<float>(), t_rew->data_as<float>() + TN);
-      if (config_.ppo.normalize_reward) {
-        const auto* term = static_cast<const uint8_t*>(t_term->data());
-        const auto* trunc = static_cast<const uint8_t*>(t_trunc->data());
-        std::vector<uint8_t> done(TN);
-        for (int64_t i = 0; i < TN; ++i) done[i] = term[i] | trunc[i];
-        reward_scalers_[producers[k]].ScaleInPlace(T, scaled[k].data(), done.data(),
-                                                   static_cast<const uint8_t*>(t_valid->data()));
-      }
+      ASSIGN_OR_RETURN(scaled[k], ScaledRewards(rollouts[k], producers[k]));
+      stepping_s += rollouts[k].seconds;
     }
 
     const Stopwatch t_gae;
-    std::vector<float> obs, logp, values, adv, ret, cact;
-    std::vector<int64_t> dact;
-    int64_t lag = 0;
-    double policy_s = 0, env_s = 0;
+    TrainBatch b;
     for (size_t w = 0; w < rollouts.size(); ++w) {
-      const WorkOutcome& o = rollouts[w];
-      lag = std::max(lag, version - o.result.policy_version());
-      policy_s += o.result.metrics().count("policy_s") ? o.result.metrics().at("policy_s") : 0;
-      env_s += o.result.metrics().count("env_s") ? o.result.metrics().at("env_s") : 0;
-      const int64_t TN = T * N;
-      ASSIGN_OR_RETURN(const TensorFrame* t_obs, Need(o, "obs", proto::F32, TN * O));
-      ASSIGN_OR_RETURN(const TensorFrame* t_act,
-                       Need(o, "actions", spec.discrete() ? proto::I64 : proto::F32, TN * A));
-      ASSIGN_OR_RETURN(const TensorFrame* t_logp, Need(o, "logprobs", proto::F32, TN));
-      ASSIGN_OR_RETURN(const TensorFrame* t_val, Need(o, "values", proto::F32, TN));
-      ASSIGN_OR_RETURN(const TensorFrame* t_term, Need(o, "terminated", proto::U8, TN));
-      ASSIGN_OR_RETURN(const TensorFrame* t_trunc, Need(o, "truncated", proto::U8, TN));
-      ASSIGN_OR_RETURN(const TensorFrame* t_valid, Need(o, "valid", proto::U8, TN));
-      ASSIGN_OR_RETURN(const TensorFrame* t_last, Need(o, "last_values", proto::F32, N));
-      const std::vector<float>& rewards = scaled[w];
-      const auto* term = static_cast<const uint8_t*>(t_term->data());
-      const auto* trunc = static_cast<const uint8_t*>(t_trunc->data());
-      const auto* valid = static_cast<const uint8_t*>(t_valid->data());
-      GaeInput g{T,    N,     rewards.data(), t_val->data_as<float>(), t_last->data_as<float>(),
-                 term, trunc, valid};
-      GaeOutput gae = ComputeGae(g, config_.ppo.gamma, config_.ppo.gae_lambda);
-      const float* po = t_obs->data_as<float>();
-      for (int64_t i = 0; i < TN; ++i) {
-        if (!valid[i]) continue;
-        obs.insert(obs.end(), po + i * O, po + (i + 1) * O);
-        if (spec.discrete()) {
-          dact.push_back(t_act->data_as<int64_t>()[i]);
-        } else {
-          const float* pa = t_act->data_as<float>() + i * A;
-          cact.insert(cact.end(), pa, pa + A);
-        }
-        logp.push_back(t_logp->data_as<float>()[i]);
-        values.push_back(t_val->data_as<float>()[i]);
-        adv.push_back(gae.advantages[i]);
-        ret.push_back(gae.returns[i]);
-      }
-      for (const auto& e : o.result.rollout().episodes()) {
-        recent_returns_.push_back(e.episode_return());
-        recent_lengths_.push_back(static_cast<double>(e.length()));
-        while (static_cast<int64_t>(recent_returns_.size()) > config_.ppo.return_window) {
-          recent_returns_.pop_front();
-          recent_lengths_.pop_front();
-        }
-        ++episodes;
-      }
-      env_steps += o.result.rollout().env_steps();
+      RETURN_IF_ERROR(AddRollout(rollouts[w], scaled[w], progress.version, &b, &progress));
     }
-    const int64_t rows = static_cast<int64_t>(logp.size());
     rec.timings["gae_s"] = t_gae.Seconds();
-    if (rows == 0) return absl::InternalError("a rollout produced no valid samples");
+    if (b.rows() == 0) return absl::InternalError("a rollout produced no valid samples");
 
     const Stopwatch t_train;
-    proto::WorkRequest step;
-    step.mutable_train_step()->set_iteration(it);
-    step.mutable_train_step()->set_num_iterations(iterations);
-    step.mutable_train_step()->set_behavior_version(version);
-    std::vector<TensorFrame> tensors;
-    tensors.push_back(TensorFrame::Copy("obs", proto::F32, {rows, O}, obs.data()));
-    if (spec.discrete()) {
-      tensors.push_back(TensorFrame::Copy("actions", proto::I64, {rows}, dact.data()));
-    } else {
-      tensors.push_back(TensorFrame::Copy("actions", proto::F32, {rows, A}, cact.data()));
-    }
-    tensors.push_back(TensorFrame::FromVector("logprobs", logp));
-    tensors.push_back(TensorFrame::FromVector("values", values));
-    tensors.push_back(TensorFrame::FromVector("advantages", adv));
-    tensors.push_back(TensorFrame::FromVector("returns", ret));
-    ASSIGN_OR_RETURN(uint64_t sid, c.Submit(trainer, std::move(step), std::move(tensors)));
+    ASSIGN_OR_RETURN(uint64_t sid, SubmitTrain(c, trainer, it, iterations, progress.version, b));
     ASSIGN_OR_RETURN(WorkOutcome trained, c.Await(sid));
     rec.timings["train_s"] = t_train.Seconds();
 
     const Stopwatch t_sync;
     RETURN_IF_ERROR(Broadcast(c, trained.result.weights(), std::move(trained.tensors)));
-    version = trained.result.weights().version();
+    progress.version = trained.result.weights().version();
     rec.timings["weight_sync_s"] = t_sync.Seconds();
 
-    SplitTimingsFromMetrics(trained.result.metrics(), rec.timings, rec.metrics);
-    rec.timings["policy_s"] = policy_s / static_cast<double>(workers_.size());
-    rec.timings["env_s"] = env_s / static_cast<double>(workers_.size());
-    rec.metrics["env_steps"] = static_cast<double>(env_steps);
-    rec.metrics["episodes"] = static_cast<double>(episodes);
-    rec.metrics["samples"] = static_cast<double>(rows);
-    rec.metrics["policy_version"] = static_cast<double>(version);
-    rec.metrics["version_lag"] = static_cast<double>(lag);
-    rec.metrics["weight_bytes"] = static_cast<double>(trained.result.weights().nbytes());
-    if (episodes_cut_ > 0 || requeued_batches_ > 0) {  // only once a worker was lost
-      rec.metrics["faults/episodes_cut"] = static_cast<double>(episodes_cut_);
-      rec.metrics["faults/requeued_batches"] = static_cast<double>(requeued_batches_);
-    }
-    if (!recent_returns_.empty()) {
-      double sr = 0, sl = 0;
-      for (double r : recent_returns_) sr += r;
-      for (double l : recent_lengths_) sl += l;
-      double n = static_cast<double>(recent_returns_.size());
-      rec.metrics["episodic_return"] = sr / n;
-      rec.metrics["episode_length"] = sl / n;
-      bool window_full = static_cast<int64_t>(recent_returns_.size()) >= config_.ppo.return_window;
-      if (!solved && window_full && sr / n >= config_.ppo.solved_return &&
-          config_.ppo.solved_return != 0) {
-        solved = true;
-        rec.metrics["solved_at_step"] = static_cast<double>(env_steps);
-        spdlog::info("solved: mean return {:.1f} over the last {} episodes at {} env steps", sr / n,
-                     recent_returns_.size(), env_steps);
-      }
-    }
-    double iter_s = t_iter.Seconds();
+    RecordIteration(trained, b, &progress, &rec);
+    const double iter_s = t_iter.Seconds();
     rec.timings["iteration_s"] = iter_s;
     rec.timings["steps_per_s"] = static_cast<double>(batch) / iter_s;
+    IdleShares(rec.timings["train_s"], stepping_s, iter_s, &rec);
     RETURN_IF_ERROR(ctx.EndIteration(rec));
     progress.iteration = it;
     RETURN_IF_ERROR(CheckpointAfterIteration(
         ctx, it, SaveProgress(progress),
         [&](const std::string& dir) { return SaveActors(c, trainer, dir); }));
-    if (solved && config_.ppo.stop_when_solved) break;
+    if (progress.solved && config_.ppo.stop_when_solved) break;
   }
   return absl::OkStatus();
 }

@@ -1,9 +1,11 @@
-// PpoAlgorithm: synchronous PPO for control policies in simulators.
+// PpoAlgorithm: PPO for control policies in simulators, synchronous (rollout.max_staleness 0)
+// or with rollout workers stepping up to k batches ahead of the trainer (PpoPipeline,
+// controller/ppo_pipeline.cc; docs/async_rl.md "PPO on simulators").
 //
 // sim servers (optional) -> RolloutSetup (envs, seeds) -> TrainInit (v0) ->
 // LoadWeights -> per iteration:
 //   rollout workers: T steps each -> trajectories tagged with their version
-//   controller: reward scaling (optional), GAE, batch of valid samples
+//   controller: reward scaling (optional), GAE, batch of valid samples (ppo_batch.cc)
 //   trainer: PPO update -> version v+1 -> weight sync (shm or ZeroMQ)
 //   metrics: episodic_return over the last ppo.return_window episodes, losses,
 //            per-stage timings, policy version and lag
@@ -18,6 +20,8 @@
 namespace rlforge {
 
 class PpoAlgorithm final : public Algorithm {
+  friend class PpoPipeline;
+
  public:
   explicit PpoAlgorithm(const JobConfig& config) : config_(config) {}
   std::vector<RoleRequirement> Roles() const override;
@@ -45,6 +49,8 @@ class PpoAlgorithm final : public Algorithm {
                                                            std::vector<size_t>& producers,
                                                            std::vector<size_t>& done_order);
   bool Usable(const Controller& c, size_t w) const;
+  // Submits the current weights (last_weights_, with copies of the inline frames) to slot w.
+  absl::StatusOr<uint64_t> SubmitLoad(Controller& c, size_t w);
 
   // The loop's counters, restored by a resumed job.
   struct Progress {
@@ -62,6 +68,40 @@ class PpoAlgorithm final : public Algorithm {
   absl::Status Resume(Controller& c, const std::string& trainer, const JobCheckpoint& from,
                       Progress* p);
 
+  // One iteration's training batch, assembled from worker batches (valid samples only).
+  struct TrainBatch {
+    std::vector<float> obs, logp, values, adv, ret, cact;
+    std::vector<int64_t> dact;
+    std::vector<int64_t> lag_rows;  // rows by lag (trained version - behaviour version)
+    int64_t lag = 0;                // the largest lag
+    double policy_s = 0, env_s = 0;
+    int64_t rows() const { return static_cast<int64_t>(logp.size()); }
+  };
+  // The rewards of worker batch `o` as the loss sees them: scaled by the normaliser of the
+  // worker slot that stepped them (ppo.normalize_reward), which must see each slot's batches
+  // in stepping order.
+  absl::StatusOr<std::vector<float>> ScaledRewards(const WorkOutcome& o, size_t producer);
+  // GAE over worker batch `o` (rewards already scaled), its valid samples appended to `b`;
+  // its episodes and env steps counted in `p`. `version`: the version `b` trains.
+  absl::Status AddRollout(const WorkOutcome& o, const std::vector<float>& rewards, int64_t version,
+                          TrainBatch* b, Progress* p);
+  // The train_step request of iteration `it` over `b`, collected by `behavior_version` (the
+  // oldest version in it).
+  absl::StatusOr<uint64_t> SubmitTrain(Controller& c, const std::string& trainer, int64_t it,
+                                       int64_t iterations, int64_t behavior_version,
+                                       const TrainBatch& b);
+  // The record's metrics and timings of an iteration that trained `b` into `trained`.
+  void RecordIteration(const WorkOutcome& trained, const TrainBatch& b, Progress* p,
+                       IterationRecord* rec);
+  // trainer_idle_share (of the iteration, the time no train step ran) and stepper_idle_share
+  // (of workers x iteration seconds, those no rollout was in flight: `stepping_s` sums the
+  // submit-to-result seconds of the rollouts returned during the iteration).
+  void IdleShares(double train_s, double stepping_s, double iteration_s,
+                  IterationRecord* rec) const;
+  // The loop of rollout.max_staleness k >= 1 (controller/ppo_pipeline.cc).
+  absl::Status RunPipelined(JobContext& ctx, const std::string& trainer, int64_t iterations,
+                            Progress* p);
+
   JobConfig config_;
   SimPlacement placement_;
   std::vector<std::string> workers_;
@@ -72,6 +112,7 @@ class PpoAlgorithm final : public Algorithm {
   std::vector<int> incarnation_;          // per slot: the registration set up last
   std::vector<bool> ready_;               // per slot: set up and loaded for that registration
   std::vector<bool> stepped_;             // per slot: its envs ran since they were set up
+  std::vector<int64_t> served_;           // per slot: the version it loaded last
   int64_t episodes_cut_ = 0, requeued_batches_ = 0;
   std::vector<RewardScaler> reward_scalers_;
   std::deque<double> recent_returns_, recent_lengths_;

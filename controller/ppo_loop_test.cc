@@ -373,5 +373,177 @@ TEST_F(PpoWorkerLossTest, WithoutAReplacementTheLiveWorkerStepsEveryBatch) {
   EXPECT_EQ(r[2].metrics.at("faults/episodes_cut"), kEnvs);
 }
 
+// rollout.max_staleness: 0 is the synchronous loop: the same requests in the same order and
+// the same records as a job without the key.
+TEST_F(PpoLoopTest, StalenessZeroIsTheSynchronousLoop) {
+  ASSERT_TRUE(Run(Config()).ok());
+  const std::vector<std::string> log = actors_->Log();
+  const std::vector<IterationRecord> records = ctx_->records;
+  JobConfig zero = Config();
+  zero.rollout.max_staleness = 0;
+  versions_.clear();
+  rollouts_.clear();
+  ASSERT_TRUE(Run(zero).ok());
+  EXPECT_EQ(actors_->Log(), log);
+  ASSERT_EQ(ctx_->records.size(), records.size());
+  for (size_t i = 0; i < records.size(); ++i) {
+    EXPECT_EQ(ctx_->records[i].metrics, records[i].metrics) << i;
+    EXPECT_FALSE(ctx_->records[i].metrics.contains("version_lag_mean")) << "no async metric";
+    EXPECT_TRUE(ctx_->records[i].timings.contains("trainer_idle_share"));
+    EXPECT_TRUE(ctx_->records[i].timings.contains("stepper_idle_share"));
+  }
+}
+
+// rollout.max_staleness k >= 1 against scripted actors: each rollout writes the version it
+// was stepped with into its observations' second feature, so every trained sample's
+// behaviour version can be read back from the train step's batch.
+class PpoStalenessTest : public PpoLoopTest, public ::testing::WithParamInterface<int64_t> {
+ protected:
+  // 2 workers x 2 envs x 3 steps, 6 iterations; training takes a few pumps, rollouts one.
+  JobConfig StaleConfig(int64_t k) {
+    JobConfig c = Config();
+    c.ppo.total_steps = 72;
+    c.rollout.max_staleness = k;
+    return c;
+  }
+  void ScriptSlowTrainer(int train_pumps) {
+    overrides_[{"trainer", Task::kTrainStep}] = [train_pumps](const FakeWork& w) {
+      FakeReply r = WeightsReply(w.request.train_step().iteration());
+      r.delay_pumps = train_pumps;
+      return r;
+    };
+  }
+  FakeReply TaggedTrajectories(const FakeWork& w) {
+    FakeReply r = Trajectories(w.rank, versions_[w.rank], ++rollouts_[w.rank]);
+    std::vector<float> obs = r.tensors[0].ToVector<float>();
+    for (size_t i = 1; i < obs.size(); i += kObs) obs[i] = static_cast<float>(versions_[w.rank]);
+    r.tensors[0] = TensorFrame::Copy("obs", proto::F32, {kSteps, kEnvs, kObs}, obs.data());
+    r.delay_pumps = 1;
+    return r;
+  }
+  void ScriptTaggedRollouts() {
+    overrides_[{"rollout", Task::kRollout}] = [this](const FakeWork& w) {
+      return TaggedTrajectories(w);
+    };
+  }
+  // The behaviour version of every row of iteration `it`'s train batch.
+  std::vector<int64_t> RowVersions(size_t it) {
+    const std::vector<float> obs =
+        actors_->Received(Task::kTrainStep).at(it)->Tensor("obs")->ToVector<float>();
+    std::vector<int64_t> v;
+    for (size_t row = 0; row < obs.size() / kObs; ++row) v.push_back(obs[row * kObs + 1]);
+    return v;
+  }
+  // Checks every trained row against the bound; returns the largest lag seen.
+  int64_t CheckBound(int64_t k) {
+    const auto steps = actors_->Received(Task::kTrainStep);
+    int64_t largest = 0;
+    for (size_t it = 0; it < steps.size(); ++it) {
+      const int64_t trained = static_cast<int64_t>(it);  // the trainer's version at step it+1
+      const std::vector<int64_t> rows = RowVersions(it);
+      std::vector<double> by_lag(k + 1, 0);
+      for (int64_t v : rows) {
+        EXPECT_LE(trained - v, k) << "iteration " << it + 1;
+        EXPECT_GE(trained - v, 0) << "iteration " << it + 1;
+        if (trained - v >= 0 && trained - v <= k) by_lag[trained - v] += 1;
+        largest = std::max(largest, trained - v);
+      }
+      EXPECT_EQ(steps[it]->request.train_step().behavior_version(),
+                *std::min_element(rows.begin(), rows.end()));
+      const IterationRecord& r = ctx_->records.at(it);
+      for (int64_t d = 0; d <= k; ++d) {
+        EXPECT_DOUBLE_EQ(r.metrics.at(absl::StrCat("version_lag/", d)),
+                         by_lag[d] / static_cast<double>(rows.size()))
+            << "iteration " << it + 1 << " lag " << d;
+      }
+      EXPECT_EQ(r.metrics.at("stale_batches_discarded"), 0) << "the throttle held";
+      EXPECT_LE(r.metrics.at("version_lag"), k);
+    }
+    return largest;
+  }
+  int calls_ = 0;
+};
+
+TEST_P(PpoStalenessTest, NoTrainedSampleLagsMoreThanTheBound) {
+  const int64_t k = GetParam();
+  ScriptSlowTrainer(6);
+  ScriptTaggedRollouts();
+  ASSERT_TRUE(Run(StaleConfig(k)).ok());
+  ASSERT_EQ(ctx_->records.size(), 6u);
+  EXPECT_EQ(CheckBound(k), k) << "a slow trainer lets the workers run the whole bound ahead";
+  EXPECT_EQ(ctx_->records.back().metrics.at("env_steps"), 72);
+  EXPECT_EQ(ctx_->records.back().metrics.at("policy_version"), 6);
+  // The workers stepped while the trainer trained: batch 2's rollouts while it trained batch 1
+  // (and batch 3's too with k = 2).
+  EXPECT_EQ(ctx_->records[0].metrics.at("rollouts_during_train"), 2 * k);
+  // Every worker loaded each version once, in order, between its rollouts.
+  for (int rank = 0; rank < 2; ++rank) {
+    std::vector<int64_t> loaded;
+    for (const FakeWork* w : actors_->Received(Task::kLoadWeights)) {
+      if (w->rank == rank) loaded.push_back(w->request.load_weights().weights().version());
+    }
+    EXPECT_EQ(loaded, (std::vector<int64_t>{0, 1, 2, 3, 4, 5})) << rank << ": 6 is never used";
+  }
+}
+
+TEST_P(PpoStalenessTest, BatchesAndEpisodesAreThoseOfTheSynchronousLoop) {
+  // Untagged rollouts: the same batches as k = 0 (each worker its own slot, in order), so the
+  // advantages, samples, episodes and returns match; only the versions differ.
+  ASSERT_TRUE(Run(Config()).ok());
+  const std::vector<IterationRecord> sync = ctx_->records;
+  const std::vector<float> adv =
+      actors_->Received(Task::kTrainStep)[1]->Tensor("advantages")->ToVector<float>();
+  versions_.clear();
+  rollouts_.clear();
+  JobConfig c = Config();
+  c.rollout.max_staleness = GetParam();
+  ASSERT_TRUE(Run(c).ok());
+  ASSERT_EQ(ctx_->records.size(), sync.size());
+  for (size_t i = 0; i < sync.size(); ++i) {
+    for (const char* key : {"samples", "env_steps", "episodes", "episodic_return", "episode_length",
+                            "policy_version", "policy_loss"}) {
+      EXPECT_EQ(ctx_->records[i].metrics.at(key), sync[i].metrics.at(key)) << key << " " << i;
+    }
+  }
+  EXPECT_EQ(actors_->Received(Task::kTrainStep)[1]->Tensor("advantages")->ToVector<float>(), adv);
+}
+
+// A worker lost mid-rollout with k >= 1: its batch is dealt again (to the live worker, then
+// the replacement), as in the synchronous loop, and the bound still holds.
+TEST_P(PpoStalenessTest, LostWorkersBatchIsDealtAgain) {
+  const int64_t k = GetParam();
+  rejoin_ = true;
+  ScriptSlowTrainer(3);
+  overrides_[{"rollout", Task::kRollout}] = [this](const FakeWork& w) {
+    if (w.rank == 1 && ++calls_ == 2) return FakeReply::Crash();
+    return TaggedTrajectories(w);
+  };
+  ASSERT_TRUE(Run(StaleConfig(k)).ok());
+  ASSERT_EQ(ctx_->records.size(), 6u);
+  CheckBound(k);
+  const IterationRecord& last = ctx_->records.back();
+  EXPECT_EQ(last.metrics.at("env_steps"), 72) << "no batch lost";
+  EXPECT_EQ(last.metrics.at("faults/requeued_batches"), 1);
+  EXPECT_EQ(last.metrics.at("faults/episodes_cut"), kEnvs);
+  EXPECT_EQ(actors_->controller().faults().actors_lost, 1u);
+  EXPECT_EQ(actors_->Received(Task::kRolloutSetup).size(), 3u) << "the replacement set up";
+}
+
+TEST_P(PpoStalenessTest, FailedRolloutNamesTheWorker) {
+  overrides_[{"rollout", Task::kRollout}] = [this](const FakeWork& w) {
+    FakeReply r = TaggedTrajectories(w);
+    if (w.rank == 1) r.tensors.erase(r.tensors.begin() + 4);  // rewards
+    return r;
+  };
+  absl::Status s = Run(StaleConfig(GetParam()));
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_EQ(s.message(), Rollout(1) +
+                             " sent a rollout without a valid 'rewards' tensor (f32, 6 "
+                             "values)");
+  EXPECT_TRUE(actors_->Received(Task::kTrainStep).empty());
+}
+
+INSTANTIATE_TEST_SUITE_P(K, PpoStalenessTest, ::testing::Values(1, 2));
+
 }  // namespace
 }  // namespace rlforge::testing

@@ -10,6 +10,7 @@
 #include <sstream>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 #include "tests/job_process.h"
 
@@ -64,6 +65,58 @@ TEST(PpoTest, SameSeedGivesIdenticalMetrics) {
   std::vector<std::string> other = {"ppo.total_steps=6000", "job.seed=8"};
   ASSERT_EQ(RunJob(root, "c", other).first, 0);
   EXPECT_NE(a, Reproducible(root + "/c")) << "the seed must matter";
+  // rollout.max_staleness 0 is the synchronous loop, metric for metric.
+  std::vector<std::string> k0 = short_run;
+  k0.push_back("rollout.max_staleness=0");
+  ASSERT_EQ(RunJob(root, "k0", k0).first, 0);
+  EXPECT_EQ(a, Reproducible(root + "/k0"));
+}
+
+// rollout.max_staleness 1 and 2 on real workers (two, stepping while the trainer trains):
+// every iteration's batch is within the bound by the recorded versions, nothing is discarded,
+// and the policy still learns.
+TEST(PpoTest, StaleRolloutsStayWithinTheBoundAndLearn) {
+  std::string root = FreshDir("ppo_stale");
+  for (int k : {1, 2}) {
+    const std::string name = absl::StrCat("k", k);
+    auto [code, out] = RunJob(root, name,
+                              {"ppo.total_steps=20480", "rollout.workers=2", "env.num_envs=4",
+                               absl::StrCat("rollout.max_staleness=", k)});
+    ASSERT_EQ(code, 0) << out;
+    auto m = ReadMetricsJsonl(root + "/" + name);
+    ASSERT_EQ(m.size(), 80u);
+    double largest = 0;
+    for (const auto& r : m) {
+      const auto& x = r["metrics"];
+      EXPECT_LE(x["version_lag"].get<double>(), k) << r.dump();
+      EXPECT_EQ(x["stale_batches_discarded"].get<double>(), 0) << r.dump();
+      EXPECT_EQ(x["policy_version"].get<double>(), r["step"].get<double>());
+      double shares = 0, mean = 0;
+      for (int d = 0; d <= k; ++d) {
+        const double share = x[absl::StrCat("version_lag/", d)].get<double>();
+        shares += share;
+        mean += d * share;
+      }
+      EXPECT_NEAR(shares, 1.0, 1e-12) << r.dump();
+      EXPECT_NEAR(x["version_lag_mean"].get<double>(), mean, 1e-12) << r.dump();
+      EXPECT_TRUE(x.contains("is_weight_mean")) << r.dump();
+      EXPECT_TRUE(r["timings"].contains("stepper_idle_share")) << r.dump();
+      largest = std::max(largest, x["version_lag"].get<double>());
+    }
+    // Batch 2 is stepped by version 0 while batch 1 trains (the first overlap, whatever the
+    // timing); later lags depend on how fast the trainer is.
+    EXPECT_GE(largest, 1) << "the workers ran ahead of the trainer";
+    // Batch 1 is stepped and trained by version 0: the ratio starts at 1, the trainer's
+    // logprobs agreeing with those the workers recorded (bit for bit here; a BLAS that rounds
+    // rows differently by batch size may move the last bits).
+    EXPECT_EQ(m[0]["metrics"]["version_lag"].get<double>(), 0);
+    EXPECT_NEAR(m[0]["metrics"]["is_weight_max"].get<double>(), 1.0, 1e-5);
+    EXPECT_NEAR(m[0]["metrics"]["is_weight_mean"].get<double>(), 1.0, 1e-5);
+    EXPECT_EQ(m[1]["metrics"]["version_lag/1"].get<double>(), 1) << "batch 2: version 0";
+    EXPECT_GT(m.back()["metrics"]["episodic_return"].get<double>(),
+              m[2]["metrics"]["episodic_return"].get<double>() + 50)
+        << "k = " << k << " must still learn";
+  }
 }
 
 // The same envs behind two sim_bridge servers per worker (over shared memory
@@ -225,6 +278,43 @@ TEST(PpoTest, AKilledSimServerIsRestartedWithItsWorker) {
   EXPECT_EQ(code, 1) << fatal;
   EXPECT_NE(fatal.find("no restart left (launch.max_restarts 0 per role)"), std::string::npos)
       << fatal;
+}
+
+// rollout.max_staleness 1 with a rollout worker killed mid-run: its rollout is dealt again,
+// its replacement sets its envs up again and loads the newest version, and the job finishes
+// every iteration within the bound.
+TEST(PpoTest, AKilledWorkerOfAStaleRunIsReplaced) {
+  std::string root = FreshDir("ppo_stale_kill");
+  std::vector<std::string> args = {"run",
+                                   CartPole(),
+                                   "job.run_root=" + root,
+                                   "job.name=r",
+                                   "ppo.total_steps=102400",
+                                   "rollout.workers=2",
+                                   "rollout.max_staleness=1",
+                                   "launch.restart_backoff_s=0.1",
+                                   "dashboard.enabled=false"};
+  JobProcess job(args, root + "/r.txt");
+  for (int i = 0; i < 2400 && ReadMetricsJsonl(root + "/r").size() < 5; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_GE(ReadMetricsJsonl(root + "/r").size(), 5u) << job.Output();
+  std::smatch m;
+  const std::string out = job.Output();
+  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(started rollout-1 \(pid (\d+)\))"))) << out;
+  kill(std::stoi(m[1]), SIGKILL);
+  ASSERT_EQ(job.Wait(300).value_or(-1), 0) << job.Output();
+  const std::string events = ReadFile(root + "/r/events.jsonl");
+  EXPECT_NE(events.find("\"lost\""), std::string::npos) << events;
+  EXPECT_NE(events.find("rollout-1"), std::string::npos) << events;
+  auto records = ReadMetricsJsonl(root + "/r");
+  ASSERT_EQ(records.size(), 200u) << "102400 steps, 2 workers x 8 envs x 32 steps each";
+  for (const auto& r : records) {
+    EXPECT_LE(r["metrics"]["version_lag"].get<double>(), 1) << r.dump();
+    EXPECT_EQ(r["metrics"]["stale_batches_discarded"].get<double>(), 0) << r.dump();
+  }
+  EXPECT_EQ(records.back()["metrics"]["env_steps"].get<double>(), 102400) << "no rollout lost";
+  EXPECT_GT(records.back()["metrics"]["faults/episodes_cut"].get<double>(), 0) << events;
 }
 
 TEST(PpoTest, UnknownEnvFailsWithSuggestion) {

@@ -90,6 +90,14 @@ std::map<std::string, double> PpoLearner::Update(const PpoBatch& batch, int64_t 
   double clip = p.clip_coef;
   if (p.anneal_clip) clip *= 1.0 - static_cast<double>(iteration - 1) / num_iterations;
 
+  std::map<std::string, double> m;
+  if (config_.rollout.max_staleness > 0) {  // before the first step: the behaviour's lag
+    const torch::Tensor w = ImportanceWeights(batch);
+    m["is_weight_mean"] = w.mean().item<double>();
+    m["is_weight_max"] = w.max().item<double>();
+    m["is_outside_clip"] = ((w - 1).abs() > clip).to(torch::kFloat32).mean().item<double>();
+  }
+
   double sum_pg = 0, sum_v = 0, sum_ent = 0, sum_kl = 0, sum_clip = 0, sum_norm = 0;
   int64_t updates = 0, epochs_run = 0;
   std::vector<int64_t> order(static_cast<size_t>(n));
@@ -195,7 +203,6 @@ std::map<std::string, double> PpoLearner::Update(const PpoBatch& batch, int64_t 
   model_->UpdateObsStats(batch.obs);
   ++version_;
   double u = static_cast<double>(std::max<int64_t>(updates, 1));
-  std::map<std::string, double> m;
   m["policy_loss"] = sum_pg / u;
   m["value_loss"] = sum_v / u;
   m["entropy"] = sum_ent / u;
@@ -208,6 +215,12 @@ std::map<std::string, double> PpoLearner::Update(const PpoBatch& batch, int64_t 
   m["explained_variance"] = ExplainedVariance(batch.values, batch.returns);
   if (!model_->options().discrete) m["action_std"] = model_->log_std().exp().mean().item<double>();
   return m;
+}
+
+torch::Tensor PpoLearner::ImportanceWeights(const PpoBatch& batch) {
+  torch::NoGradGuard no_grad;
+  auto out = model_->Forward(batch.obs);
+  return (model_->LogProb(out, batch.actions) - batch.logprobs).exp();
 }
 
 namespace {

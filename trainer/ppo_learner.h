@@ -39,6 +39,13 @@ class PpoLearner {
   std::map<std::string, double> Update(const PpoBatch& batch, int64_t iteration,
                                        int64_t num_iterations);
 
+  // pi(a|s) / pi_behaviour(a|s) per sample under the current policy, with pi_behaviour the
+  // logprobs the rollout worker recorded when it stepped (batch.logprobs): exactly 1 where the
+  // batch was stepped by this version with the same numerics. The clipped ratio at the start
+  // of an update; Update reports its mean, max and share outside the clip range when
+  // rollout.max_staleness >= 1.
+  torch::Tensor ImportanceWeights(const PpoBatch& batch);
+
   // Whole-job checkpoints: parameters, observation statistics, AdamW moments and step count,
   // the shuffling generator and the version, in one torch archive at `path`. LoadState
   // copies into the existing tensors (the optimizer's flat views stay valid) and names the

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "trainer/ppo_trainer_role.h"
+
 namespace rlforge {
 namespace {
 
@@ -129,6 +131,92 @@ TEST(PpoLearnerTest, FusedUpdateAgreesWithAutograd) {
         worst = std::max(worst, double(std::abs(pf[i] - pa[i])));
       EXPECT_LT(worst, 1e-4) << "iteration " << it << (discrete ? " discrete" : " gaussian");
     }
+  }
+}
+
+// The ratio PPO clips is pi / pi_behaviour with the logprobs recorded at stepping time: 1 bit
+// for bit while the trainer holds the version that stepped the batch, exp(new - recorded)
+// once it has moved on (a stale batch under rollout.max_staleness).
+TEST(PpoLearnerTest, ImportanceWeightsAreExactlyOneForTheVersionThatStepped) {
+  JobConfig c = Config();
+  c.rollout.max_staleness = 1;
+  PpoLearner l(c, BanditSpec());
+  PpoBatch b = MakeBatch(l);
+  const torch::Tensor w = l.ImportanceWeights(b);
+  EXPECT_TRUE(torch::equal(w, torch::ones_like(w)));
+  auto m = l.Update(b, 1, 2);
+  EXPECT_EQ(m.at("is_weight_mean"), 1.0);
+  EXPECT_EQ(m.at("is_weight_max"), 1.0);
+  EXPECT_EQ(m.at("is_outside_clip"), 0.0);
+  // One version later the same batch is stale: weights by the recorded logprobs, not 1.
+  torch::Tensor now;
+  {
+    torch::NoGradGuard g;
+    now = l.model()->LogProb(l.model()->Forward(b.obs), b.actions);
+  }
+  const torch::Tensor stale = l.ImportanceWeights(b);
+  EXPECT_TRUE(torch::allclose(stale, (now - b.logprobs).exp()));
+  EXPECT_GT((stale - 1).abs().max().item<double>(), 1e-3);
+  auto m2 = l.Update(b, 2, 2);
+  EXPECT_DOUBLE_EQ(m2.at("is_weight_mean"), stale.mean().item<double>());
+  EXPECT_DOUBLE_EQ(m2.at("is_weight_max"), stale.max().item<double>());
+}
+
+TEST(PpoLearnerTest, SynchronousUpdatesReportNoImportanceWeights) {
+  PpoLearner l(Config(), BanditSpec());
+  EXPECT_FALSE(l.Update(MakeBatch(l), 1, 2).contains("is_weight_mean"));
+}
+
+// The trainer takes a batch whose oldest behaviour version is within rollout.max_staleness of
+// its own, and names the versions and the bound otherwise.
+TEST(PpoTrainerRoleTest, RefusesABatchOutsideTheStalenessBound) {
+  for (int64_t k : {0, 2}) {
+    JobConfig c = Config();
+    c.rollout.max_staleness = k;
+    PpoTrainerRole role(c, proto::Assignment());
+    proto::WorkRequest init;
+    *init.mutable_train_init()->mutable_spec() = BanditSpec();
+    init.mutable_train_init()->set_weights_transport("zmq");
+    ASSERT_TRUE(role.Handle(init, {}).ok());
+    PpoLearner probe(c, BanditSpec());
+    const PpoBatch b = MakeBatch(probe);
+    auto step = [&](int64_t behaviour) {
+      proto::WorkRequest req;
+      req.mutable_train_step()->set_iteration(1);
+      req.mutable_train_step()->set_num_iterations(4);
+      req.mutable_train_step()->set_behavior_version(behaviour);
+      std::vector<TensorFrame> t;
+      t.push_back(TensorFrame::Copy("obs", proto::F32, {256, 2}, b.obs.data_ptr<float>()));
+      t.push_back(TensorFrame::Copy("actions", proto::I64, {256}, b.actions.data_ptr<int64_t>()));
+      for (const auto& [name, x] : {std::pair{"logprobs", b.logprobs},
+                                    {"values", b.values},
+                                    {"advantages", b.advantages},
+                                    {"returns", b.returns}}) {
+        torch::Tensor f = x.contiguous();
+        t.push_back(TensorFrame::Copy(name, proto::F32, {256}, f.data_ptr<float>()));
+      }
+      return role.Handle(req, std::move(t));
+    };
+    auto ahead = step(1);
+    ASSERT_FALSE(ahead.ok());
+    EXPECT_NE(ahead.status().message().find("policy version 1 but the trainer holds version 0"),
+              std::string::npos)
+        << ahead.status();
+    ASSERT_TRUE(step(0).ok()) << "k = " << k;
+    if (k == 0) {
+      auto old = step(0);
+      ASSERT_FALSE(old.ok());
+      EXPECT_NE(old.status().message().find("(synchronous PPO allows no lag)"), std::string::npos)
+          << old.status();
+      continue;
+    }
+    ASSERT_TRUE(step(0).ok()) << "lag 1";  // trainer at 1
+    ASSERT_TRUE(step(0).ok()) << "lag 2";  // trainer at 2
+    auto old = step(0);                    // trainer at 3: lag 3
+    ASSERT_FALSE(old.ok());
+    EXPECT_EQ(old.status().message(),
+              "batch was collected by policy version 0 but the trainer holds version 3 "
+              "(rollout.max_staleness allows a lag of 0 to 2)");
   }
 }
 

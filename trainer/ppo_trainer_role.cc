@@ -88,11 +88,15 @@ WorkReply PpoTrainerRole::Publish() {
 absl::StatusOr<WorkReply> PpoTrainerRole::Step(const proto::TrainStep& step,
                                                std::vector<TensorFrame> tensors) {
   if (!learner_) return absl::FailedPreconditionError("train_step before train_init");
-  if (step.behavior_version() != learner_->version()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("batch was collected by policy version ", step.behavior_version(),
-                     " but the trainer holds version ", learner_->version(),
-                     " (synchronous PPO allows no lag)"));
+  // behavior_version: the oldest version in the batch, at most rollout.max_staleness behind.
+  const int64_t k = config_.rollout.max_staleness;
+  const int64_t lag = learner_->version() - step.behavior_version();
+  if (lag < 0 || lag > k) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "batch was collected by policy version ", step.behavior_version(),
+        " but the trainer holds version ", learner_->version(),
+        k == 0 ? " (synchronous PPO allows no lag)"
+               : absl::StrCat(" (rollout.max_staleness allows a lag of 0 to ", k, ")")));
   }
   int64_t rows = -1;
   for (auto& t : tensors) {
