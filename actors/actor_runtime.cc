@@ -1,5 +1,6 @@
 #include "actors/actor_runtime.h"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -81,12 +82,47 @@ absl::StatusOr<Registration> Register(ZmqClientTransport& t, const ActorOptions&
                                                   " within ", o.register_timeout_s, " s"));
 }
 
+// How long a leaving actor waits for the controller to take its work back.
+constexpr int64_t kLeaveAnswerUs = 10'000'000;
+
+// SIGTERM on an elastic role: says so to the controller, which hands whatever this actor still
+// holds to the others and does not count it as a fault, then exits 0. The results already
+// sent stand (the work channel keeps its order); requests that crossed the Leave are handed
+// back with the rest.
+int Leave(ZmqClientTransport& t, const Registration& reg, const HeartbeatSender& heartbeat) {
+  const std::string& actor_id = reg.assignment.actor_id();
+  Message m;
+  m.envelope.set_sender(actor_id);
+  m.envelope.set_job_id(reg.job_id);
+  m.envelope.mutable_leave()->set_reason("SIGTERM");
+  if (absl::Status s = t.Send(std::move(m)); !s.ok()) {
+    spdlog::error("{}: cannot tell the controller it leaves: {}", actor_id, s.ToString());
+    return 1;
+  }
+  spdlog::info("{}: leaving on SIGTERM; the controller takes back its work", actor_id);
+  const Clock* clock = RealClock::Get();
+  const int64_t deadline = clock->NowMicros() + kLeaveAnswerUs;
+  while (clock->NowMicros() < deadline && !heartbeat.controller_lost()) {
+    auto got = t.Receive(100);
+    if (got && got->ok() && (*got)->envelope.has_shutdown()) {
+      spdlog::info("{}: left the job", actor_id);
+      return 0;
+    }
+  }
+  spdlog::warn("{}: no answer to leaving within {} s; exiting (the controller will count a loss)",
+               actor_id, kLeaveAnswerUs / 1'000'000);
+  return 0;
+}
+
 // Serves work requests until Shutdown. Returns the exit code.
 int Serve(ZmqClientTransport& t, Role& role, const Registration& reg, ActorStatus& status,
           const HeartbeatSender& heartbeat, const ActorOptions& o) {
   const std::string& actor_id = reg.assignment.actor_id();
   while (true) {
     if (Stopped(o)) {
+      if (reg.assignment.may_leave() && o.stop->load() == SIGTERM) {
+        return Leave(t, reg, heartbeat);
+      }
       spdlog::info("{}: stopping on signal", actor_id);
       return 0;
     }

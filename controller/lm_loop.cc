@@ -215,6 +215,12 @@ absl::StatusOr<Scored> LmLoop::Round::Run() {
   if (ctl_.actors().IdsOfRole("reward").empty()) {
     return absl::FailedPreconditionError("the job has no reward worker");
   }
+  // Below a role's minimum the round waits (joins, replacements) rather than starting.
+  const JobConfig& c = loop_.ctx_.config();
+  RETURN_IF_ERROR(
+      ctl_.AwaitLive("rollout", static_cast<int>(c.rollout.min_workers), "rollout.min_workers"));
+  RETURN_IF_ERROR(
+      ctl_.AwaitLive("reward", static_cast<int>(c.reward.min_workers), "reward.min_workers"));
   std::vector<size_t> all(examples_.size());
   for (size_t i = 0; i < all.size(); ++i) all[i] = i;
   RETURN_IF_ERROR(Deal(all));
@@ -300,11 +306,14 @@ absl::Status LmLoop::Round::GiveBack(size_t engine) {
   // Everything dealt to it and not back goes to the engines still serving.
   std::vector<size_t> again, kept;
   for (size_t i : st.dealt) (arrived_[i] ? kept : again).push_back(i);
-  spdlog::warn("{} lost with {} group(s) outstanding: dealt again", loop_.fleet_.id(engine),
-               again.size());
+  // An engine that left on purpose handed them back: not a fault.
+  const bool left = ctl_.actors().Find(loop_.fleet_.id(engine))->state == ActorState::kLeft;
+  spdlog::log(left ? spdlog::level::info : spdlog::level::warn,
+              "{} {} with {} group(s) outstanding: dealt again", loop_.fleet_.id(engine),
+              left ? "left" : "lost", again.size());
   st.dealt = std::move(kept);
   st.unsent.clear();
-  loop_.requeued_groups_ += static_cast<int64_t>(again.size());
+  if (!left) loop_.requeued_groups_ += static_cast<int64_t>(again.size());
   return Deal(again);
 }
 
@@ -326,8 +335,10 @@ absl::Status LmLoop::Round::Score(ScoreRequest request) {
 absl::Status LmLoop::Round::OnScored(uint64_t work_id, WorkOutcome o) {
   ScoreRequest req = std::move(scoring_.extract(work_id).mapped());
   if (o.lost) {
-    spdlog::warn("{} lost while scoring {} group(s): sent again", req.scorer, req.ids.size());
-    ++loop_.requeued_scores_;
+    spdlog::log(o.left ? spdlog::level::info : spdlog::level::warn,
+                "{} {} while scoring {} group(s): sent again", req.scorer, o.left ? "left" : "lost",
+                req.ids.size());
+    if (!o.left) ++loop_.requeued_scores_;
     return Score(std::move(req));
   }
   const int64_t n = p_.n;
@@ -364,6 +375,8 @@ void LmLoop::Round::Finish() {
   AddRewardSums(by_reward_, out_.metrics);
   double busiest = 0;
   for (size_t e = 0; e < loop_.fleet_.size(); ++e) {
+    // An elastic slot nobody ever joined has nothing to report.
+    if (ctl_.actors().Find(loop_.fleet_.id(e))->incarnation == 0) continue;
     const std::string prefix = absl::StrCat("rollout/", e, "/");
     out_.metrics[prefix + "version"] = static_cast<double>(loop_.fleet_.version(e));
     out_.metrics[prefix + "groups"] = static_cast<double>(streams_[e].received);
@@ -568,9 +581,13 @@ bool LmLoop::ReplacementArrived() const {
 
 std::vector<RoleRequirement> LmRoles(const JobConfig& c) {
   // Engines on the gloo path too: the loop names a new weight group when they change.
+  // Joins and leaves in synchronous runs (the asynchronous loop deals to a fixed fleet).
+  const bool elastic = c.rollout.max_staleness == 0;
   return {{"trainer", static_cast<int>(c.trainer.ranks), false},
-          {"rollout", static_cast<int>(c.rollout.workers), c.rollout.external, true},
-          {"reward", static_cast<int>(c.reward.workers), c.reward.external, true}};
+          {"rollout", static_cast<int>(c.rollout.workers), c.rollout.external, true, elastic,
+           static_cast<int>(WorkerCap(c.rollout.workers, c.rollout.max_workers))},
+          {"reward", static_cast<int>(c.reward.workers), c.reward.external, true, elastic,
+           static_cast<int>(WorkerCap(c.reward.workers, c.reward.max_workers))}};
 }
 
 void AddRewardSums(const std::map<std::string, std::vector<double>>& by_reward,
