@@ -534,7 +534,7 @@ std::string LmLoop::WeightGroupFor(const std::vector<size_t>& loaders) {
 
 absl::Status LmLoop::Refresh() {
   const ActorRegistry& actors = ctx_.controller().actors();
-  std::vector<size_t> fresh;
+  std::vector<size_t> fresh, deferred;
   for (size_t e = 0; e < fleet_.size(); ++e) {
     const ActorInfo* a = actors.Find(fleet_.id(e));
     if (a->state != ActorState::kReady && a->state != ActorState::kBusy) {
@@ -542,17 +542,28 @@ absl::Status LmLoop::Refresh() {
       continue;
     }
     if (a->incarnation == incarnation_[e]) continue;
-    // A replacement starts from the job's starting checkpoint, version 0.
+    // A replacement or a joiner starts from the job's starting checkpoint, version 0.
     incarnation_[e] = a->incarnation;
     fleet_.Served(e, 0);
-    if (fleet_.required_version() != 0) fresh.push_back(e);
+    if (fleet_.required_version() == 0) continue;
+    // The shared-memory ring carries each version once: such an engine loads the next one,
+    // with the others, at the end of this iteration (SyncWeights takes every engine behind).
+    (OnRing() ? deferred : fresh).push_back(e);
+  }
+  for (size_t e : deferred) {
+    spdlog::info(
+        "{} loads the next policy version (after {}) with the other engines: the "
+        "shared-memory weight ring sends each version once",
+        fleet_.id(e), fleet_.required_version());
   }
   if (!fresh.empty()) {
-    spdlog::info("{} replacement engine(s) load policy version {} before work", fresh.size(),
+    spdlog::info("{} new engine(s) load policy version {} before work", fresh.size(),
                  last_weights_.version());
   }
   return LoadOnto(fresh, nullptr);
 }
+
+bool LmLoop::OnRing() const { return absl::StartsWith(last_weights_.location(), "shm"); }
 
 absl::StatusOr<std::vector<size_t>> LmLoop::CurrentEngines() {
   while (true) {
@@ -562,7 +573,12 @@ absl::StatusOr<std::vector<size_t>> LmLoop::CurrentEngines() {
     if (ctx_.controller().actors().LiveOfRole("rollout").empty()) {
       RETURN_IF_ERROR(ctx_.controller().AwaitLive("rollout"));
     } else if (!ReplacementArrived()) {
-      return current;  // live engines that were given the weights serve another version
+      // Live engines that were given the weights serve another version.
+      if (!OnRing()) return current;
+      return Annotate(current.status(),
+                      "new engines wait for the next version, which needs one engine serving "
+                      "this one (weights.transport shm sends each version once; zmq or gloo "
+                      "can replace every engine)");
     }
     // A replacement registered while the others were lost (their loads came back lost, so
     // nothing serves the current version yet): the next Refresh gives it the weights.
