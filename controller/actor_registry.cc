@@ -153,9 +153,9 @@ int ActorRegistry::CountOfRole(const std::string& role) const {
   return static_cast<int>(IdsOfRole(role).size());
 }
 
-int ActorRegistry::ConfiguredOfRole(const std::string& role) const {
+int ActorRegistry::ConfiguredCount() const {
   int n = 0;
-  for (const std::string& id : IdsOfRole(role)) n += actors_.at(id).elastic ? 0 : 1;
+  for (const auto& [id, a] : actors_) n += a.elastic ? 0 : 1;
   return n;
 }
 

@@ -76,8 +76,8 @@ class ActorRegistry {
   std::vector<std::string> Roles() const;
   std::vector<std::string> IdsOfRole(const std::string& role) const;
   int CountOfRole(const std::string& role) const;
-  // The slots of `role` that are not elastic (its configured count).
-  int ConfiguredOfRole(const std::string& role) const;
+  // The slots that are not elastic, over every role: the actors a job starts with.
+  int ConfiguredCount() const;
   // Whether a slot of `role` is open to a join (vacant, or left).
   bool OpenToJoin(const std::string& role) const;
   // The ids of `role` that are registered and alive (ready or busy), by rank.

@@ -104,7 +104,7 @@ absl::Status Controller::WaitForActors() {
       return absl::DeadlineExceededError(absl::StrCat(
           "timed out after ", options_.register_timeout_s,
           " s (controller.register_timeout_s) waiting for actors to register; still missing ",
-          pending.size(), " of ", registry_.All().size(), ":", who));
+          pending.size(), " of ", registry_.ConfiguredCount(), ":", who));
     }
   }
 }

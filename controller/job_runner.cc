@@ -614,7 +614,7 @@ int RunAttempt(const JobConfig& config, const RunOptions& options, Attempt* atte
   if (status.ok()) {
     PublishActors(controller, actor_metrics, &run_state);
     status_file.Write("running", "");
-    spdlog::info("all {} actors registered; running {}", controller.actors().All().size(),
+    spdlog::info("all {} actors registered; running {}", controller.actors().ConfiguredCount(),
                  config.job.algorithm->name);
     Context job_ctx(&controller, &config, &*dir,
                     {&*metrics, &run_state, tensorboard.get(), progress.get()},
