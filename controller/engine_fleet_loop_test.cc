@@ -529,7 +529,7 @@ TEST_F(EngineFleetLoopTest, AnEngineJoinedMidRunLoadsTheWeightsAndIsDealtGroupsI
     });
   });
   ASSERT_TRUE(joined->status.ok()) << joined->status;
-  ExpectSameRun(*clean, *joined);  // the same batches, seeds and metrics whatever the fleet
+  ExpectSameRun(*clean, *joined);         // the same batches, seeds and metrics whatever the fleet
   const std::string extra = "rollout-1";  // the slot beyond rollout.workers
   // Iteration 1 ran on one engine; the joiner's first request is the current weights, then it
   // generates in iteration 2.
@@ -547,6 +547,39 @@ TEST_F(EngineFleetLoopTest, AnEngineJoinedMidRunLoadsTheWeightsAndIsDealtGroupsI
   EXPECT_EQ(c.elastic().joins, 1u);
   EXPECT_EQ(c.faults().actors_lost, 0u);
   EXPECT_TRUE(c.actors().Find(extra)->elastic);
+}
+
+// The shared-memory ring carries each version once: a joiner is not sent the current version
+// again (the trainer would refuse it) but loads the next one with the other engine.
+TEST_F(EngineFleetLoopTest, AnEngineJoinedOnTheShmRingLoadsTheNextVersionWithTheOthers) {
+  rollout_extra_ = ", max_workers: 2";
+  auto joined = Run("grpo", 1, [](Job& j) {
+    j.actors->On("trainer", Task::kGrpoTrain, [](const FakeWork& w) {
+      return WeightsReply(w.request.grpo_train().step(), "shm-ring:/fake");
+    });
+    // It joins while version 1 streams to rollout-0: after that version was dealt out.
+    auto load = j.rollout->LoadWeights();
+    j.actors->On("rollout", Task::kLoadWeights, [load, &j](const FakeWork& w) {
+      if (w.request.load_weights().weights().version() == 1) j.actors->Join("rollout");
+      return load(w);
+    });
+  });
+  ASSERT_TRUE(joined->status.ok()) << joined->status;
+  EXPECT_EQ(joined->actors->Received(Task::kPublishWeights).size(), 3u) << "once per version";
+  std::vector<std::pair<std::string, int64_t>> loads;
+  for (const FakeWork* w : joined->actors->Received(Task::kLoadWeights)) {
+    loads.emplace_back(w->actor_id, w->request.load_weights().weights().version());
+  }
+  // Version 1 reached rollout-0 alone; rollout-1 sat out until version 2 came to both.
+  EXPECT_EQ(loads, (std::vector<std::pair<std::string, int64_t>>{{"rollout-0", 1},
+                                                                 {"rollout-0", 2},
+                                                                 {"rollout-1", 2},
+                                                                 {"rollout-0", 3},
+                                                                 {"rollout-1", 3}}));
+  const auto& records = joined->ctx->records;
+  ASSERT_EQ(records.size(), 4u);
+  EXPECT_EQ(records[2].metrics.at("rollout/1/groups"), 0) << "version 1: it sat out";
+  EXPECT_GT(records[3].metrics.at("rollout/1/groups"), 0);
 }
 
 TEST_F(EngineFleetLoopTest, AnEngineLeavingOnSigtermHandsBackItsGroupsAndNoFaultIsCounted) {
