@@ -217,12 +217,12 @@ absl::Status Controller::AwaitLive(const std::string& role, int min_live,
 }
 
 void Controller::HandleLeave(ActorInfo& a, const std::string& peer, const std::string& reason) {
-  Message bye = NewMessage();
   if (!registry_.Elastic(a.role) && !shutting_down_) {
     // Its Assignment said it may not: it exits as it would have, and that is noticed as a loss.
     spdlog::warn("{} asked to leave ({}), but role {} is not elastic", a.id, reason, a.role);
     return;
   }
+  Message bye = NewMessage();
   bye.envelope.mutable_shutdown()->set_reason("leave accepted");
   transport_->Send(peer, std::move(bye)).IgnoreError();
   if (shutting_down_) return;

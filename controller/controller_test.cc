@@ -125,6 +125,7 @@ TEST_F(ControllerTest, RegistrationAssignsRanksAndSendsConfig) {
   const proto::Assignment& a = sent[0].second.envelope.assignment();
   EXPECT_EQ(a.actor_id(), "echo-0");
   EXPECT_EQ(a.world_size(), 2);
+  EXPECT_FALSE(a.may_leave()) << "a role is not elastic unless AllowJoins says so";
   EXPECT_EQ(a.config_yaml(), "job: {algorithm: echo}\n");
   EXPECT_EQ(sent[0].second.envelope.job_id(), "job-1");
   EXPECT_EQ(sent[1].second.envelope.assignment().actor_id(), "echo-1");
