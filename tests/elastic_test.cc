@@ -61,30 +61,53 @@ bool WaitFor(const std::function<bool()>& done, double seconds) {
   return done();
 }
 
+// The seconds-long SFT stage (4 steps of configs/sft_tiny.yaml) and configs/grpo_arith.yaml
+// with a length penalty, so the policy changes every iteration: {checkpoint, config}.
+std::pair<std::string, std::string> TinyGrpo(const std::string& root) {
+  auto [code, out] =
+      RunRlforge({"run", SourceDir() + "/configs/sft_tiny.yaml", "job.run_root=" + root,
+                  "job.name=sft", "sft.steps=4", "sft.eval_every=0", "sft.save_every=0"},
+                 300);
+  EXPECT_EQ(code, 0) << out;
+  return {root + "/sft/checkpoints/step_4",
+          WithLengthReward(SourceDir() + "/configs/grpo_arith.yaml", root + "/grpo_length.yaml")};
+}
+
+// Overrides that make the job short per iteration and long enough to outlast the test.
+std::vector<std::string> RunOverrides(const std::string& root, const std::string& model) {
+  return {"job.run_root=" + root,         "model.path=" + model, "job.iterations=100000",
+          "grpo.prompts_per_iteration=8", "grpo.group_size=4",   "grpo.eval_every=0",
+          "grpo.eval_examples=8"};
+}
+
+// The events of <run_dir>/events.jsonl as "<event> <actor>".
+std::vector<std::string> Events(const std::string& run_dir) {
+  std::vector<std::string> events;
+  std::ifstream in(run_dir + "/events.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    auto e = nlohmann::json::parse(line);
+    events.push_back(e.value("event", "") + " " + e.value("actor", ""));
+  }
+  return events;
+}
+
+// The dashboard's /api/status, or null.
+nlohmann::json Status(const std::string& dashboard) {
+  auto reply = dashboard::HttpGet(dashboard, "/api/status", "");
+  return reply.ok() ? nlohmann::json::parse(reply->body, nullptr, false) : nlohmann::json();
+}
+
 double Groups(const nlohmann::json& record, const std::string& engine) {
   return record["metrics"].value("rollout/" + engine + "/groups", -1.0);
 }
 
 TEST(ElasticDocTest, AJoinedEngineIsDealtWorkWithinAnIterationShowsOnTheDashboardAndLeaves) {
   const std::string root = FreshDir("elastic_doc");
-  auto [sft_code, sft_out] =
-      RunRlforge({"run", SourceDir() + "/configs/sft_tiny.yaml", "job.run_root=" + root,
-                  "job.name=sft", "sft.steps=4", "sft.eval_every=0", "sft.save_every=0"},
-                 300);
-  ASSERT_EQ(sft_code, 0) << sft_out;
-  // A length penalty: the policy changes every iteration, so the joiner must catch up.
-  const std::string config =
-      WithLengthReward(SourceDir() + "/configs/grpo_arith.yaml", root + "/grpo_length.yaml");
+  const auto [model, config] = TinyGrpo(root);
   auto cmds = DocExample("0", config);
   ASSERT_EQ(cmds.size(), 2u);
   std::vector<std::string> run = cmds[0];
-  for (const std::string& o :
-       {"job.run_root=" + root, "model.path=" + root + "/sft/checkpoints/step_4",
-        std::string("job.iterations=100000"), std::string("grpo.prompts_per_iteration=8"),
-        std::string("grpo.group_size=4"), std::string("grpo.eval_every=0"),
-        std::string("grpo.eval_examples=8")}) {
-    run.push_back(o);
-  }
+  for (const std::string& o : RunOverrides(root, model)) run.push_back(o);
   JobProcess job(run, root + "/job.txt");
   ASSERT_TRUE(job.WaitForOutput("running grpo", 120)) << job.Output();
   std::smatch m;
@@ -155,13 +178,62 @@ TEST(ElasticDocTest, AJoinedEngineIsDealtWorkWithinAnIterationShowsOnTheDashboar
   }
   EXPECT_EQ(all.back()["metrics"]["elastic/joins"], 1);
   EXPECT_EQ(all.back()["metrics"]["elastic/leaves"], 1);
-  std::vector<std::string> events;
-  std::ifstream in(run_dir + "/events.jsonl");
-  for (std::string line; std::getline(in, line);) {
-    auto e = nlohmann::json::parse(line);
-    events.push_back(e.value("event", "") + " " + e.value("actor", ""));
-  }
+  const std::vector<std::string> events = Events(run_dir);
   EXPECT_EQ(events, (std::vector<std::string>{"joined rollout-1", "left rollout-1"}));
+}
+
+TEST(ElasticJobTest, TheOnlyRewardWorkerLeavingMakesTheJobWaitUntilOneJoins) {
+  const std::string root = FreshDir("elastic_reward");
+  const auto [model, config] = TinyGrpo(root);
+  std::vector<std::string> run = {"run", config, "job.name=wait"};
+  for (const std::string& o : RunOverrides(root, model)) run.push_back(o);
+  JobProcess job(run, root + "/job.txt");
+  ASSERT_TRUE(job.WaitForOutput("running grpo", 120)) << job.Output();
+  const std::string out = job.Output();
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(listening on (tcp://127\.0\.0\.1:[0-9]+))")))
+      << out;
+  const std::string address = m[1];
+  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(dashboard at (http://[0-9.]+:[0-9]+)/)")))
+      << out;
+  const std::string dashboard = m[1];
+  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(started reward-0 \(pid ([0-9]+)\))"))) << out;
+  const std::string run_dir = root + "/wait";
+
+  ASSERT_EQ(kill(std::stoi(m[1]), SIGTERM), 0);
+  ASSERT_TRUE(job.WaitForOutput("reward-0 left: SIGTERM", 30)) << job.Output();
+  nlohmann::json status;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        status = Status(dashboard);
+        return status.is_object() && status.value("state", "") == "waiting";
+      },
+      30))
+      << job.Output();
+  const std::string message = status.value("message", "");
+  EXPECT_NE(message.find("waiting for a live reward actor"), std::string::npos) << message;
+  EXPECT_NE(message.find("0 live of minimum 1"), std::string::npos) << message;
+  EXPECT_NE(message.find("rlforge actor --role reward --connect " + address), std::string::npos)
+      << message;
+  auto file = nlohmann::json::parse(ReadFile(run_dir + "/status.json"), nullptr, false);
+  EXPECT_EQ(file.value("state", ""), "waiting") << file.dump();
+  EXPECT_TRUE(job.WaitForOutput("after leaving", 10)) << "its exit is expected: " << job.Output();
+  EXPECT_EQ(job.Output().find("restarted reward-0"), std::string::npos) << "not relaunched";
+
+  JobProcess joiner({"actor", "--role", "reward", "--connect", address}, root + "/joiner.txt");
+  ASSERT_TRUE(WaitFor([&] { return Status(dashboard).value("state", "") == "running"; }, 60))
+      << job.Output() << joiner.Output();
+  const size_t seen = Records(run_dir).size();
+  ASSERT_TRUE(WaitFor([&] { return Records(run_dir).size() >= seen + 2; }, 60)) << job.Output();
+  job.Signal(SIGINT);
+  EXPECT_EQ(job.Wait(60), 128 + SIGINT) << job.Output();
+  EXPECT_EQ(joiner.Wait(30), 0) << joiner.Output();
+  EXPECT_EQ(Events(run_dir), (std::vector<std::string>{"left reward-0", "joined reward-0"}));
+  for (const auto& r : Records(run_dir)) {
+    for (const auto& [k, v] : r["metrics"].items()) {
+      EXPECT_NE(k.rfind("faults/", 0), 0u) << "no fault: " << r.dump();
+    }
+  }
 }
 
 }  // namespace
