@@ -582,6 +582,31 @@ TEST_F(EngineFleetLoopTest, AnEngineJoinedOnTheShmRingLoadsTheNextVersionWithThe
   EXPECT_GT(records[3].metrics.at("rollout/1/groups"), 0);
 }
 
+// On the ring, an engine that replaces the only one cannot be sent the current version, and
+// no engine is left to generate for the next: a clear error, naming the way out.
+TEST_F(EngineFleetLoopTest, ReplacingTheOnlyEngineOnTheShmRingIsAnErrorNamingTheTransport) {
+  auto calls = std::make_shared<int>(0);
+  auto job = Run("grpo", 1, [calls](Job& j) {
+    j.actors->set_rejoin(true);
+    j.actors->On("trainer", Task::kGrpoTrain, [](const FakeWork& w) {
+      return WeightsReply(w.request.grpo_train().step(), "shm-ring:/fake");
+    });
+    auto generate = j.rollout->Generate();
+    j.actors->On("rollout", Task::kLmGenerate, [calls, generate, &j](const FakeWork& w) {
+      if (++*calls == 6) {  // iteration 2 (policy version 1)
+        j.rollout->Forget(w.actor_id);
+        return FakeReply::Crash();
+      }
+      return generate(w);
+    });
+  });
+  EXPECT_EQ(job->actors->rejoins(), 1);
+  EXPECT_EQ(job->status.code(), absl::StatusCode::kFailedPrecondition) << job->status;
+  EXPECT_NE(job->status.message().find("weights.transport shm sends each version once"),
+            std::string::npos)
+      << job->status;
+}
+
 TEST_F(EngineFleetLoopTest, AnEngineLeavingOnSigtermHandsBackItsGroupsAndNoFaultIsCounted) {
   auto clean = Run("grpo", 2);
   ASSERT_TRUE(clean->status.ok()) << clean->status;

@@ -573,8 +573,11 @@ absl::StatusOr<std::vector<size_t>> LmLoop::CurrentEngines() {
     if (ctx_.controller().actors().LiveOfRole("rollout").empty()) {
       RETURN_IF_ERROR(ctx_.controller().AwaitLive("rollout"));
     } else if (!ReplacementArrived()) {
-      // Live engines that were given the weights serve another version.
-      if (!OnRing()) return current;
+      // Live engines that were given the weights serve another version; or, on the ring, new
+      // engines wait for a version that no engine is left to generate for.
+      bool waiting_new = false;
+      for (size_t e = 0; e < fleet_.size(); ++e) waiting_new |= fleet_.version(e) == 0;
+      if (!OnRing() || !waiting_new) return current;
       return Annotate(current.status(),
                       "new engines wait for the next version, which needs one engine serving "
                       "this one (weights.transport shm sends each version once; zmq or gloo "
