@@ -1,8 +1,10 @@
 #include "actors/actor_runtime.h"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <cstdlib>
+#include <optional>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -81,12 +83,100 @@ absl::StatusOr<Registration> Register(ZmqClientTransport& t, const ActorOptions&
                                                   " within ", o.register_timeout_s, " s"));
 }
 
+// How long a leaving actor waits for the controller to take its work back.
+constexpr int64_t kLeaveAnswerUs = 10'000'000;
+
+// SIGTERM on an elastic role: says so to the controller, which hands whatever this actor still
+// holds to the others and does not count it as a fault, then exits 0. The results already
+// sent stand (the work channel keeps its order); requests that crossed the Leave are handed
+// back with the rest.
+int Leave(ZmqClientTransport& t, const Registration& reg, const HeartbeatSender& heartbeat) {
+  const std::string& actor_id = reg.assignment.actor_id();
+  Message m;
+  m.envelope.set_sender(actor_id);
+  m.envelope.set_job_id(reg.job_id);
+  m.envelope.mutable_leave()->set_reason("SIGTERM");
+  if (absl::Status s = t.Send(std::move(m)); !s.ok()) {
+    spdlog::error("{}: cannot tell the controller it leaves: {}", actor_id, s.ToString());
+    return 1;
+  }
+  spdlog::info("{}: leaving on SIGTERM; the controller takes back its work", actor_id);
+  const Clock* clock = RealClock::Get();
+  const int64_t deadline = clock->NowMicros() + kLeaveAnswerUs;
+  while (clock->NowMicros() < deadline && !heartbeat.controller_lost()) {
+    auto got = t.Receive(100);
+    if (got && got->ok() && (*got)->envelope.has_shutdown()) {
+      spdlog::info("{}: left the job", actor_id);
+      return 0;
+    }
+  }
+  spdlog::warn("{}: no answer to leaving within {} s; exiting (the controller will count a loss)",
+               actor_id, kLeaveAnswerUs / 1'000'000);
+  return 0;
+}
+
+// Acts on one message from the controller: runs a work request and sends its result. Returns
+// the exit code when the actor must stop (Shutdown, a result it cannot send).
+std::optional<int> Dispatch(ZmqClientTransport& t, Role& role, const Registration& reg,
+                            ActorStatus& status, Message msg) {
+  const std::string& actor_id = reg.assignment.actor_id();
+  const proto::Envelope& env = msg.envelope;
+  if (env.has_shutdown()) {
+    spdlog::info("{}: shutdown requested: {}", actor_id, env.shutdown().reason());
+    return 0;
+  }
+  if (env.has_assignment()) return std::nullopt;  // answer to a Register retry
+  if (!env.has_work_request()) {
+    spdlog::warn("{}: ignored unexpected {} message", actor_id, BodyName(env));
+    return std::nullopt;
+  }
+  const proto::WorkRequest& req = env.work_request();
+  status.current_work_id = req.work_id();
+  status.state = proto::Heartbeat::BUSY;
+  auto reply = role.Handle(req, std::move(msg.tensors));
+  Message out;
+  out.envelope.set_sender(actor_id);
+  out.envelope.set_job_id(reg.job_id);
+  if (reply.ok()) {
+    *out.envelope.mutable_work_result() = std::move(reply->result);
+    out.tensors = std::move(reply->tensors);
+    out.envelope.mutable_work_result()->set_ok(true);
+  } else {
+    spdlog::error("{}: work {} failed: {}", actor_id, req.work_id(), reply.status().ToString());
+    out.envelope.mutable_work_result()->set_ok(false);
+    out.envelope.mutable_work_result()->set_error(std::string(reply.status().message()));
+  }
+  proto::WorkResult* r = out.envelope.mutable_work_result();
+  r->set_work_id(req.work_id());
+  r->set_policy_version(role.policy_version());
+  status.policy_version = role.policy_version();
+  absl::Status sent = t.Send(std::move(out));
+  status.works_done.fetch_add(1);
+  status.current_work_id = 0;
+  status.state = proto::Heartbeat::IDLE;
+  if (!sent.ok()) {
+    spdlog::error("{}: cannot send result of work {}: {}", actor_id, req.work_id(),
+                  sent.ToString());
+    return 1;
+  }
+  return std::nullopt;
+}
+
 // Serves work requests until Shutdown. Returns the exit code.
 int Serve(ZmqClientTransport& t, Role& role, const Registration& reg, ActorStatus& status,
           const HeartbeatSender& heartbeat, const ActorOptions& o) {
   const std::string& actor_id = reg.assignment.actor_id();
   while (true) {
     if (Stopped(o)) {
+      if (reg.assignment.may_leave() && o.stop->load() == SIGTERM) {
+        // Requests already here are finished first: the controller may count on one (a reader
+        // of a weight stream that has started) and must not get it back.
+        for (auto got = t.Receive(0); got; got = t.Receive(0)) {
+          if (!got->ok()) continue;
+          if (auto code = Dispatch(t, role, reg, status, std::move(got->value()))) return *code;
+        }
+        return Leave(t, reg, heartbeat);
+      }
       spdlog::info("{}: stopping on signal", actor_id);
       return 0;
     }
@@ -100,46 +190,7 @@ int Serve(ZmqClientTransport& t, Role& role, const Registration& reg, ActorStatu
       spdlog::warn("{}: dropped a malformed message: {}", actor_id, got->status().ToString());
       continue;
     }
-    Message msg = std::move(got->value());
-    const proto::Envelope& env = msg.envelope;
-    if (env.has_shutdown()) {
-      spdlog::info("{}: shutdown requested: {}", actor_id, env.shutdown().reason());
-      return 0;
-    }
-    if (env.has_assignment()) continue;  // answer to a Register retry
-    if (!env.has_work_request()) {
-      spdlog::warn("{}: ignored unexpected {} message", actor_id, BodyName(env));
-      continue;
-    }
-    const proto::WorkRequest& req = env.work_request();
-    status.current_work_id = req.work_id();
-    status.state = proto::Heartbeat::BUSY;
-    auto reply = role.Handle(req, std::move(msg.tensors));
-    Message out;
-    out.envelope.set_sender(actor_id);
-    out.envelope.set_job_id(reg.job_id);
-    if (reply.ok()) {
-      *out.envelope.mutable_work_result() = std::move(reply->result);
-      out.tensors = std::move(reply->tensors);
-      out.envelope.mutable_work_result()->set_ok(true);
-    } else {
-      spdlog::error("{}: work {} failed: {}", actor_id, req.work_id(), reply.status().ToString());
-      out.envelope.mutable_work_result()->set_ok(false);
-      out.envelope.mutable_work_result()->set_error(std::string(reply.status().message()));
-    }
-    proto::WorkResult* r = out.envelope.mutable_work_result();
-    r->set_work_id(req.work_id());
-    r->set_policy_version(role.policy_version());
-    status.policy_version = role.policy_version();
-    absl::Status sent = t.Send(std::move(out));
-    status.works_done.fetch_add(1);
-    status.current_work_id = 0;
-    status.state = proto::Heartbeat::IDLE;
-    if (!sent.ok()) {
-      spdlog::error("{}: cannot send result of work {}: {}", actor_id, req.work_id(),
-                    sent.ToString());
-      return 1;
-    }
+    if (auto code = Dispatch(t, role, reg, status, std::move(got->value()))) return *code;
   }
 }
 

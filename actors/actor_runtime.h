@@ -33,8 +33,9 @@ struct ActorOptions {
 };
 
 // Runs one actor until the controller shuts it down. Returns the exit code:
-// 0 after Shutdown, 1 on a failure (logged), 2 if the controller refused it (a reject, or its
-// handshake: no keys, wrong keys) or the key file does not load.
+// 0 after Shutdown (or after leaving on SIGTERM, for a role that may leave), 1 on a failure
+// (logged), 2 if the controller refused it (a reject, or its handshake: no keys, wrong keys) or the
+// key file does not load.
 int RunActor(const ActorOptions& options);
 
 }  // namespace rlforge

@@ -30,6 +30,10 @@ struct SimOptions {
 struct RolloutOptions {
   int64_t workers = 1;
   bool external = false;
+  // Language-model jobs: engines in all, counting those that join a running job (0: workers);
+  // and the fewest live ones a round starts with (below it the job waits).
+  int64_t max_workers = 0;
+  int64_t min_workers = 1;
   int64_t steps_per_iteration = 128;  // per env
   // Language-model RL: how many policy versions a trained token may lag (0: synchronous).
   int64_t max_staleness = 0;

@@ -63,6 +63,58 @@ void CheckAlgorithmSections(const JobConfig& c, config::CheckContext& ctx) {
   }
 }
 
+// rollout.max_workers / min_workers and reward's: only synchronous language-model loops take
+// joiners and wait for a minimum; every cap within what the job can hold.
+void CheckElasticWorkers(const JobConfig& c, config::CheckContext& ctx) {
+  if (c.job.algorithm == nullptr) return;
+  const AlgorithmFamily family = c.job.algorithm->family;
+  const bool lm = family == AlgorithmFamily::kLmRl || family == AlgorithmFamily::kDpo;
+  std::string unsupported;
+  if (!lm) {
+    unsupported = absl::StrCat("job.algorithm ", c.job.algorithm->name,
+                               " does not take joining workers (language-model jobs do)");
+  } else if (c.rollout.max_staleness > 0) {
+    unsupported = absl::StrCat("asynchronous runs (rollout.max_staleness ", c.rollout.max_staleness,
+                               ") do not take joining workers; set rollout.max_staleness: 0");
+  }
+  struct Role {
+    std::string section;
+    int64_t workers, max_workers, min_workers;
+  };
+  const Role roles[] = {
+      {"rollout", c.rollout.workers, c.rollout.max_workers, c.rollout.min_workers},
+      {"reward", c.reward.workers, c.reward.max_workers, c.reward.min_workers}};
+  for (const Role& r : roles) {
+    if (r.section == "reward" && !lm) continue;  // only language-model jobs read it
+    const int64_t cap = WorkerCap(r.workers, r.max_workers);
+    const std::string max_key = r.section + ".max_workers", min_key = r.section + ".min_workers";
+    if (!unsupported.empty()) {
+      if (r.max_workers != 0 && r.max_workers != r.workers) {
+        ctx.Error(max_key, absl::StrCat(unsupported, "; got ", r.max_workers, " (leave it out)"));
+      }
+      if (r.min_workers != 1) {
+        ctx.Error(min_key, absl::StrCat(unsupported, "; got ", r.min_workers, " (leave it out)"));
+      }
+      continue;
+    }
+    if (r.max_workers != 0 && r.max_workers < r.workers) {
+      ctx.Error(max_key, absl::StrCat("must be at least ", r.section, ".workers (", r.workers,
+                                      "), got ", r.max_workers));
+    }
+    if (r.section == "rollout" && r.max_workers > kMaxLmEngines) {
+      ctx.Error(max_key, absl::StrCat("language-model jobs run at most ", kMaxLmEngines,
+                                      " rollout engines (each holds a copy of the policy and "
+                                      "loads every version), got ",
+                                      r.max_workers));
+    }
+    if (r.min_workers > cap) {
+      ctx.Error(min_key, absl::StrCat("must not exceed ", max_key, " (", cap,
+                                      r.max_workers == 0 ? ", from " + r.section + ".workers" : "",
+                                      "), got ", r.min_workers));
+    }
+  }
+}
+
 // Why `family` trains on one rank whatever trainer.ranks says, or "" when its trainer shards
 // over the ranks.
 std::string OneRankReason(AlgorithmFamily family) {
@@ -439,6 +491,7 @@ std::shared_ptr<const Schema> BuildJobSchema() {
     }
     CheckAlgorithmSections(c, ctx);
     CheckLaunchBackend(c, ctx);
+    CheckElasticWorkers(c, ctx);
     if (c.job.algorithm != nullptr && c.checkpoint.every > 0) {
       const std::string why = NoCheckpointReason(*c.job.algorithm);
       if (!why.empty()) {

@@ -144,6 +144,12 @@ inline bool UnderSlurm(const LaunchOptions& l) { return l.backend == "slurm"; }
 // controller) when they are Slurm steps on other nodes, shm otherwise.
 std::string LmWeightTransport(const JobConfig& c);
 
+// A role's cap on workers, counting those that join by hand: `max_workers`, or `workers` when
+// it is 0 (rollout.max_workers, reward.max_workers).
+inline int64_t WorkerCap(int64_t workers, int64_t max_workers) {
+  return max_workers > 0 ? max_workers : workers;
+}
+
 // launch.backend kubernetes: the controller starts no actor; every role, trainer ranks
 // included, joins by address (`rlforge actor --role R --rank K --connect ADDR`).
 inline bool EveryRoleJoins(const LaunchOptions& l) { return l.backend == "kubernetes"; }

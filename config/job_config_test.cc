@@ -42,6 +42,39 @@ TEST(JobConfigTest, EchoNeedsWorkers) {
             "t.yaml:3:3: echo.workers: job.algorithm is echo, which needs at least 1 echo worker");
 }
 
+TEST(JobConfigTest, ElasticWorkerCapsAndMinimumsAreCheckedNamingTheKey) {
+  auto errors = [](const std::string& yaml) {
+    return config::FormatErrors(LoadJobText(yaml, "t.yaml").errors);
+  };
+  EXPECT_EQ(errors("job: {algorithm: grpo}\nrollout: {workers: 2, max_workers: 4, min_workers: 3}\n"
+                   "reward: {max_workers: 3, min_workers: 2}\n"),
+            "");
+  EXPECT_NE(errors("job: {algorithm: grpo}\nrollout: {workers: 2, min_workers: 3}\n")
+                .find("rollout.min_workers: must not exceed rollout.max_workers (2, from "
+                      "rollout.workers), got 3"),
+            std::string::npos);
+  EXPECT_NE(errors("job: {algorithm: grpo}\nreward: {max_workers: 2, min_workers: 3}\n")
+                .find("reward.min_workers: must not exceed reward.max_workers (2), got 3"),
+            std::string::npos);
+  EXPECT_NE(errors("job: {algorithm: grpo}\nrollout: {workers: 3, max_workers: 2}\n")
+                .find("rollout.max_workers: must be at least rollout.workers (3), got 2"),
+            std::string::npos);
+  EXPECT_NE(errors("job: {algorithm: grpo}\nrollout: {max_workers: 65}\n")
+                .find("rollout.max_workers: language-model jobs run at most 64 rollout engines"),
+            std::string::npos);
+  EXPECT_NE(errors("job: {algorithm: ppo}\nrollout: {workers: 2, max_workers: 3}\n")
+                .find("rollout.max_workers: job.algorithm ppo does not take joining workers"),
+            std::string::npos);
+  EXPECT_NE(errors("job: {algorithm: grpo}\nrollout: {max_staleness: 1, min_workers: 1}\n"
+                   "reward: {min_workers: 2, max_workers: 2}\n")
+                .find("reward.min_workers: asynchronous runs (rollout.max_staleness 1) do not "
+                      "take joining workers"),
+            std::string::npos);
+  EXPECT_NE(
+      errors("job: {algorithm: grpo}\nrollout: {min_workers: 0}\n").find("rollout.min_workers"),
+      std::string::npos);
+}
+
 TEST(JobConfigTest, WeightKeysThatWouldDoNothingAreErrors) {
   LoadedJob ppo =
       LoadJobText("job: {algorithm: ppo}\nweights: {transport: gloo, bucket_mb: 64}\n", "t.yaml");

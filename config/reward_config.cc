@@ -126,6 +126,18 @@ std::shared_ptr<const Schema> RewardSection() {
       .Max(1024);
   b.Bool("external", &RewardOptions::external,
          "Do not start the workers; wait for them to join with `rlforge actor --role reward`.");
+  b.Int("max_workers", &RewardOptions::max_workers,
+        "Language-model jobs (synchronous): reward workers in all, counting those that join the "
+        "running job by hand (`rlforge actor --role reward --connect ADDR`, no --rank); 0: "
+        "reward.workers, so none can join.")
+      .Min(0)
+      .Max(1024);
+  b.Int("min_workers", &RewardOptions::min_workers,
+        "Language-model jobs: the fewest live reward workers an iteration's scoring starts "
+        "with; below it the job waits (status waiting) up to controller.register_timeout_s "
+        "plus the largest restart backoff, then fails.")
+      .Min(1)
+      .Max(1024);
   b.Double("timeout_s", &RewardOptions::timeout_s,
            "Per-sample time limit of every reward that does not set its own.")
       .Min(0, false);

@@ -38,6 +38,10 @@ struct RewardSpec {
 struct RewardOptions {
   int64_t workers = 1;
   bool external = false;
+  // Reward workers in all, counting those that join a running job (0: workers); and the fewest
+  // live ones a language-model round starts with (below it the job waits).
+  int64_t max_workers = 0;
+  int64_t min_workers = 1;
   double timeout_s = 10;  // per sample, for rewards that do not set their own
   std::vector<RewardSpec> rewards;
 };

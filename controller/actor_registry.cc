@@ -1,5 +1,7 @@
 #include "controller/actor_registry.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 
 namespace rlforge {
@@ -16,6 +18,10 @@ const char* ActorStateName(ActorState s) {
       return "dead";
     case ActorState::kStopped:
       return "stopped";
+    case ActorState::kVacant:
+      return "vacant";
+    case ActorState::kLeft:
+      return "left";
   }
   return "?";
 }
@@ -30,6 +36,26 @@ void ActorRegistry::ExpectRole(const std::string& role, int count, bool external
     a.external = external;
     a.recoverable = recoverable;
     order_.push_back(a.id);
+    actors_[a.id] = a;
+  }
+}
+
+void ActorRegistry::AllowJoins(const std::string& role, int max_count) {
+  elastic_roles_.insert(role);
+  const std::vector<std::string> ids = IdsOfRole(role);
+  // After the role's last slot, so display order stays role by role.
+  auto at = order_.begin();
+  if (!ids.empty()) at = std::find(order_.begin(), order_.end(), ids.back()) + 1;
+  for (int r = static_cast<int>(ids.size()); r < max_count; ++r) {
+    ActorInfo a;
+    a.id = absl::StrCat(role, "-", r);
+    a.role = role;
+    a.rank = r;
+    a.external = true;
+    a.recoverable = true;
+    a.elastic = true;
+    a.state = ActorState::kVacant;
+    at = order_.insert(at, a.id) + 1;
     actors_[a.id] = a;
   }
 }
@@ -66,14 +92,20 @@ std::optional<std::string> ActorRegistry::ChooseSlot(const std::string& role, in
     *why = absl::StrCat("role '", role, "' is not part of this job");
     return std::nullopt;
   }
+  const bool elastic = Elastic(role);
+  auto open = [](const ActorInfo& a) {
+    return a.state == ActorState::kVacant || a.state == ActorState::kLeft;
+  };
   if (requested_rank >= 0) {
     if (requested_rank >= count) {
-      *why = absl::StrCat("rank ", requested_rank, " is out of range: the job has ", count, " ",
-                          role, " actor(s)");
+      *why =
+          absl::StrCat("rank ", requested_rank, " is out of range: the job has ", count, " ", role,
+                       " slot(s)", elastic ? absl::StrCat(" (", role, ".max_workers)") : "");
       return std::nullopt;
     }
     std::string id = absl::StrCat(role, "-", requested_rank);
     const ActorInfo& a = actors_.at(id);
+    if (open(a)) return id;
     if (a.state != ActorState::kPending) {
       *why = absl::StrCat(id, " is already registered");
       return std::nullopt;
@@ -85,13 +117,18 @@ std::optional<std::string> ActorRegistry::ChooseSlot(const std::string& role, in
     }
     return id;
   }
-  for (int r = 0; r < count; ++r) {
-    std::string id = absl::StrCat(role, "-", r);
+  const std::vector<std::string> ids = IdsOfRole(role);
+  for (const std::string& id : ids) {
     const ActorInfo& a = actors_.at(id);
     // Unranked joiners take external slots only; launched slots wait for their own process.
     if (a.state == ActorState::kPending && a.external) return id;
   }
-  *why = absl::StrCat("every ", role, " slot open to external actors is taken");
+  for (const std::string& id : ids) {
+    if (open(actors_.at(id))) return id;
+  }
+  *why = elastic
+             ? absl::StrCat("every ", role, " slot is taken (", count, ", ", role, ".max_workers)")
+             : absl::StrCat("every ", role, " slot open to external actors is taken");
   return std::nullopt;
 }
 
@@ -114,6 +151,20 @@ std::vector<std::string> ActorRegistry::IdsOfRole(const std::string& role) const
 
 int ActorRegistry::CountOfRole(const std::string& role) const {
   return static_cast<int>(IdsOfRole(role).size());
+}
+
+int ActorRegistry::ConfiguredCount() const {
+  int n = 0;
+  for (const auto& [id, a] : actors_) n += a.elastic ? 0 : 1;
+  return n;
+}
+
+bool ActorRegistry::OpenToJoin(const std::string& role) const {
+  for (const std::string& id : IdsOfRole(role)) {
+    const ActorState s = actors_.at(id).state;
+    if (s == ActorState::kVacant || s == ActorState::kLeft) return true;
+  }
+  return false;
 }
 
 std::vector<std::string> ActorRegistry::LiveOfRole(const std::string& role) const {

@@ -24,6 +24,10 @@ struct RoleRequirement {
   bool external = false;
   // The loop re-deals the work of a lost actor of this role (Controller::ExpectRole).
   bool recoverable = false;
+  // Actors may join (up to max_count in all) and leave (SIGTERM) at any time
+  // (Controller::AllowJoins); needs `recoverable`.
+  bool elastic = false;
+  int max_count = 0;
 };
 
 // What one iteration measured. Everything that depends on wall-clock time goes

@@ -38,6 +38,10 @@ void Controller::ExpectRole(const std::string& role, int count, bool external, b
   registry_.ExpectRole(role, count, external, recoverable);
 }
 
+void Controller::AllowJoins(const std::string& role, int max_count) {
+  registry_.AllowJoins(role, max_count);
+}
+
 absl::Status Controller::LaunchAll(const std::function<ProcessSpec(const ActorInfo&)>& make_spec) {
   make_spec_ = make_spec;
   for (const ActorInfo* a : registry_.All()) {
@@ -100,7 +104,7 @@ absl::Status Controller::WaitForActors() {
       return absl::DeadlineExceededError(absl::StrCat(
           "timed out after ", options_.register_timeout_s,
           " s (controller.register_timeout_s) waiting for actors to register; still missing ",
-          pending.size(), " of ", registry_.All().size(), ":", who));
+          pending.size(), " of ", registry_.ConfiguredCount(), ":", who));
     }
   }
 }
@@ -338,6 +342,9 @@ void Controller::Handle(Received r) {
     case proto::Envelope::kMetrics:
       if (metrics_sink_) metrics_sink_(a->id, env.metrics());
       return;
+    case proto::Envelope::kLeave:
+      HandleLeave(*a, r.peer, env.leave().reason());
+      return;
     default:
       spdlog::warn("ignored unexpected {} from {}", BodyName(env), a->id);
   }
@@ -366,6 +373,7 @@ void Controller::HandleRegister(const std::string& peer, const proto::Envelope& 
       return;
     }
     a = registry_.Find(*slot);
+    const bool joined = a->elastic || a->state == ActorState::kLeft;
     a->instance_id = reg.instance_id();
     a->host = reg.host();
     a->pid = reg.pid();
@@ -375,7 +383,13 @@ void Controller::HandleRegister(const std::string& peer, const proto::Envelope& 
     a->state = ActorState::kReady;
     ++a->incarnation;
     spdlog::info("{} registered from {} (pid {})", a->id, a->host, a->pid);
-    if (a->incarnation > 1) {
+    if (joined) {
+      ++elastic_.joins;
+      Emit({.kind = "joined",
+            .actor_id = a->id,
+            .detail = absl::StrCat("pid ", a->pid, " on ", a->host, "; ",
+                                   registry_.LiveOfRole(a->role).size(), " ", a->role, " live")});
+    } else if (a->incarnation > 1) {
       FaultEvent e;
       e.kind = "rejoined";
       e.actor_id = a->id;
@@ -396,6 +410,7 @@ void Controller::HandleRegister(const std::string& peer, const proto::Envelope& 
   as->set_heartbeat_interval_ms(static_cast<uint32_t>(options_.heartbeat_interval_ms));
   as->set_heartbeat_misses(static_cast<uint32_t>(options_.heartbeat_misses));
   as->set_run_dir(options_.run_dir);
+  as->set_may_leave(registry_.Elastic(a->role));
   if (a->role == kTrainerRole) as->set_collective_timeout_s(options_.collective_timeout_s);
   // The store is where trainer ranks meet, and where trainer rank 0 and the engines form the
   // weight plane's broadcast group (weights.transport: gloo).
@@ -449,6 +464,11 @@ absl::Status Controller::CheckHealth() {
         Service lost = std::move(it->second);
         services_.erase(it);
         RETURN_IF_ERROR(ServiceLost(std::move(lost), e));
+        continue;
+      }
+      if (auto left = left_pids_.find(e.pid); left != left_pids_.end()) {
+        spdlog::info("{} (pid {}) {} after leaving", left->second, e.pid, e.Describe());
+        left_pids_.erase(left);
         continue;
       }
       ActorInfo* a = registry_.FindByLaunchedPid(e.pid);

@@ -39,14 +39,17 @@ struct WorkOutcome {
   // Its actor (a recoverable one) was declared dead before answering: the work is given back
   // to the loop, to be dealt again. `result` is then not ok and its error says why.
   bool lost = false;
+  // With `lost`: the actor left on purpose (SIGTERM) and handed the work back; not a fault.
+  bool left = false;
 };
 
-// A failure, restart or rejoin of a recoverable actor, as the run directory records it.
+// A failure, restart or rejoin of a recoverable actor, or a join or leave of an elastic role's
+// actor, as the run directory records it.
 struct FaultEvent {
-  std::string kind;  // "lost", "restart", "rejoined"
+  std::string kind;  // "lost", "restart", "rejoined", "joined", "left"
   std::string actor_id;
   std::string detail;            // why it was lost; the pid of a restart; ...
-  int64_t works_given_back = 0;  // lost: its in-flight works
+  int64_t works_given_back = 0;  // lost, left: its in-flight works
   double silent_s = 0;           // lost: since the actor was last heard from
   double down_s = 0;             // rejoined: since it was declared dead
 };
@@ -60,6 +63,13 @@ struct FaultStats {
   // Actors lost that could not be replaced (trainer ranks, services): the job stops, and
   // launch.max_job_restarts may start it again from its newest checkpoint.
   uint64_t fatal_losses = 0;
+};
+
+// Totals over the job of elastic roles' joins and leaves (none of them a fault).
+struct ElasticStats {
+  uint64_t joins = 0;
+  uint64_t leaves = 0;
+  uint64_t works_handed_back = 0;  // in flight at a leave, given back to the loop
 };
 
 // Counts of input the controller refused, by reason.
@@ -120,6 +130,11 @@ class Controller {
   // slot is refilled: relaunched after a backoff while launch.max_restarts allows, or left
   // open for a rejoin when external. The loop must deal lost work again.
   void ExpectRole(const std::string& role, int count, bool external, bool recoverable = false);
+  // Makes an expected recoverable role elastic: up to `max_count` actors in all, the slots
+  // beyond its count filled by whoever joins (`rlforge actor --role R --connect ADDR`, no
+  // rank or a rank beyond the count), and every actor of the role may leave (SIGTERM: Leave,
+  // its work handed back, no fault, no relaunch; its slot stays open to a join).
+  void AllowJoins(const std::string& role, int max_count);
   // Starts every non-external actor with `make_spec(actor)` (local backend).
   absl::Status LaunchAll(const std::function<ProcessSpec(const ActorInfo&)>& make_spec);
   // Starts a helper process that is not an actor (a sim_bridge server); Shutdown terminates
@@ -160,9 +175,12 @@ class Controller {
   // AwaitAny for a loop that re-deals lost work: a work whose actor was lost is returned too,
   // with `lost` set, instead of failing the call.
   absl::StatusOr<std::pair<size_t, WorkOutcome>> AwaitNext(const std::vector<uint64_t>& work_ids);
-  // Serves until `role` has at least one live actor. Fails when none is live and none can come
-  // back (every slot dead with no relaunch left), or after controller.register_timeout_s.
-  absl::Status AwaitLive(const std::string& role);
+  // Serves until `role` has at least `min_live` live actors, saying so in the log and the
+  // status sink while it waits. Fails when too few can come (no slot pending, relaunching or
+  // open to a join), or after controller.register_timeout_s plus the largest backoff.
+  // `min_key` (e.g. "reward.min_workers"), when not empty, is named in the messages.
+  absl::Status AwaitLive(const std::string& role, int min_live = 1,
+                         const std::string& min_key = "");
   // Serves until one of `work_ids` has a result (ok or not) and returns its index, leaving every
   // result pending: its owner collects it (Await, AwaitAll), and a failure surfaces there.
   absl::StatusOr<size_t> AwaitReady(const std::vector<uint64_t>& work_ids);
@@ -180,6 +198,12 @@ class Controller {
   const ActorRegistry& actors() const { return registry_; }
   const DropStats& drops() const { return drops_; }
   const FaultStats& faults() const { return faults_; }
+  const ElasticStats& elastic() const { return elastic_; }
+  // Called with ("waiting", why) when a loop starts waiting for live actors (AwaitLive), and
+  // with ("running", "") when the wait is over.
+  void set_status_sink(std::function<void(const std::string&, const std::string&)> sink) {
+    status_sink_ = std::move(sink);
+  }
   // Called for every FaultEvent, as it happens.
   void set_fault_sink(std::function<void(const FaultEvent&)> sink) {
     fault_sink_ = std::move(sink);
@@ -208,6 +232,11 @@ class Controller {
   void Handle(Received r);
   void HandleRegister(const std::string& peer, const proto::Envelope& env);
   void HandleResult(ActorInfo& actor, Message msg);
+  // An elastic role's actor leaving (Leave): its works handed back, its slot left open.
+  void HandleLeave(ActorInfo& actor, const std::string& peer, const std::string& reason);
+  // Ends every pending work of `actor` as lost (`left`: handed back on purpose) with `why`;
+  // returns how many.
+  int64_t GiveBackWorks(const ActorInfo& actor, const std::string& why, bool left);
   void Reject(const std::string& peer, const std::string& reason);
   // `rlforge actor ...` that fills `a`'s slot from another host.
   std::string JoinCommand(const ActorInfo& a) const;
@@ -247,6 +276,8 @@ class Controller {
   uint64_t next_work_id_ = 1;
   DropStats drops_;
   FaultStats faults_;
+  ElasticStats elastic_;
+  std::map<int, std::string> left_pids_;  // launched processes that left, by pid: their exit
   std::map<std::string, int64_t> restarts_by_role_;
   std::function<ProcessSpec(const ActorInfo&)> make_spec_;  // from LaunchAll, for relaunches
   std::function<void(const FaultEvent&)> fault_sink_;
@@ -254,6 +285,7 @@ class Controller {
   bool awaiting_store_ = false;
   std::function<void(const std::string&, const proto::Metrics&)> metrics_sink_;
   std::function<void()> pump_observer_;
+  std::function<void(const std::string&, const std::string&)> status_sink_;
 };
 
 }  // namespace rlforge

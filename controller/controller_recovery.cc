@@ -28,6 +28,24 @@ absl::Status Controller::Lose(ActorInfo& actor, const std::string& what) {
   return absl::OkStatus();
 }
 
+int64_t Controller::GiveBackWorks(const ActorInfo& a, const std::string& why, bool left) {
+  const int64_t now = clock_->NowMicros();
+  int64_t n = 0;
+  for (auto& [id, p] : pending_) {
+    if (p.done || p.actor_id != a.id) continue;
+    p.done = true;
+    p.outcome.actor_id = a.id;
+    p.outcome.lost = true;
+    p.outcome.left = left;
+    p.outcome.result.set_work_id(id);
+    p.outcome.result.set_ok(false);
+    p.outcome.result.set_error(why);
+    p.outcome.seconds = static_cast<double>(now - p.submitted_us) * 1e-6;
+    ++n;
+  }
+  return n;
+}
+
 void Controller::Recover(ActorInfo& a, const std::string& what) {
   const int64_t now = clock_->NowMicros();
   FaultEvent e;
@@ -35,17 +53,7 @@ void Controller::Recover(ActorInfo& a, const std::string& what) {
   e.actor_id = a.id;
   // Since it was last heard from; 0 for a replacement lost before it registered.
   e.silent_s = a.last_heard_us > 0 ? static_cast<double>(now - a.last_heard_us) * 1e-6 : 0;
-  for (auto& [id, p] : pending_) {
-    if (p.done || p.actor_id != a.id) continue;
-    p.done = true;
-    p.outcome.actor_id = a.id;
-    p.outcome.lost = true;
-    p.outcome.result.set_work_id(id);
-    p.outcome.result.set_ok(false);
-    p.outcome.result.set_error(absl::StrCat("lost: ", a.id, " ", what));
-    p.outcome.seconds = static_cast<double>(now - p.submitted_us) * 1e-6;
-    ++e.works_given_back;
-  }
+  e.works_given_back = GiveBackWorks(a, absl::StrCat("lost: ", a.id, " ", what), false);
   a.state = ActorState::kDead;
   a.lost_at_us = now;
   a.current_work_id = 0;
@@ -54,7 +62,10 @@ void Controller::Recover(ActorInfo& a, const std::string& what) {
   // A hung or stopped process must not come back with stale work.
   if (launcher_ != nullptr && a.launched_pid > 0) launcher_->Signal(a.launched_pid, SIGKILL);
   e.detail = what;
-  if (a.external) {
+  if (a.elastic) {
+    a.state = ActorState::kVacant;  // not waited for: a join may fill it
+    absl::StrAppend(&e.detail, "; its slot is open to a join");
+  } else if (a.external) {
     a.state = ActorState::kPending;  // open to a rejoin by hand
     absl::StrAppend(&e.detail, "; its slot waits for `", JoinCommand(a), "`");
   } else if (restarts_by_role_[a.role] < options_.max_restarts && make_spec_) {
@@ -154,36 +165,84 @@ absl::Status Controller::RestartDue() {
   return absl::OkStatus();
 }
 
-absl::Status Controller::AwaitLive(const std::string& role) {
-  const int64_t deadline = clock_->NowMicros() +
-                           static_cast<int64_t>((options_.register_timeout_s + kMaxBackoffS) * 1e6);
+absl::Status Controller::AwaitLive(const std::string& role, int min_live,
+                                   const std::string& min_key) {
+  const double limit_s = options_.register_timeout_s + kMaxBackoffS;
+  const int64_t deadline = clock_->NowMicros() + static_cast<int64_t>(limit_s * 1e6);
+  const std::string wanted = min_live == 1 ? absl::StrCat("a live ", role, " actor")
+                                           : absl::StrCat(min_live, " live ", role, " actors");
+  const std::string key = min_key.empty() ? "" : absl::StrCat(" (", min_key, ")");
   bool announced = false;
-  while (registry_.LiveOfRole(role).empty()) {
+  while (static_cast<int>(registry_.LiveOfRole(role).size()) < min_live) {
+    const size_t live = registry_.LiveOfRole(role).size();
     std::string why;
-    bool coming = false;
+    bool coming = registry_.OpenToJoin(role);
     for (const std::string& id : registry_.IdsOfRole(role)) {
       const ActorInfo& a = *registry_.Find(id);
       coming = coming || a.state == ActorState::kPending || a.restart_at_us > 0;
+      if (a.state == ActorState::kVacant && a.incarnation == 0) continue;  // never joined
       absl::StrAppend(&why, "\n  ", id, ": ", ActorStateName(a.state), ", ", a.restarts,
                       " restart(s)", a.last_loss.empty() ? "" : ", last lost: " + a.last_loss);
     }
     if (!coming) {
       return absl::UnavailableError(absl::StrCat(
-          "no live ", role, " actor and none coming back (launch.max_restarts ",
-          options_.max_restarts, " per role, ", restarts_by_role_[role], " used):", why));
+          min_live == 1 ? absl::StrCat("no live ", role, " actor")
+                        : absl::StrCat(role, ": ", live, " live of ", min_live, " needed", key),
+          " and none coming back (launch.max_restarts ", options_.max_restarts, " per role, ",
+          restarts_by_role_[role], " used):", why));
     }
     if (clock_->NowMicros() > deadline) {
       return absl::DeadlineExceededError(
-          absl::StrCat("waited ", options_.register_timeout_s + kMaxBackoffS, " s for a live ",
-                       role, " actor (controller.register_timeout_s + the largest backoff):", why));
+          absl::StrCat("waited ", limit_s, " s for ", wanted, key, ", have ", live,
+                       " (controller.register_timeout_s + the largest backoff):", why));
     }
     if (!announced) {
-      spdlog::warn("waiting for a live {} actor:{}", role, why);
+      const std::string status = absl::StrCat(
+          "waiting for ", wanted, key, ": ", live, " live of minimum ", min_live,
+          registry_.OpenToJoin(role) ? absl::StrCat("; join one with `rlforge actor --role ", role,
+                                                    " --connect ", join_address(), "`")
+                                     : "");
+      spdlog::warn("{}:{}", status, why);
+      if (status_sink_) status_sink_("waiting", status);
       announced = true;
     }
     RETURN_IF_ERROR(Pump(options_.poll_ms));
   }
+  if (announced) {
+    spdlog::info("{}: {} live, at least {}; the job goes on", role,
+                 registry_.LiveOfRole(role).size(), min_live);
+    if (status_sink_) status_sink_("running", "");
+  }
   return absl::OkStatus();
+}
+
+void Controller::HandleLeave(ActorInfo& a, const std::string& peer, const std::string& reason) {
+  if (!registry_.Elastic(a.role) && !shutting_down_) {
+    // Its Assignment said it may not: it exits as it would have, and that is noticed as a loss.
+    spdlog::warn("{} asked to leave ({}), but role {} is not elastic", a.id, reason, a.role);
+    return;
+  }
+  Message bye = NewMessage();
+  bye.envelope.mutable_shutdown()->set_reason("leave accepted");
+  transport_->Send(peer, std::move(bye)).IgnoreError();
+  if (shutting_down_) return;
+  FaultEvent e;
+  e.kind = "left";
+  e.actor_id = a.id;
+  e.works_given_back = GiveBackWorks(a, absl::StrCat(a.id, " left: ", reason), true);
+  a.state = ActorState::kLeft;
+  a.current_work_id = 0;
+  a.instance_id.clear();
+  // Not relaunched: whoever sent SIGTERM meant the worker to go. Its exit is expected.
+  if (a.launched_pid > 0) left_pids_[a.launched_pid] = a.id;
+  a.launched_pid = 0;
+  a.restart_at_us = 0;
+  ++elastic_.leaves;
+  elastic_.works_handed_back += static_cast<uint64_t>(e.works_given_back);
+  e.detail = absl::StrCat(reason, "; ", registry_.LiveOfRole(a.role).size(), " ", a.role,
+                          " live; its slot is open to `", JoinCommand(a), "`");
+  spdlog::info("{} left: {} ({} work(s) handed back)", a.id, e.detail, e.works_given_back);
+  Emit(std::move(e));
 }
 
 void Controller::Emit(FaultEvent event) {

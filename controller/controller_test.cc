@@ -125,6 +125,7 @@ TEST_F(ControllerTest, RegistrationAssignsRanksAndSendsConfig) {
   const proto::Assignment& a = sent[0].second.envelope.assignment();
   EXPECT_EQ(a.actor_id(), "echo-0");
   EXPECT_EQ(a.world_size(), 2);
+  EXPECT_FALSE(a.may_leave()) << "a role is not elastic unless AllowJoins says so";
   EXPECT_EQ(a.config_yaml(), "job: {algorithm: echo}\n");
   EXPECT_EQ(sent[0].second.envelope.job_id(), "job-1");
   EXPECT_EQ(sent[1].second.envelope.assignment().actor_id(), "echo-1");
@@ -676,6 +677,122 @@ TEST_F(ControllerTest, LossOfANonRecoverableActorStillStopsTheJob) {
   RegisterTwo();
   clock_.AdvanceMillis(3500);
   EXPECT_EQ(controller().Pump(0).code(), absl::StatusCode::kUnavailable);
+}
+
+// Elastic workers: the two launched echo actors of RecoveryTest, with room for a third to join.
+class ElasticTest : public RecoveryTest {
+ protected:
+  void SetUp() override {
+    RecoveryTest::SetUp();
+    controller().AllowJoins("echo", 3);
+    controller().set_status_sink([this](const std::string& state, const std::string& message) {
+      statuses_.push_back(state + ": " + message);
+    });
+  }
+  void SendLeave(const std::string& peer, const std::string& actor) {
+    Message m = Envelope(actor);
+    m.envelope.mutable_leave()->set_reason("SIGTERM");
+    transport_.Inject(peer, std::move(m));
+  }
+  // The reasons of the Rejects sent since the last call.
+  std::vector<std::string> Rejects() {
+    std::vector<std::string> out;
+    for (const auto& [peer, m] : transport_.TakeSent()) {
+      if (m.envelope.has_reject()) out.push_back(m.envelope.reject().reason());
+    }
+    return out;
+  }
+  std::vector<std::string> statuses_;
+};
+
+TEST_F(ElasticTest, AJoinerTakesAnExtraSlotUpToTheCapAndMayLeave) {
+  EXPECT_EQ(controller().actors().Find("echo-2")->state, ActorState::kVacant);
+  ASSERT_TRUE(controller().WaitForActors().ok()) << "a vacant slot is not waited for";
+  SendRegister("pj", "echo", -1, "ij");
+  ASSERT_TRUE(controller().Pump(0).ok());
+  const ActorInfo* j = controller().actors().Find("echo-2");
+  EXPECT_EQ(j->state, ActorState::kReady);
+  EXPECT_TRUE(j->elastic);
+  auto sent = transport_.TakeSent();
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_EQ(sent[0].second.envelope.assignment().actor_id(), "echo-2");
+  EXPECT_TRUE(sent[0].second.envelope.assignment().may_leave());
+  ASSERT_EQ(events_.size(), 1u);
+  EXPECT_EQ(events_[0].kind, "joined");
+  EXPECT_EQ(controller().elastic().joins, 1u);
+  EXPECT_EQ(controller().faults().rejoins, 0u);
+  // The cap holds, ranked or not.
+  SendRegister("pk", "echo", -1, "ik");
+  SendRegister("pl", "echo", 5, "il");
+  ASSERT_TRUE(controller().Pump(0).ok());
+  EXPECT_EQ(Rejects(),
+            (std::vector<std::string>{
+                "every echo slot is taken (3, echo.max_workers)",
+                "rank 5 is out of range: the job has 3 echo slot(s) (echo.max_workers)"}));
+}
+
+TEST_F(ElasticTest, ALeavingWorkerHandsBackItsWorkWithNoFaultNoRelaunchAndItsSlotTakesAJoin) {
+  const uint64_t w0 = *controller().Submit("echo-0", proto::WorkRequest());
+  SendLeave("p0", "echo-0");
+  auto back = controller().AwaitNext({w0});
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(back->second.lost);
+  EXPECT_TRUE(back->second.left);
+  EXPECT_EQ(controller().actors().Find("echo-0")->state, ActorState::kLeft);
+  bool answered = false;
+  for (const auto& [peer, m] : transport_.TakeSent()) {
+    answered = answered || (peer == "p0" && m.envelope.has_shutdown());
+  }
+  EXPECT_TRUE(answered) << "the leaving actor is told it may go";
+  // Its exit is expected: no loss, no relaunch, even after any backoff.
+  launcher_.Exit(1000, false, 0);
+  OnlyEcho1Beats(5);
+  EXPECT_EQ(launcher_.specs.size(), 2u);
+  EXPECT_EQ(controller().faults().actors_lost, 0u);
+  EXPECT_EQ(controller().faults().works_given_back, 0u);
+  EXPECT_EQ(controller().elastic().leaves, 1u);
+  EXPECT_EQ(controller().elastic().works_handed_back, 1u);
+  ASSERT_EQ(events_.size(), 1u);
+  EXPECT_EQ(events_[0].kind, "left");
+  EXPECT_EQ(events_[0].works_given_back, 1);
+  // A join by hand fills the left slot before the vacant one.
+  SendRegister("pj", "echo", -1, "ij");
+  ASSERT_TRUE(controller().Pump(0).ok());
+  EXPECT_EQ(controller().actors().Find("echo-0")->state, ActorState::kReady);
+  EXPECT_EQ(events_.back().kind, "joined");
+}
+
+TEST_F(ElasticTest, BelowTheMinimumTheLoopWaitsSayingSoThenFailsNamingRoleLiveAndMinimum) {
+  SendLeave("p0", "echo-0");
+  ASSERT_TRUE(controller().Pump(0).ok());
+  // Once it says it waits, time runs out.
+  controller().set_status_sink([this](const std::string& state, const std::string& message) {
+    statuses_.push_back(state + ": " + message);
+    clock_.AdvanceMillis(100'000);
+  });
+  absl::Status s = controller().AwaitLive("echo", 2, "echo.min_workers");
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+  EXPECT_NE(s.message().find("s for 2 live echo actors (echo.min_workers), have "),
+            std::string::npos)
+      << s;
+  ASSERT_EQ(statuses_.size(), 1u);
+  EXPECT_EQ(statuses_[0].rfind("waiting: waiting for 2 live echo actors (echo.min_workers): 1 live "
+                               "of minimum 2; join one with `rlforge actor --role echo --connect ",
+                               0),
+            0u)
+      << statuses_[0];
+}
+
+TEST_F(ElasticTest, AJoinEndsTheWaitForTheMinimum) {
+  SendLeave("p0", "echo-0");
+  ASSERT_TRUE(controller().Pump(0).ok());
+  controller().set_status_sink([this](const std::string& state, const std::string& message) {
+    statuses_.push_back(state);
+    if (state == "waiting") SendRegister("pj", "echo", -1, "ij");
+  });
+  ASSERT_TRUE(controller().AwaitLive("echo", 2, "echo.min_workers").ok());
+  EXPECT_EQ(statuses_, (std::vector<std::string>{"waiting", "running"}));
+  EXPECT_EQ(controller().actors().LiveOfRole("echo").size(), 2u);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // EngineFleet: the controller's view of a language-model job's rollout engines
-// (rollout.workers of them): which version each serves, and how prompts are dealt.
+// (rollout.max_workers slots: the rollout.workers launched or expected, and room for engines
+// that join later): which version each serves, and how prompts are dealt.
 //
 // prompts (cost: prompt tokens + n x max_tokens) -> DealByTokens (whole groups, the engine
 //   with the fewest outstanding tokens first) -> one share per current engine

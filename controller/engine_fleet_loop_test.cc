@@ -77,8 +77,8 @@ class EngineFleetLoopTest : public ::testing::Test {
         "job: {algorithm: ", algorithm, ", seed: 1, iterations: ", algorithm == "dpo" ? 4 : 3,
         "}\n", "model: {path: ", root_, "/model}\n",
         "data: {source: arithmetic, min_digits: 1, max_digits: 2, ops: ['+']}\n",
-        "controller: {request_timeout_s: 30}\n", "rollout: {workers: ", workers, "}\n",
-        "reward: {workers: ", reward_workers_, "}\n",
+        "controller: {request_timeout_s: 30}\n", "rollout: {workers: ", workers, rollout_extra_,
+        "}\n", "reward: {workers: ", reward_workers_, reward_extra_, "}\n",
         algorithm == "dpo"
             ? "dpo: {pairs_per_iteration: 3, eval_every: 2, eval_examples: 5, max_new_tokens: 6}\n"
             : "grpo: {prompts_per_iteration: 6, group_size: 2, max_new_tokens: 6, eval_every: 1, "
@@ -192,6 +192,7 @@ class EngineFleetLoopTest : public ::testing::Test {
   std::string root_;
   int runs_ = 0;
   int reward_workers_ = 1;
+  std::string rollout_extra_, reward_extra_;  // more keys of the rollout and reward sections
   std::unique_ptr<models::Tokenizer> tok_;
   models::PromptTemplate tmpl_ = *models::PromptTemplate::Create("none");
 };
@@ -492,6 +493,208 @@ TEST_F(EngineFleetLoopTest, LostRewardWorkerHasItsScoringSentToAnother) {
   EXPECT_EQ(faulted->ctx->records.back().metrics.at("faults/requeued_scores"), 1);
   // reward-0 took no work after it died.
   EXPECT_EQ(KindsAfterFault(*faulted, faulted->actors->Ids("reward")[0]).size(), 0u);
+}
+
+// Elastic workers (docs/fault_tolerance.md): joins, leaves and minimum live counts.
+
+// The requests `actor` received, by kind, in order.
+std::vector<std::string> KindsOf(const Job& j, const std::string& actor) {
+  std::vector<std::string> kinds;
+  for (const FakeWork& w : j.actors->received()) {
+    if (w.actor_id == actor) kinds.push_back(w.kind());
+  }
+  return kinds;
+}
+
+// Records `status` calls of the job's controller; `on_wait` runs when it starts waiting.
+std::shared_ptr<std::vector<std::string>> WatchStatus(Job& j, std::function<void()> on_wait) {
+  auto seen = std::make_shared<std::vector<std::string>>();
+  j.actors->controller().set_status_sink(
+      [seen, on_wait](const std::string& state, const std::string& message) {
+        seen->push_back(state + ": " + message);
+        if (state == "waiting") on_wait();
+      });
+  return seen;
+}
+
+TEST_F(EngineFleetLoopTest, AnEngineJoinedMidRunLoadsTheWeightsAndIsDealtGroupsInTheNextIteration) {
+  auto clean = Run("grpo", 1);
+  ASSERT_TRUE(clean->status.ok()) << clean->status;
+  rollout_extra_ = ", max_workers: 2";
+  auto joined = Run("grpo", 1, [](Job& j) {
+    // While iteration 1 trains, a second engine joins by hand.
+    j.actors->On("trainer", Task::kGrpoTrain, [&j](const FakeWork& w) {
+      if (w.request.grpo_train().step() == 1) j.actors->Join("rollout");
+      return WeightsReply(w.request.grpo_train().step(), "inline");
+    });
+  });
+  ASSERT_TRUE(joined->status.ok()) << joined->status;
+  ExpectSameRun(*clean, *joined);         // the same batches, seeds and metrics whatever the fleet
+  const std::string extra = "rollout-1";  // the slot beyond rollout.workers
+  // Iteration 1 ran on one engine; the joiner's first request is the current weights, then it
+  // generates in iteration 2.
+  const auto& records = joined->ctx->records;  // step 0 (the start's evaluation), 1, 2, 3
+  ASSERT_EQ(records.size(), 4u);
+  EXPECT_EQ(records[1].metrics.count("rollout/1/groups"), 0u);
+  EXPECT_GT(records[2].metrics.at("rollout/1/groups"), 0);
+  EXPECT_EQ(records[2].metrics.at("rollout/0/groups") + records[2].metrics.at("rollout/1/groups"),
+            6);
+  const std::vector<std::string> kinds = KindsOf(*joined, extra);
+  ASSERT_FALSE(kinds.empty());
+  EXPECT_EQ(kinds.front(), "load_weights");
+  EXPECT_EQ(joined->rollout->version(extra), 3) << "it kept up with every version since";
+  const Controller& c = joined->actors->controller();
+  EXPECT_EQ(c.elastic().joins, 1u);
+  EXPECT_EQ(c.faults().actors_lost, 0u);
+  EXPECT_TRUE(c.actors().Find(extra)->elastic);
+}
+
+// The shared-memory ring carries each version once: a joiner is not sent the current version
+// again (the trainer would refuse it) but loads the next one with the other engine.
+TEST_F(EngineFleetLoopTest, AnEngineJoinedOnTheShmRingLoadsTheNextVersionWithTheOthers) {
+  rollout_extra_ = ", max_workers: 2";
+  auto joined = Run("grpo", 1, [](Job& j) {
+    j.actors->On("trainer", Task::kGrpoTrain, [](const FakeWork& w) {
+      return WeightsReply(w.request.grpo_train().step(), "shm-ring:/fake");
+    });
+    // It joins while version 1 streams to rollout-0: after that version was dealt out.
+    auto load = j.rollout->LoadWeights();
+    j.actors->On("rollout", Task::kLoadWeights, [load, &j](const FakeWork& w) {
+      if (w.request.load_weights().weights().version() == 1) j.actors->Join("rollout");
+      return load(w);
+    });
+  });
+  ASSERT_TRUE(joined->status.ok()) << joined->status;
+  EXPECT_EQ(joined->actors->Received(Task::kPublishWeights).size(), 3u) << "once per version";
+  std::vector<std::pair<std::string, int64_t>> loads;
+  for (const FakeWork* w : joined->actors->Received(Task::kLoadWeights)) {
+    loads.emplace_back(w->actor_id, w->request.load_weights().weights().version());
+  }
+  // Version 1 reached rollout-0 alone; rollout-1 sat out until version 2 came to both.
+  EXPECT_EQ(loads, (std::vector<std::pair<std::string, int64_t>>{{"rollout-0", 1},
+                                                                 {"rollout-0", 2},
+                                                                 {"rollout-1", 2},
+                                                                 {"rollout-0", 3},
+                                                                 {"rollout-1", 3}}));
+  const auto& records = joined->ctx->records;
+  ASSERT_EQ(records.size(), 4u);
+  EXPECT_EQ(records[2].metrics.at("rollout/1/groups"), 0) << "version 1: it sat out";
+  EXPECT_GT(records[3].metrics.at("rollout/1/groups"), 0);
+}
+
+// On the ring, an engine that replaces the only one cannot be sent the current version, and
+// no engine is left to generate for the next: a clear error, naming the way out.
+TEST_F(EngineFleetLoopTest, ReplacingTheOnlyEngineOnTheShmRingIsAnErrorNamingTheTransport) {
+  auto calls = std::make_shared<int>(0);
+  auto job = Run("grpo", 1, [calls](Job& j) {
+    j.actors->set_rejoin(true);
+    j.actors->On("trainer", Task::kGrpoTrain, [](const FakeWork& w) {
+      return WeightsReply(w.request.grpo_train().step(), "shm-ring:/fake");
+    });
+    auto generate = j.rollout->Generate();
+    j.actors->On("rollout", Task::kLmGenerate, [calls, generate, &j](const FakeWork& w) {
+      if (++*calls == 6) {  // iteration 2 (policy version 1)
+        j.rollout->Forget(w.actor_id);
+        return FakeReply::Crash();
+      }
+      return generate(w);
+    });
+  });
+  EXPECT_EQ(job->actors->rejoins(), 1);
+  EXPECT_EQ(job->status.code(), absl::StatusCode::kFailedPrecondition) << job->status;
+  EXPECT_NE(job->status.message().find("weights.transport shm sends each version once"),
+            std::string::npos)
+      << job->status;
+}
+
+TEST_F(EngineFleetLoopTest, AnEngineLeavingOnSigtermHandsBackItsGroupsAndNoFaultIsCounted) {
+  auto clean = Run("grpo", 2);
+  ASSERT_TRUE(clean->status.ok()) << clean->status;
+  // rollout-1 answers its first chunk (2 of its 3 groups), then leaves holding the third.
+  auto left = Run("grpo", 2, [](Job& j) {
+    auto generate = j.rollout->Generate();
+    j.actors->On("rollout", Task::kLmGenerate, [generate, &j](const FakeWork& w) {
+      if (w.rank != 1 || j.fault_at > 0) return generate(w);
+      FakeReply chunk = generate(w);
+      j.rollout->Forget(w.actor_id);
+      j.fault_at = j.actors->received().size();
+      return FakeReply::AndLeave(std::move(chunk));
+    });
+  });
+  ASSERT_TRUE(left->status.ok()) << left->status;
+  // Every batch holds each prompt's group once, with the samples of the unfaulted run.
+  ExpectSameRun(*clean, *left, /*requeued=*/true);
+  const Controller& c = left->actors->controller();
+  EXPECT_EQ(c.faults().actors_lost, 0u);
+  EXPECT_EQ(c.faults().restarts, 0u);
+  EXPECT_EQ(c.elastic().leaves, 1u);
+  EXPECT_EQ(c.actors().Find(left->Engine(1))->state, ActorState::kLeft);
+  EXPECT_TRUE(KindsAfterFault(*left, left->Engine(1)).empty()) << "nothing is sent after it left";
+  for (const IterationRecord& r : left->ctx->records) {
+    EXPECT_EQ(r.metrics.count("faults/requeued_groups"), 0u) << "step " << r.step;
+  }
+  // The first training round: rollout-0 generated what rollout-1 handed back.
+  EXPECT_EQ(left->ctx->records[1].metrics.at("rollout/1/groups"), 0);
+  EXPECT_EQ(left->ctx->records[1].metrics.at("rollout/0/groups"), 6);
+}
+
+TEST_F(EngineFleetLoopTest, TheOnlyRewardWorkerLeavingMakesTheJobWaitUntilAnotherJoins) {
+  auto clean = Run("grpo", 1);
+  ASSERT_TRUE(clean->status.ok()) << clean->status;
+  auto calls = std::make_shared<int>(0);
+  std::shared_ptr<std::vector<std::string>> seen;
+  auto job = Run(
+      "grpo", 1,
+      [calls](Job& j) {
+        auto score = ScoreScript([](const reward::Sample& s) {
+          return reward::SampleScore::Ok(s.response == s.answer ? 1.0 : 0.0);
+        });
+        j.actors->On("reward", Task::kScore, [calls, score, &j](const FakeWork& w) {
+          if (w.actor_id != "reward-0" || ++*calls != 4) return score(w);
+          j.fault_at = j.actors->received().size();
+          return FakeReply::AndLeave(score(w));
+        });
+      },
+      [&seen](Job& j) { seen = WatchStatus(j, [&j] { j.actors->Join("reward"); }); });
+  ASSERT_TRUE(job->status.ok()) << job->status;
+  ExpectSameRun(*clean, *job, /*requeued=*/true);
+  ASSERT_EQ(seen->size(), 2u);
+  EXPECT_EQ((*seen)[0].rfind("waiting: waiting for a live reward actor", 0), 0u) << (*seen)[0];
+  EXPECT_NE((*seen)[0].find("0 live of minimum 1"), std::string::npos) << (*seen)[0];
+  EXPECT_EQ((*seen)[1], "running: ");
+  const Controller& c = job->actors->controller();
+  EXPECT_EQ(c.elastic().leaves, 1u);
+  EXPECT_EQ(c.elastic().joins, 1u);
+  EXPECT_EQ(c.faults().actors_lost, 0u);
+  EXPECT_EQ(c.actors().Find("reward-0")->state, ActorState::kReady) << "the joiner took its slot";
+}
+
+TEST_F(EngineFleetLoopTest, BelowRolloutMinWorkersTheFirstRoundWaitsForAJoin) {
+  auto clean = Run("grpo", 1);
+  ASSERT_TRUE(clean->status.ok()) << clean->status;
+  rollout_extra_ = ", max_workers: 2, min_workers: 2";
+  std::shared_ptr<std::vector<std::string>> seen;
+  auto job = Run("grpo", 1, nullptr,
+                 [&seen](Job& j) { seen = WatchStatus(j, [&j] { j.actors->Join("rollout"); }); });
+  ASSERT_TRUE(job->status.ok()) << job->status;
+  ExpectSameRun(*clean, *job);
+  ASSERT_EQ(seen->size(), 2u);
+  EXPECT_EQ((*seen)[0].rfind("waiting: waiting for 2 live rollout actors (rollout.min_workers): 1 "
+                             "live of minimum 2",
+                             0),
+            0u)
+      << (*seen)[0];
+  EXPECT_GT(job->ctx->records[1].metrics.at("rollout/1/groups"), 0);
+}
+
+TEST_F(EngineFleetLoopTest, BelowRolloutMinWorkersWithNoJoinFailsNamingRoleLiveAndMinimum) {
+  rollout_extra_ = ", max_workers: 2, min_workers: 2";
+  auto job = Run("grpo", 1);
+  EXPECT_EQ(job->status.code(), absl::StatusCode::kDeadlineExceeded) << job->status;
+  EXPECT_NE(job->status.message().find(
+                "s for 2 live rollout actors (rollout.min_workers), have 1 (controller."),
+            std::string::npos)
+      << job->status;
 }
 
 }  // namespace

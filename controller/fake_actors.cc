@@ -79,6 +79,11 @@ FakeReply FakeReply::Hang() {
   return r;
 }
 
+FakeReply FakeReply::AndLeave(FakeReply reply) {
+  reply.leave = true;
+  return reply;
+}
+
 FakeActors::FakeActors(const JobConfig& config) : config_(config) {
   Controller::Options o;
   o.job_id = "fake-job";
@@ -99,6 +104,7 @@ FakeActors::~FakeActors() = default;
 void FakeActors::AddRoles(const std::vector<RoleRequirement>& roles) {
   for (const RoleRequirement& r : roles) {
     controller_->ExpectRole(r.role, r.count, /*external=*/true, r.recoverable);
+    if (r.elastic) controller_->AllowJoins(r.role, r.max_count);
     for (int rank = 0; rank < r.count; ++rank) {
       actors_.push_back({r.role, rank, absl::StrCat("peer/", r.role, "/", rank), ""});
     }
@@ -138,6 +144,18 @@ void FakeActors::RejoinDead() {
     ++rejoins_;
     Register(a);
   }
+}
+
+std::string FakeActors::Join(const std::string& role) {
+  Actor a{role, -1, absl::StrCat("peer/", role, "/joined-", joins_++), ""};
+  actors_.push_back(a);
+  Register(a);
+  return a.peer;
+}
+
+std::string FakeActors::IdOf(const std::string& peer) const {
+  const Actor* a = ByPeer(peer);
+  return a == nullptr ? "" : a->id;
 }
 
 std::vector<std::string> FakeActors::Ids(const std::string& role) const {
@@ -199,7 +217,7 @@ void FakeActors::Answer(const std::string& peer, const proto::Envelope& env,
     ADD_FAILURE() << "the controller sent a work request to unknown peer " << peer;
     return;
   }
-  if (a->dead || a->hung) return;
+  if (a->dead || a->hung || a->left) return;
   FakeWork& w = received_.emplace_back();
   w.actor_id = a->id;
   w.role = a->role;
@@ -222,12 +240,23 @@ void FakeActors::Answer(const std::string& peer, const proto::Envelope& env,
   }
   if (reply.never) return;
   reply.result.set_work_id(w.request.work_id());
+  if (reply.leave) {
+    // Its reply, then Leave, in the order one channel keeps.
+    a->left = true;
+    Inject(a->peer, a->id, std::move(reply));
+    Message bye;
+    bye.envelope.set_job_id("fake-job");
+    bye.envelope.set_sender(a->id);
+    bye.envelope.mutable_leave()->set_reason("SIGTERM");
+    transport_.Inject(a->peer, std::move(bye));
+    return;
+  }
   held_.push_back({a->peer, a->id, std::move(reply)});
 }
 
 void FakeActors::HeartbeatAll() {
   for (const Actor& a : actors_) {
-    if (a.id.empty() || a.dead) continue;
+    if (a.id.empty() || a.dead || a.left) continue;
     Message m;
     m.envelope.set_job_id("fake-job");
     m.envelope.set_sender(a.id);
@@ -242,7 +271,9 @@ void FakeActors::OnPump() {
     const proto::Envelope& env = msg.envelope;
     if (env.has_assignment()) {
       for (Actor& a : actors_) {
-        if (a.peer == peer) a.id = env.assignment().actor_id();
+        if (a.peer != peer) continue;
+        a.id = env.assignment().actor_id();
+        a.rank = env.assignment().rank();
       }
     } else if (env.has_work_request()) {
       Answer(peer, env, std::move(msg.tensors));

@@ -19,6 +19,8 @@
 // heartbeats) or Hang (it keeps heartbeating but never answers again). With set_rejoin, a
 // dead actor's slot, once the controller opens it again, is filled by a fresh instance (a
 // new peer and instance id), as a replacement process would.
+// Elastic workers: Join adds an actor to a running job (as `rlforge actor --connect` without a
+// rank); a reply marked `leave` is sent, then the actor says Leave (SIGTERM) and goes quiet.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -72,12 +74,15 @@ struct FakeReply {
   bool crash = false;
   // The actor hangs on this request: it keeps heartbeating but never answers again.
   bool hang = false;
+  // The actor answers at once, then leaves (SIGTERM): Leave, and nothing after it.
+  bool leave = false;
 
   static FakeReply Ok();
   static FakeReply Fail(const std::string& error);
   static FakeReply Never();
   static FakeReply Crash();
   static FakeReply Hang();
+  static FakeReply AndLeave(FakeReply reply);
 };
 
 using FakeScript = std::function<FakeReply(const FakeWork&)>;
@@ -116,6 +121,11 @@ class FakeActors {
   void set_rejoin(bool rejoin) { rejoin_ = rejoin; }
   // Instances that joined to replace a dead one, so far.
   int rejoins() const { return rejoins_; }
+  // A new actor of `role` registers with the running job (no rank asked for); it is served
+  // from the next Pump on. Returns its peer.
+  std::string Join(const std::string& role);
+  // The actor id the controller gave `peer` ("" before its Assignment).
+  std::string IdOf(const std::string& peer) const;
 
  private:
   struct Actor {
@@ -125,6 +135,7 @@ class FakeActors {
     std::string id;  // from the Assignment
     bool dead = false;
     bool hung = false;
+    bool left = false;
     int instance = 0;  // 0 for the first; +1 per replacement
   };
   struct Held {
@@ -152,6 +163,7 @@ class FakeActors {
   std::vector<Held> held_;
   bool rejoin_ = false;
   int rejoins_ = 0;
+  int joins_ = 0;
 };
 
 // A JobContext over FakeActors' controller that records what the loop reports.

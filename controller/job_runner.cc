@@ -81,6 +81,12 @@ class Context final : public JobContext {
       j["metrics"]["faults/restarts"] = f.restarts;
       j["metrics"]["faults/works_given_back"] = f.works_given_back;
     }
+    const ElasticStats& el = controller_->elastic();
+    if (el.joins > 0 || el.leaves > 0) {  // the job's totals, once a worker joined or left
+      j["metrics"]["elastic/joins"] = el.joins;
+      j["metrics"]["elastic/leaves"] = el.leaves;
+      j["metrics"]["elastic/works_handed_back"] = el.works_handed_back;
+    }
     j["timings"] = rec.timings;
     j["timings"]["elapsed_s"] = elapsed;
     RETURN_IF_ERROR(sinks_.log->Append(j));
@@ -124,11 +130,14 @@ using ActorMetrics = std::map<std::string, std::map<std::string, double>>;  // b
 void PublishActors(const Controller& c, const ActorMetrics& metrics, dashboard::RunState* state) {
   std::vector<dashboard::ActorRow> rows;
   for (const ActorInfo* a : c.actors().All()) {
+    // Elastic slots nobody joined yet are capacity, not actors.
+    if (a->state == ActorState::kVacant && a->incarnation == 0) continue;
     dashboard::ActorRow r;
     r.id = a->id;
     r.role = a->role;
     r.rank = a->rank;
     r.external = a->external;
+    r.joined = a->elastic;
     r.state = ActorStateName(a->state);
     r.host = a->host;
     r.pid = a->pid ? a->pid : a->launched_pid;
@@ -363,12 +372,14 @@ Controller::Options ControllerOptionsFor(const JobConfig& config, const RunDirec
   return co;
 }
 
-// events.jsonl: every failure, restart and rejoin of a worker, with its wall-clock time.
+// events.jsonl: every failure, restart, rejoin, join and leave of a worker, with its wall-clock
+// time.
 void RecordFault(const FaultEvent& e, MetricsLog* events) {
   nlohmann::json j{{"time", dashboard::WallTimeSeconds()},
                    {"event", e.kind},
                    {"actor", e.actor_id},
                    {"detail", e.detail}};
+  if (e.kind == "left") j["works_given_back"] = e.works_given_back;
   if (e.kind == "lost") {
     j["works_given_back"] = e.works_given_back;
     j["silent_s"] = e.silent_s;
@@ -539,6 +550,7 @@ int RunAttempt(const JobConfig& config, const RunOptions& options, Attempt* atte
   for (const RoleRequirement& r : (*algorithm)->Roles()) {
     controller.ExpectRole(r.role, r.count, r.external || EveryRoleJoins(config.launch),
                           r.recoverable);
+    if (r.elastic) controller.AllowJoins(r.role, r.max_count);
   }
   // events.jsonl: every failure, restart and rejoin of a worker, with its wall-clock time.
   auto events = MetricsLog::Open(dir->path() + "/events.jsonl");
@@ -555,6 +567,9 @@ int RunAttempt(const JobConfig& config, const RunOptions& options, Attempt* atte
   run_state.SetInfo({dir->name(), config.job.algorithm->name, co.job_id, dir->path(),
                      ShownConfig(config), config.job.iterations});
   status_file.set_state(&run_state);
+  controller.set_status_sink([&](const std::string& state, const std::string& message) {
+    status_file.Write(state, message);
+  });
   ActorMetrics actor_metrics;
   controller.set_metrics_sink([&](const std::string& actor, const proto::Metrics& m) {
     for (const auto& [k, v] : m.values()) actor_metrics[actor][k] = v;
@@ -603,7 +618,7 @@ int RunAttempt(const JobConfig& config, const RunOptions& options, Attempt* atte
   if (status.ok()) {
     PublishActors(controller, actor_metrics, &run_state);
     status_file.Write("running", "");
-    spdlog::info("all {} actors registered; running {}", controller.actors().All().size(),
+    spdlog::info("all {} actors registered; running {}", controller.actors().ConfiguredCount(),
                  config.job.algorithm->name);
     Context job_ctx(&controller, &config, &*dir,
                     {&*metrics, &run_state, tensorboard.get(), progress.get()},

@@ -215,6 +215,12 @@ absl::StatusOr<Scored> LmLoop::Round::Run() {
   if (ctl_.actors().IdsOfRole("reward").empty()) {
     return absl::FailedPreconditionError("the job has no reward worker");
   }
+  // Below a role's minimum the round waits (joins, replacements) rather than starting.
+  const JobConfig& c = loop_.ctx_.config();
+  RETURN_IF_ERROR(
+      ctl_.AwaitLive("rollout", static_cast<int>(c.rollout.min_workers), "rollout.min_workers"));
+  RETURN_IF_ERROR(
+      ctl_.AwaitLive("reward", static_cast<int>(c.reward.min_workers), "reward.min_workers"));
   std::vector<size_t> all(examples_.size());
   for (size_t i = 0; i < all.size(); ++i) all[i] = i;
   RETURN_IF_ERROR(Deal(all));
@@ -300,11 +306,14 @@ absl::Status LmLoop::Round::GiveBack(size_t engine) {
   // Everything dealt to it and not back goes to the engines still serving.
   std::vector<size_t> again, kept;
   for (size_t i : st.dealt) (arrived_[i] ? kept : again).push_back(i);
-  spdlog::warn("{} lost with {} group(s) outstanding: dealt again", loop_.fleet_.id(engine),
-               again.size());
+  // An engine that left on purpose handed them back: not a fault.
+  const bool left = ctl_.actors().Find(loop_.fleet_.id(engine))->state == ActorState::kLeft;
+  spdlog::log(left ? spdlog::level::info : spdlog::level::warn,
+              "{} {} with {} group(s) outstanding: dealt again", loop_.fleet_.id(engine),
+              left ? "left" : "lost", again.size());
   st.dealt = std::move(kept);
   st.unsent.clear();
-  loop_.CountRequeued(static_cast<int64_t>(again.size()), 0);
+  if (!left) loop_.CountRequeued(static_cast<int64_t>(again.size()), 0);
   return Deal(again);
 }
 
@@ -326,8 +335,10 @@ absl::Status LmLoop::Round::Score(ScoreRequest request) {
 absl::Status LmLoop::Round::OnScored(uint64_t work_id, WorkOutcome o) {
   ScoreRequest req = std::move(scoring_.extract(work_id).mapped());
   if (o.lost) {
-    spdlog::warn("{} lost while scoring {} group(s): sent again", req.scorer, req.ids.size());
-    loop_.CountRequeued(0, 1);
+    spdlog::log(o.left ? spdlog::level::info : spdlog::level::warn,
+                "{} {} while scoring {} group(s): sent again", req.scorer, o.left ? "left" : "lost",
+                req.ids.size());
+    if (!o.left) loop_.CountRequeued(0, 1);
     return Score(std::move(req));
   }
   const int64_t n = p_.n;
@@ -364,6 +375,8 @@ void LmLoop::Round::Finish() {
   AddRewardSums(by_reward_, out_.metrics);
   double busiest = 0;
   for (size_t e = 0; e < loop_.fleet_.size(); ++e) {
+    // An elastic slot nobody ever joined has nothing to report.
+    if (ctl_.actors().Find(loop_.fleet_.id(e))->incarnation == 0) continue;
     const std::string prefix = absl::StrCat("rollout/", e, "/");
     out_.metrics[prefix + "version"] = static_cast<double>(loop_.fleet_.version(e));
     out_.metrics[prefix + "groups"] = static_cast<double>(streams_[e].received);
@@ -530,7 +543,7 @@ std::string LmLoop::WeightGroupFor(const std::vector<size_t>& loaders) {
 
 absl::Status LmLoop::Refresh() {
   const ActorRegistry& actors = ctx_.controller().actors();
-  std::vector<size_t> fresh;
+  std::vector<size_t> fresh, deferred;
   for (size_t e = 0; e < fleet_.size(); ++e) {
     const ActorInfo* a = actors.Find(fleet_.id(e));
     if (a->state != ActorState::kReady && a->state != ActorState::kBusy) {
@@ -538,17 +551,28 @@ absl::Status LmLoop::Refresh() {
       continue;
     }
     if (a->incarnation == incarnation_[e]) continue;
-    // A replacement starts from the job's starting checkpoint, version 0.
+    // A replacement or a joiner starts from the job's starting checkpoint, version 0.
     incarnation_[e] = a->incarnation;
     fleet_.Served(e, 0);
-    if (fleet_.required_version() != 0) fresh.push_back(e);
+    if (fleet_.required_version() == 0) continue;
+    // The shared-memory ring carries each version once: such an engine loads the next one,
+    // with the others, at the end of this iteration (SyncWeights takes every engine behind).
+    (OnRing() ? deferred : fresh).push_back(e);
+  }
+  for (size_t e : deferred) {
+    spdlog::info(
+        "{} loads the next policy version (after {}) with the other engines: the "
+        "shared-memory weight ring sends each version once",
+        fleet_.id(e), fleet_.required_version());
   }
   if (!fresh.empty()) {
-    spdlog::info("{} replacement engine(s) load policy version {} before work", fresh.size(),
+    spdlog::info("{} new engine(s) load policy version {} before work", fresh.size(),
                  last_weights_.version());
   }
   return LoadOnto(fresh, nullptr);
 }
+
+bool LmLoop::OnRing() const { return absl::StartsWith(last_weights_.location(), "shm"); }
 
 absl::StatusOr<std::vector<size_t>> LmLoop::CurrentEngines() {
   while (true) {
@@ -558,7 +582,15 @@ absl::StatusOr<std::vector<size_t>> LmLoop::CurrentEngines() {
     if (ctx_.controller().actors().LiveOfRole("rollout").empty()) {
       RETURN_IF_ERROR(ctx_.controller().AwaitLive("rollout"));
     } else if (!ReplacementArrived()) {
-      return current;  // live engines that were given the weights serve another version
+      // Live engines that were given the weights serve another version; or, on the ring, new
+      // engines wait for a version that no engine is left to generate for.
+      bool waiting_new = false;
+      for (size_t e = 0; e < fleet_.size(); ++e) waiting_new |= fleet_.version(e) == 0;
+      if (!OnRing() || !waiting_new) return current;
+      return Annotate(current.status(),
+                      "new engines wait for the next version, which needs one engine serving "
+                      "this one (weights.transport shm sends each version once; zmq or gloo "
+                      "can replace every engine)");
     }
     // A replacement registered while the others were lost (their loads came back lost, so
     // nothing serves the current version yet): the next Refresh gives it the weights.
@@ -591,9 +623,13 @@ bool LmLoop::ReplacementArrived() const {
 
 std::vector<RoleRequirement> LmRoles(const JobConfig& c) {
   // Engines on the gloo path too: the loop names a new weight group when they change.
+  // Joins and leaves in synchronous runs (the asynchronous loop deals to a fixed fleet).
+  const bool elastic = c.rollout.max_staleness == 0;
   return {{"trainer", static_cast<int>(c.trainer.ranks), false},
-          {"rollout", static_cast<int>(c.rollout.workers), c.rollout.external, true},
-          {"reward", static_cast<int>(c.reward.workers), c.reward.external, true}};
+          {"rollout", static_cast<int>(c.rollout.workers), c.rollout.external, true, elastic,
+           static_cast<int>(WorkerCap(c.rollout.workers, c.rollout.max_workers))},
+          {"reward", static_cast<int>(c.reward.workers), c.reward.external, true, elastic,
+           static_cast<int>(WorkerCap(c.reward.workers, c.reward.max_workers))}};
 }
 
 void AddRewardSums(const std::map<std::string, std::vector<double>>& by_reward,

@@ -13,6 +13,13 @@
 // same samples (its seed follows from its request id). A replacement engine loads the current
 // weights before it is dealt work.
 //
+// Elastic workers (synchronous runs): an engine that joins a slot beyond rollout.workers is
+// brought to the current version as a replacement is (on the shm ring: the next version, with
+// the others) and dealt groups from then on; one that leaves (SIGTERM) hands back what it owed,
+// dealt again as a lost engine's work but not counted as a fault. A round starts only once
+// rollout.min_workers engines and reward.min_workers reward workers are live (it waits, with
+// a status, up to the controller's deadline).
+//
 // Not thread-safe: one algorithm's loop drives it. The controller does not load libtorch;
 // everything here is token ids and text.
 #pragma once
@@ -143,6 +150,8 @@ class LmLoop {
   absl::Status Refresh();
   // A live engine whose replacement Refresh has not seen yet.
   bool ReplacementArrived() const;
+  // Weights travel by the shared-memory ring, which cannot send a version twice.
+  bool OnRing() const;
   // Brings `loaders` to last_weights_ (rec: where to record per-engine figures; may be null).
   absl::Status LoadOnto(const std::vector<size_t>& loaders, IterationRecord* rec);
   // gloo: the group `loaders` meet trainer rank 0 in, named anew whenever they change (a gloo

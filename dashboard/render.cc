@@ -128,6 +128,7 @@ nlohmann::json ActorsJson(const Snapshot& s) {
                    {"policy_version", a.policy_version},
                    {"works_done", a.works_done},
                    {"external", a.external},
+                   {"joined", a.joined},
                    {"metrics", a.metrics}});
   }
   return out;
@@ -146,8 +147,10 @@ nlohmann::json ConfigJson(const Snapshot& s) { return {{"yaml", s.info.config_ya
 
 std::string PrometheusText(const Snapshot& s) {
   PromWriter w;
-  w.Family("rlforge_up", "gauge", "1 while the run is starting or running, 0 once it ended.");
-  w.Sample("rlforge_up", "", s.state == "running" || s.state == "starting" ? 1 : 0);
+  w.Family("rlforge_up", "gauge",
+           "1 while the run is starting, running or waiting for workers, 0 once it ended.");
+  w.Sample("rlforge_up", "",
+           s.state == "running" || s.state == "starting" || s.state == "waiting" ? 1 : 0);
   w.Family("rlforge_iteration", "gauge", "Latest finished iteration.");
   w.Sample("rlforge_iteration", "", static_cast<double>(LatestStep(s)));
   w.Family("rlforge_iterations_total", "gauge", "Iterations the run will do.");

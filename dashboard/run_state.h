@@ -28,7 +28,8 @@ struct ActorRow {
   std::string role;
   int rank = 0;
   bool external = false;
-  std::string state;  // pending, ready, busy, dead, stopped
+  bool joined = false;  // a slot beyond the role's configured count, filled by a join
+  std::string state;    // pending, ready, busy, dead, stopped, vacant, left
   std::string host;
   int pid = 0;
   int64_t last_heard_us = 0;  // on the state's clock; 0: never
@@ -59,7 +60,7 @@ struct RunInfo {
 // A consistent copy of everything, taken at one instant.
 struct Snapshot {
   RunInfo info;
-  std::string state = "starting";
+  std::string state = "starting";  // starting, running, waiting, finished, failed, ...
   std::string message;
   int64_t now_us = 0;    // when the copy was taken (state's clock)
   int64_t start_us = 0;  // when the state was created

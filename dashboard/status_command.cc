@@ -141,7 +141,7 @@ absl::StatusOr<std::string> StatusText(const std::string& target, const std::str
   std::string url = file.is_object() ? file.value("dashboard_url", "") : "";
   std::string state = file.is_object() ? file.value("state", "") : "";
   std::string note;
-  if (!url.empty() && (state == "running" || state == "starting")) {
+  if (!url.empty() && (state == "running" || state == "starting" || state == "waiting")) {
     auto live = FromUrl(url, token);
     if (live.ok()) return live;
     note = absl::StrCat("note       live dashboard not read: ", live.status().message(), "\n");
