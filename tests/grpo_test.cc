@@ -4,13 +4,12 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <regex>
 #include <set>
-#include <sstream>
 #include <thread>
 
 #include "nlohmann/json.hpp"
@@ -39,14 +38,13 @@ std::string SftCheckpoint(const std::string& root) {
 // (carries dropped in 60% of the carry problems) it learns both the true answers and the
 // carry-dropped ones, so GRPO's exact-match reward has something to find in its samples.
 std::string FlawedSftCheckpoint(const std::string& root) {
-  auto [code, out] =
-      RunRlforge({"run", SourceDir() + "/configs/sft_arith_flawed.yaml", "job.run_root=" + root,
-                  "job.name=sft", "job.seed=1", "model.hidden_size=64",
-                  "model.intermediate_size=176", "model.num_hidden_layers=2", "data.ops=[\"+\"]",
-                  "data.heldout_examples=200", "sft.steps=1000", "sft.steps_per_iteration=50",
-                  "sft.eval_every=0", "sft.save_every=0", "trainer.warmup_steps=20",
-                  "trainer.lr=3e-3"},
-                 600);
+  auto [code, out] = RunRlforge(
+      {"run", SourceDir() + "/configs/sft_arith_flawed.yaml", "job.run_root=" + root,
+       "job.name=sft", "job.seed=1", "model.hidden_size=64", "model.intermediate_size=176",
+       "model.num_hidden_layers=2", "data.ops=[\"+\"]", "data.heldout_examples=200",
+       "sft.steps=1000", "sft.steps_per_iteration=50", "sft.eval_every=0", "sft.save_every=0",
+       "trainer.warmup_steps=20", "trainer.lr=3e-3"},
+      600);
   EXPECT_EQ(code, 0) << out;
   return root + "/sft/checkpoints/step_1000";
 }
@@ -260,27 +258,19 @@ TEST(GrpoTest, AsyncJobSurvivesAKilledEngineAndRewardWorker) {
       root + "/a.txt");
   // Step 0 (the starting evaluation) and two iterations: the job is under way, with ~300
   // iterations (a second or more) left for the losses to be noticed and the slots refilled.
-  for (int i = 0; i < 1200 && ReadMetricsJsonl(root + "/a").size() < 3; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  ASSERT_GE(ReadMetricsJsonl(root + "/a").size(), 3u) << job.Output();
+  ASSERT_TRUE(WaitForMetrics(root + "/a", 3, 60)) << job.Output();
   const std::string out = job.Output();
   for (const char* victim : {"rollout-1", "reward-0"}) {
-    std::smatch m;
-    const std::regex started(std::string("started ") + victim + R"( \(pid (\d+)\))");
-    ASSERT_TRUE(std::regex_search(out, m, started)) << out;
-    kill(std::stoi(m[1]), SIGKILL);
+    const int pid = StartedPid(out, victim);
+    ASSERT_GT(pid, 0) << out;
+    kill(pid, SIGKILL);
   }
   ASSERT_EQ(job.Wait(120).value_or(-1), 0) << job.Output();
-  const std::string events = ReadFile(root + "/a/events.jsonl");
-  std::set<std::string> seen;  // "event actor"
-  std::istringstream lines(events);
-  for (std::string line; std::getline(lines, line);) {
-    auto e = nlohmann::json::parse(line);
-    seen.insert(e["event"].get<std::string>() + " " + e["actor"].get<std::string>());
-  }
+  const std::vector<std::string> events = ReadEvents(root + "/a");
   for (const char* want : {"lost rollout-1", "restart rollout-1", "lost reward-0"}) {
-    EXPECT_TRUE(seen.count(want)) << want << " is not in events.jsonl:\n" << events;
+    EXPECT_NE(std::find(events.begin(), events.end(), want), events.end())
+        << want << " is not in events.jsonl:\n"
+        << ReadFile(root + "/a/events.jsonl");
   }
   const auto records = ReadMetricsJsonl(root + "/a");
   ASSERT_EQ(records.size(), 301u);
@@ -291,7 +281,8 @@ TEST(GrpoTest, AsyncJobSurvivesAKilledEngineAndRewardWorker) {
     EXPECT_LE(m["policy_version_lag"].get<double>(), 1.0) << "step " << r;
     EXPECT_EQ(m["stale_groups_discarded"].get<double>(), 0.0) << "step " << r;
   }
-  EXPECT_GE(records.back()["metrics"]["faults/actors_lost"].get<double>(), 2.0) << events;
+  EXPECT_GE(records.back()["metrics"]["faults/actors_lost"].get<double>(), 2.0)
+      << ReadFile(root + "/a/events.jsonl");
 }
 
 TEST(GrpoTest, MissingStartingCheckpointIsAClearError) {

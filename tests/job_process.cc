@@ -92,6 +92,12 @@ std::vector<int> ActorPids(const std::string& output) {
   return pids;
 }
 
+int StartedPid(const std::string& output, const std::string& actor) {
+  std::smatch m;
+  if (!std::regex_search(output, m, std::regex("started " + actor + R"( \(pid (\d+)\))"))) return 0;
+  return std::stoi(m[1]);
+}
+
 bool ProcessExists(int pid) { return kill(pid, 0) == 0; }
 
 std::vector<nlohmann::json> ReadMetricsJsonl(const std::string& run_dir) {
@@ -100,6 +106,25 @@ std::vector<nlohmann::json> ReadMetricsJsonl(const std::string& run_dir) {
   std::string line;
   while (std::getline(in, line)) out.push_back(nlohmann::json::parse(line));
   return out;
+}
+
+bool WaitForMetrics(const std::string& run_dir, size_t n, double timeout_s) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (ReadMetricsJsonl(run_dir).size() < n) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return true;
+}
+
+std::vector<std::string> ReadEvents(const std::string& run_dir) {
+  std::vector<std::string> events;
+  std::ifstream in(run_dir + "/events.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    auto e = nlohmann::json::parse(line);
+    events.push_back(e.value("event", "") + " " + e.value("actor", ""));
+  }
+  return events;
 }
 
 std::string WithLengthReward(const std::string& config, const std::string& path) {

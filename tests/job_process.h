@@ -48,6 +48,8 @@ std::pair<int, std::string> RunRlforge(const std::vector<std::string>& args, dou
 
 // Pids the controller reported starting ("started echo-0 (pid 123)").
 std::vector<int> ActorPids(const std::string& controller_output);
+// The pid the controller reported first starting `actor` with; 0 when it did not.
+int StartedPid(const std::string& controller_output, const std::string& actor);
 bool ProcessExists(int pid);
 
 // `config` with its `exact` reward replaced by a length penalty, written to `path`: a
@@ -56,5 +58,9 @@ std::string WithLengthReward(const std::string& config, const std::string& path)
 
 // The records of <run_dir>/metrics.jsonl, in order.
 std::vector<nlohmann::json> ReadMetricsJsonl(const std::string& run_dir);
+// Waits (at most timeout_s) until <run_dir>/metrics.jsonl has `n` records; whether it did.
+bool WaitForMetrics(const std::string& run_dir, size_t n, double timeout_s);
+// The records of <run_dir>/events.jsonl as "<event> <actor>", in order.
+std::vector<std::string> ReadEvents(const std::string& run_dir);
 
 }  // namespace rlforge::testing

@@ -7,7 +7,6 @@
 #include <signal.h>
 
 #include <iostream>
-#include <regex>
 #include <string>
 #include <vector>
 
@@ -32,12 +31,6 @@ std::vector<std::string> TwoRankJob(const std::string& root, std::vector<std::st
   return args;
 }
 
-int PidOf(const std::string& actor, const std::string& output) {
-  std::smatch m;
-  if (!std::regex_search(output, m, std::regex("started " + actor + R"( \(pid (\d+)\))"))) return 0;
-  return std::stoi(m[1]);
-}
-
 // Kills what a failed test leaves behind (a stopped rank ignores everything but SIGKILL).
 struct KillOnExit {
   std::vector<int> pids;
@@ -55,7 +48,7 @@ std::vector<int> StartTraining(JobProcess& job, const std::string& root, int* ra
   EXPECT_TRUE(job.WaitForOutput("all 2 actors registered", 60)) << job.Output();
   EXPECT_TRUE(job.WaitForOutput("[sft] iter 2/", 60)) << job.Output();
   const std::string out = job.Output();
-  *rank1 = PidOf("trainer-1", out);
+  *rank1 = StartedPid(out, "trainer-1");
   EXPECT_GT(*rank1, 0) << out;
   EXPECT_NE(ReadFile(root + "/r/logs/trainer-1.log").find("(rank 1 of 2)"), std::string::npos);
   return ActorPids(out);
