@@ -13,6 +13,66 @@
 
 namespace rlforge {
 
+namespace {
+
+// Iteration `it`'s pairs: from dpo.pairs_per_iteration consecutive train problems (chosen: the
+// true answer; rejected: carries dropped when dpo.rejected is carryless and that differs, else
+// a near miss), or from the preference file. `carryless` counts carry-dropped rejections.
+std::vector<PreferenceExample> PreferenceBatch(const JobConfig& c, const TaskText& text,
+                                               const ArithmeticTask* careless, int64_t it,
+                                               double& carryless) {
+  const DpoJobOptions& d = c.dpo;
+  const uint64_t seed = static_cast<uint64_t>(c.job.seed);
+  const uint64_t offset = static_cast<uint64_t>((it - 1) * d.pairs_per_iteration);
+  std::vector<PreferenceExample> batch;
+  for (int64_t k = 0; k < d.pairs_per_iteration; ++k) {
+    const uint64_t index = offset + static_cast<uint64_t>(k);
+    if (!text.task) {
+      batch.push_back(text.preference_file[index % text.preference_file.size()]);
+      continue;
+    }
+    const PromptExample ex = text.task->Example(seed, Split::kTrain, index);
+    PreferenceExample pe{ex.prompt, text.task->ResponseFor(ex.answer), ""};
+    if (d.rejected == "carryless")
+      pe.rejected = careless->Example(seed, Split::kTrain, index).response;
+    if (pe.rejected.empty() || pe.rejected == pe.chosen) {
+      pe.rejected = text.task->ResponseFor(text.task->WrongAnswer(ex, seed * 7919 + index));
+    } else {
+      ++carryless;
+    }
+    batch.push_back(std::move(pe));
+  }
+  return batch;
+}
+
+// Each pair as a group of two stopped samples (chosen, rejected) for the trainer; the first
+// two pairs into `shown` for the dashboard.
+std::vector<LmGroup> PairsOf(const std::vector<PreferenceExample>& batch, const TaskText& text,
+                             const std::string& system_prompt, int64_t it,
+                             std::vector<SampleRecord>& shown) {
+  std::vector<LmGroup> pairs(batch.size());
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const PreferenceExample& ex = batch[i];
+    pairs[i].request_id = static_cast<int64_t>(i);
+    pairs[i].prompt = text.Encode(system_prompt, ex.prompt);
+    for (const std::string& side : {ex.chosen, ex.rejected}) {
+      LmSample s;
+      s.tokens = text.EncodeResponse(side);
+      s.logprobs.assign(s.tokens.size(), 0.0f);
+      s.versions.assign(s.tokens.size(), -1);  // offline data: no policy produced it
+      s.stopped = true;
+      pairs[i].samples.push_back(std::move(s));
+    }
+    if (i < 2) {
+      shown.push_back({it, ex.prompt, ex.chosen, 1.0});
+      shown.push_back({it, ex.prompt, ex.rejected, 0.0});
+    }
+  }
+  return pairs;
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Algorithm>> DpoAlgorithm::Create(const JobConfig& config) {
   RETURN_IF_ERROR(CheckStartCheckpoint(config));
   return std::unique_ptr<Algorithm>(new DpoAlgorithm(config));
@@ -51,48 +111,11 @@ absl::Status DpoAlgorithm::Run(JobContext& ctx) {
     const Stopwatch t_iter;
     IterationRecord rec;
     rec.step = it;
-    const uint64_t offset = static_cast<uint64_t>((it - 1) * d.pairs_per_iteration);
-    std::vector<PreferenceExample> batch;
     double carryless = 0;
-    for (int64_t k = 0; k < d.pairs_per_iteration; ++k) {
-      const uint64_t index = offset + static_cast<uint64_t>(k);
-      if (!text.task) {
-        batch.push_back(text.preference_file[index % text.preference_file.size()]);
-        continue;
-      }
-      const PromptExample ex = text.task->Example(seed, Split::kTrain, index);
-      PreferenceExample pe{ex.prompt, text.task->ResponseFor(ex.answer), ""};
-      if (d.rejected == "carryless") {
-        pe.rejected = careless_task->Example(seed, Split::kTrain, index).response;
-      }
-      if (pe.rejected.empty() || pe.rejected == pe.chosen) {
-        pe.rejected = text.task->ResponseFor(text.task->WrongAnswer(ex, seed * 7919 + index));
-      } else {
-        ++carryless;
-      }
-      batch.push_back(std::move(pe));
-    }
-    std::vector<LmGroup> pairs(batch.size());
+    const std::vector<PreferenceExample> batch =
+        PreferenceBatch(config_, text, careless_task ? &*careless_task : nullptr, it, carryless);
     std::vector<SampleRecord> shown;
-    for (size_t i = 0; i < batch.size(); ++i) {
-      const PreferenceExample& ex = batch[i];
-      const std::string& chosen = ex.chosen;
-      const std::string& rejected = ex.rejected;
-      pairs[i].request_id = static_cast<int64_t>(i);
-      pairs[i].prompt = text.Encode(config_.data.system_prompt, ex.prompt);
-      for (const std::string& side : {chosen, rejected}) {
-        LmSample s;
-        s.tokens = text.EncodeResponse(side);
-        s.logprobs.assign(s.tokens.size(), 0.0f);
-        s.versions.assign(s.tokens.size(), -1);  // offline data: no policy produced it
-        s.stopped = true;
-        pairs[i].samples.push_back(std::move(s));
-      }
-      if (i < 2) {
-        shown.push_back({it, ex.prompt, chosen, 1.0});
-        shown.push_back({it, ex.prompt, rejected, 0.0});
-      }
-    }
+    const std::vector<LmGroup> pairs = PairsOf(batch, text, config_.data.system_prompt, it, shown);
     ctx.AddSamples(shown);
     if (text.task) {
       rec.metrics["carryless_rejected_fraction"] = carryless / static_cast<double>(batch.size());
