@@ -481,6 +481,41 @@ struct Attempt {
 };
 
 // One attempt at the job; returns RunJob's exit code.
+// Every role the algorithm needs, as the controller should expect it.
+void ExpectRoles(Controller& controller, const std::vector<RoleRequirement>& roles,
+                 const LaunchOptions& launch) {
+  for (const RoleRequirement& r : roles) {
+    controller.ExpectRole(r.role, r.count, r.external || EveryRoleJoins(launch), r.recoverable);
+    if (r.elastic) controller.AllowJoins(r.role, r.max_count);
+  }
+}
+
+// What runs at every pump of the controller: with `deferred` (checkpoints and signals), the
+// first signal is announced and left for the loop (it checkpoints at the iteration's end and
+// stops) and a second one stops the controller through `hard_stop`; and the dashboard's copy
+// of the actors is refreshed at most every 200 ms.
+std::function<void()> PumpObserver(Controller& controller, ActorMetrics& actor_metrics,
+                                   dashboard::RunState& run_state, const RunOptions* deferred,
+                                   std::atomic<int>& hard_stop) {
+  return [&controller, &actor_metrics, &run_state, deferred, &hard_stop,
+          last_publish_us = int64_t{0}, announced = false]() mutable {
+    if (deferred != nullptr && deferred->stop->load() != 0) {
+      if (!announced) {
+        spdlog::warn(
+            "signal {}: checkpointing once this iteration ends, then stopping (again: "
+            "stop at once)",
+            deferred->stop->load());
+        announced = true;
+      }
+      if (deferred->signals->load() >= 2) hard_stop.store(deferred->stop->load());
+    }
+    const int64_t now = RealClock::Get()->NowMicros();
+    if (now - last_publish_us < 200'000) return;
+    last_publish_us = now;
+    PublishActors(controller, actor_metrics, &run_state);
+  };
+}
+
 int RunAttempt(const JobConfig& config, const RunOptions& options, Attempt* attempt) {
   auto token = ResolveDashboardToken(config.dashboard, std::getenv("RLFORGE_DASHBOARD_TOKEN"));
   if (!token.ok()) {
@@ -500,25 +535,24 @@ int RunAttempt(const JobConfig& config, const RunOptions& options, Attempt* atte
   spdlog::info("run directory {}", dir->path());
   attempt->run_dir = dir->path();
   StatusWriter status_file(&*dir, &config);
+  // An error before the job runs: logged (what is wrong, with the key it is about) and in
+  // status.json; the exit code.
+  auto fail = [&](const std::string& key, const absl::Status& s) {
+    spdlog::error("{}{}", key.empty() ? "" : key + ": ", Msg(s));
+    status_file.Write("failed", std::string(s.message()));
+    return 1;
+  };
   std::optional<JobCheckpoint> resume;
   absl::Status written = resuming ? FindResumePoint(*dir, &resume)
                                   : dir->WriteFile("config.resolved.yaml", ResolvedYaml(config));
   auto metrics = MetricsLog::Open(dir->path() + "/metrics.jsonl");
   auto algorithm = CreateAlgorithm(config);
   for (const absl::Status& s : {written, metrics.status(), algorithm.status()}) {
-    if (!s.ok()) {
-      spdlog::error("{}", Msg(s));
-      status_file.Write("failed", std::string(s.message()));
-      return 1;
-    }
+    if (!s.ok()) return fail("", s);
   }
 
   auto security = PrepareJobSecurity(config.controller, dir->path());
-  if (!security.ok()) {
-    spdlog::error("controller.security: {}", Msg(security.status()));
-    status_file.Write("failed", std::string(security.status().message()));
-    return 1;
-  }
+  if (!security.ok()) return fail("controller.security", security.status());
   WarnPlaintextSockets(config);
   zmq::context_t ctx;
   ZmqOptions zo;
@@ -526,20 +560,14 @@ int RunAttempt(const JobConfig& config, const RunOptions& options, Attempt* atte
   zo.curve = security->controller_keys;
   auto transport = ZmqServerTransport::Bind(
       ctx, absl::StrCat("tcp://", config.controller.host, ":", config.controller.port), zo);
-  if (!transport.ok()) {
-    spdlog::error("controller.host/controller.port: {}", Msg(transport.status()));
-    status_file.Write("failed", std::string(transport.status().message()));
-    return 1;
-  }
+  if (!transport.ok()) return fail("controller.host/controller.port", transport.status());
   spdlog::info("controller listening on {}", (*transport)->endpoint());
 
   const Controller::Options co =
       ControllerOptionsFor(config, *dir, security->actor_key_path, (*transport)->endpoint());
   ActorLaunch launch;
   if (absl::Status s = SetUpLaunch(config, (*algorithm)->Roles(), &launch); !s.ok()) {
-    spdlog::error("{}", Msg(s));
-    status_file.Write("failed", std::string(s.message()));
-    return 1;
+    return fail("", s);
   }
   // With checkpoints, the first signal waits for the iteration's end (the loop checkpoints and
   // stops); the controller itself stops at the second.
@@ -547,18 +575,10 @@ int RunAttempt(const JobConfig& config, const RunOptions& options, Attempt* atte
   std::atomic<int> hard_stop{0};
   Controller controller(co, transport->get(), RealClock::Get(), launch.launcher(),
                         defer_stop ? &hard_stop : options.stop);
-  for (const RoleRequirement& r : (*algorithm)->Roles()) {
-    controller.ExpectRole(r.role, r.count, r.external || EveryRoleJoins(config.launch),
-                          r.recoverable);
-    if (r.elastic) controller.AllowJoins(r.role, r.max_count);
-  }
+  ExpectRoles(controller, (*algorithm)->Roles(), config.launch);
   // events.jsonl: every failure, restart and rejoin of a worker, with its wall-clock time.
   auto events = MetricsLog::Open(dir->path() + "/events.jsonl");
-  if (!events.ok()) {
-    spdlog::error("{}", Msg(events.status()));
-    status_file.Write("failed", std::string(events.status().message()));
-    return 1;
-  }
+  if (!events.ok()) return fail("", events.status());
   controller.set_fault_sink([&](const FaultEvent& e) { RecordFault(e, &*events); });
 
   // The dashboard reads a copy of the run that the loop refreshes (at most every 200 ms).
@@ -575,30 +595,10 @@ int RunAttempt(const JobConfig& config, const RunOptions& options, Attempt* atte
     for (const auto& [k, v] : m.values()) actor_metrics[actor][k] = v;
   });
   PublishActors(controller, actor_metrics, &run_state);
-  int64_t last_publish_us = 0;
-  bool stop_announced = false;
-  controller.set_pump_observer([&] {
-    if (defer_stop && options.stop->load() != 0) {
-      if (!stop_announced) {
-        spdlog::warn(
-            "signal {}: checkpointing once this iteration ends, then stopping (again: "
-            "stop at once)",
-            options.stop->load());
-        stop_announced = true;
-      }
-      if (options.signals->load() >= 2) hard_stop.store(options.stop->load());
-    }
-    int64_t now = RealClock::Get()->NowMicros();
-    if (now - last_publish_us < 200'000) return;
-    last_publish_us = now;
-    PublishActors(controller, actor_metrics, &run_state);
-  });
+  controller.set_pump_observer(PumpObserver(controller, actor_metrics, run_state,
+                                            defer_stop ? &options : nullptr, hard_stop));
   auto server = StartDashboard(config.dashboard, *token, &run_state);
-  if (!server.ok()) {
-    spdlog::error("{}", Msg(server.status()));
-    status_file.Write("failed", std::string(server.status().message()));
-    return 1;
-  }
+  if (!server.ok()) return fail("", server.status());
   if (*server != nullptr) status_file.set_dashboard_url((*server)->url());
   std::unique_ptr<dashboard::EventFileWriter> tensorboard = OpenTensorBoard(config, *dir);
 
