@@ -14,12 +14,6 @@ find_package(Torch REQUIRED)
 
 add_library(rlforge_torch INTERFACE)
 target_link_libraries(rlforge_torch INTERFACE ${TORCH_LIBRARIES})
-# The torch wheel's libraries find their CUDA libraries (NCCL, cuBLAS, ...) in the nvidia
-# wheels beside it, by a runpath the linker does not follow: name those folders to it.
-file(GLOB _torch_wheel_cuda_libs "${TORCH_INSTALL_PREFIX}/../nvidia/*/lib")
-foreach(dir ${_torch_wheel_cuda_libs})
-  target_link_options(rlforge_torch INTERFACE "LINKER:-rpath-link,${dir}")
-endforeach()
 separate_arguments(_torch_flags UNIX_COMMAND "${TORCH_CXX_FLAGS}")
 target_compile_options(rlforge_torch INTERFACE ${_torch_flags})
 
