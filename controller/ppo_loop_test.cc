@@ -4,6 +4,7 @@
 // out by hand.
 #include <gtest/gtest.h>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "controller/algorithm.h"
 #include "controller/fake_actors.h"
@@ -114,6 +115,8 @@ class PpoLoopTest : public ::testing::Test {
   std::map<int, int64_t> versions_, rollouts_;
   std::map<std::pair<std::string, Task>, FakeScript> overrides_;
   bool rejoin_ = false;
+  std::string joiner_;  // the peer of an actor that joined
+  int calls_ = 0;
 };
 
 TEST_F(PpoLoopTest, SetupThenRolloutTrainAndBroadcastEachIteration) {
@@ -327,7 +330,6 @@ class PpoWorkerLossTest : public PpoLoopTest {
     for (size_t row = 0; row < obs.size() / kObs; ++row) first.push_back(obs[row * kObs]);
     return first;
   }
-  int calls_ = 0;
 };
 
 TEST_F(PpoWorkerLossTest, LostBatchIsSteppedByALiveWorkerAndTheReplacementIsSetUpFirst) {
@@ -371,6 +373,114 @@ TEST_F(PpoWorkerLossTest, WithoutAReplacementTheLiveWorkerStepsEveryBatch) {
   }
   EXPECT_EQ(r[2].metrics.at("env_steps"), 36) << "no step lost";
   EXPECT_EQ(r[2].metrics.at("faults/episodes_cut"), kEnvs);
+}
+
+// Elastic rollout workers (rollout.max_staleness 0): one configured worker, room for one more.
+class PpoElasticTest : public PpoLoopTest {
+ protected:
+  // 1 unit x 2 envs x 3 steps = 6 steps per iteration, 4 iterations.
+  JobConfig ElasticConfig() {
+    JobConfig c = Config();
+    c.rollout.workers = 1;
+    c.rollout.max_workers = 2;
+    c.ppo.total_steps = 24;
+    return c;
+  }
+  // Iteration `it`'s slot -> units stepped (the rollout/<slot>/batches metrics).
+  std::map<std::string, double> UnitsBySlot(size_t it) {
+    std::map<std::string, double> out;
+    for (const auto& [k, v] : ctx_->records.at(it).metrics) {
+      if (absl::StartsWith(k, "rollout/")) out[k] = v;
+    }
+    return out;
+  }
+};
+
+TEST_F(PpoElasticTest, JoinerIsSetUpLikeAReplacementAndDealtUnitsWithoutAFault) {
+  overrides_[{"trainer", Task::kTrainStep}] = [this](const FakeWork& w) {
+    if (w.request.train_step().iteration() == 1) joiner_ = actors_->Join("rollout");
+    FakeReply r = WeightsReply(w.request.train_step().iteration());
+    (*r.result.mutable_metrics())["policy_loss"] = -0.25;
+    return r;
+  };
+  ASSERT_TRUE(Run(ElasticConfig()).ok());
+  const std::string r0 = Rollout(0), r1 = actors_->IdOf(joiner_), tr = Trainer();
+  ASSERT_EQ(r1, "rollout-1");
+  // Iteration 1 on rollout-0 alone; the joiner gets its envs and version 1 before iteration 2,
+  // whose one unit it steps; then the unit alternates, and both load every version.
+  const std::vector<std::string> log = actors_->Log();
+  ASSERT_GE(log.size(), 10u);
+  EXPECT_EQ(
+      std::vector<std::string>(log.begin() + 4, log.begin() + 10),
+      (std::vector<std::string>{tr + " train_step", r0 + " load_weights", r1 + " rollout_setup",
+                                r1 + " load_weights", r1 + " rollout", tr + " train_step"}));
+  const auto setups = actors_->Received(Task::kRolloutSetup);
+  ASSERT_EQ(setups.size(), 2u);
+  EXPECT_EQ(setups[1]->request.rollout_setup().first_env_index(), kEnvs) << "its own envs";
+  EXPECT_EQ(setups[1]->request.rollout_setup().seed(), setups[0]->request.rollout_setup().seed());
+  EXPECT_EQ(actors_->Received(Task::kLoadWeights)[2]->request.load_weights().weights().version(),
+            1);
+  const auto& r = ctx_->records;
+  ASSERT_EQ(r.size(), 4u);
+  using Units = std::map<std::string, double>;
+  EXPECT_EQ(UnitsBySlot(0), (Units{{"rollout/0/batches", 1}}));
+  EXPECT_EQ(UnitsBySlot(1), (Units{{"rollout/1/batches", 1}}));
+  EXPECT_EQ(UnitsBySlot(2), (Units{{"rollout/0/batches", 1}}));
+  EXPECT_EQ(UnitsBySlot(3), (Units{{"rollout/1/batches", 1}}));
+  for (size_t i = 0; i < r.size(); ++i) {
+    EXPECT_EQ(r[i].metrics.at("env_steps"), kEnvs * kSteps * (i + 1)) << "one unit per iteration";
+    EXPECT_FALSE(r[i].metrics.contains("faults/episodes_cut")) << "a join is not a fault";
+  }
+  EXPECT_EQ(actors_->controller().faults().actors_lost, 0u);
+  EXPECT_EQ(actors_->controller().elastic().joins, 1u);
+}
+
+TEST_F(PpoElasticTest, LeaverHandsItsUnitBackWhichIsDealtAgainWithoutAFault) {
+  JobConfig c = Config();  // two workers, both may leave
+  c.ppo.total_steps = 36;
+  overrides_[{"rollout", Task::kRollout}] = [this](const FakeWork& w) {
+    if (w.rank == 1 && ++calls_ == 2) return FakeReply::AndLeave(FakeReply::Never());
+    return Trajectories(w.rank, versions_[w.rank], ++rollouts_[w.rank]);
+  };
+  ASSERT_TRUE(Run(c).ok());
+  const std::string r0 = Rollout(0), r1 = Rollout(1);
+  const auto& r = ctx_->records;
+  ASSERT_EQ(r.size(), 3u);
+  using Units = std::map<std::string, double>;
+  EXPECT_EQ(UnitsBySlot(0), (Units{{"rollout/0/batches", 1}, {"rollout/1/batches", 1}}));
+  EXPECT_EQ(UnitsBySlot(1), (Units{{"rollout/0/batches", 2}})) << "its unit dealt again";
+  EXPECT_EQ(UnitsBySlot(2), (Units{{"rollout/0/batches", 2}})) << "its slot stays unused";
+  EXPECT_EQ(r[2].metrics.at("env_steps"), 36) << "no step lost";
+  for (const auto& rec : r) {
+    EXPECT_FALSE(rec.metrics.contains("faults/requeued_batches")) << "a leave is not a fault";
+  }
+  EXPECT_EQ(r[1].metrics.at("elastic/episodes_cut"), kEnvs) << "its envs were mid-episode";
+  EXPECT_EQ(actors_->controller().faults().actors_lost, 0u);
+  EXPECT_EQ(actors_->controller().elastic().leaves, 1u);
+  EXPECT_EQ(actors_->controller().elastic().works_handed_back, 1u);
+  std::vector<std::string> to_r1;
+  for (const std::string& line : actors_->Log()) {
+    if (line.starts_with(r1 + " ")) to_r1.push_back(line.substr(r1.size() + 1));
+  }
+  EXPECT_EQ(to_r1, (std::vector<std::string>{"rollout_setup", "load_weights", "rollout",
+                                             "load_weights", "rollout"}))
+      << "nothing after the rollout it left with";
+}
+
+TEST_F(PpoElasticTest, BelowMinWorkersTheLoopWaitsAndFailsNamingTheKey) {
+  JobConfig c = Config();
+  c.rollout.min_workers = 2;
+  c.ppo.total_steps = 36;
+  overrides_[{"rollout", Task::kLoadWeights}] = [this](const FakeWork& w) {
+    versions_[w.rank] = w.request.load_weights().weights().version();
+    FakeReply r = WeightsReply(versions_[w.rank]);
+    if (w.rank == 1 && versions_[w.rank] == 1) return FakeReply::AndLeave(std::move(r));
+    return r;
+  };
+  absl::Status s = Run(c);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("rollout.min_workers"), std::string::npos) << s;
+  EXPECT_EQ(ctx_->records.size(), 1u) << "iteration 2 never starts below the minimum";
 }
 
 // rollout.max_staleness: 0 is the synchronous loop: the same requests in the same order and
