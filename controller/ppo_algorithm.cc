@@ -202,7 +202,11 @@ absl::Status PpoAlgorithm::PrepareReplacements(Controller& c) {
   for (size_t w = 0; w < workers_.size(); ++w) {
     const ActorInfo* a = c.actors().Find(workers_[w]);
     const bool live = a->state == ActorState::kReady || a->state == ActorState::kBusy;
-    if (a->state == ActorState::kLeft && a->incarnation == incarnation_[w]) left_[w] = true;
+    // Ours left: the slot is open, or already taken by the next registration.
+    if ((a->state == ActorState::kLeft && a->incarnation == incarnation_[w]) ||
+        (a->after_leave && a->incarnation == incarnation_[w] + 1)) {
+      left_[w] = true;
+    }
     if (stepped_[w] && (!live || a->incarnation != incarnation_[w])) {
       // The lost (or departed) worker's envs were mid-episode: a new worker in the slot resets
       // them, so those episodes end unfinished and are dropped (never merged with later steps).
@@ -273,6 +277,9 @@ absl::StatusOr<std::vector<WorkOutcome>> PpoAlgorithm::CollectRollouts(
       ASSIGN_OR_RETURN(uint64_t id, c.Submit(workers_[worker], std::move(req)));
       in_flight[id] = {*it, static_cast<size_t>(worker)};
       busy[worker] = true;
+      // Its envs run from now on: a loss or leave from here cuts their episodes. (Marked here,
+      // not when the result comes: a leaver's result is read after its Leave was seen.)
+      stepped_[worker] = true;
       it = queue.erase(it);
     }
     if (in_flight.empty()) {  // every worker lost: wait for a replacement
@@ -298,7 +305,6 @@ absl::StatusOr<std::vector<WorkOutcome>> PpoAlgorithm::CollectRollouts(
     }
     by_batch[k] = std::move(ready.second);
     producers[k] = worker;
-    stepped_[worker] = true;
     done_order.push_back(k);
   }
   return by_batch;

@@ -378,6 +378,7 @@ TEST_F(PpoWorkerLossTest, WithoutAReplacementTheLiveWorkerStepsEveryBatch) {
 // Elastic rollout workers (rollout.max_staleness 0): one configured worker, room for one more.
 class PpoElasticTest : public PpoLoopTest {
  protected:
+  using Units = std::map<std::string, double>;
   // 1 unit x 2 envs x 3 steps = 6 steps per iteration, 4 iterations.
   JobConfig ElasticConfig() {
     JobConfig c = Config();
@@ -422,7 +423,6 @@ TEST_F(PpoElasticTest, JoinerIsSetUpLikeAReplacementAndDealtUnitsWithoutAFault) 
             1);
   const auto& r = ctx_->records;
   ASSERT_EQ(r.size(), 4u);
-  using Units = std::map<std::string, double>;
   EXPECT_EQ(UnitsBySlot(0), (Units{{"rollout/0/batches", 1}}));
   EXPECT_EQ(UnitsBySlot(1), (Units{{"rollout/1/batches", 1}}));
   EXPECT_EQ(UnitsBySlot(2), (Units{{"rollout/0/batches", 1}}));
@@ -446,7 +446,6 @@ TEST_F(PpoElasticTest, LeaverHandsItsUnitBackWhichIsDealtAgainWithoutAFault) {
   const std::string r0 = Rollout(0), r1 = Rollout(1);
   const auto& r = ctx_->records;
   ASSERT_EQ(r.size(), 3u);
-  using Units = std::map<std::string, double>;
   EXPECT_EQ(UnitsBySlot(0), (Units{{"rollout/0/batches", 1}, {"rollout/1/batches", 1}}));
   EXPECT_EQ(UnitsBySlot(1), (Units{{"rollout/0/batches", 2}})) << "its unit dealt again";
   EXPECT_EQ(UnitsBySlot(2), (Units{{"rollout/0/batches", 2}})) << "its slot stays unused";
@@ -465,6 +464,33 @@ TEST_F(PpoElasticTest, LeaverHandsItsUnitBackWhichIsDealtAgainWithoutAFault) {
   EXPECT_EQ(to_r1, (std::vector<std::string>{"rollout_setup", "load_weights", "rollout",
                                              "load_weights", "rollout"}))
       << "nothing after the rollout it left with";
+}
+
+TEST_F(PpoElasticTest, AJoinerInTheSlotOfALeaverIsAJoinEvenBeforeTheLoopSawTheLeave) {
+  JobConfig c = Config();
+  c.ppo.total_steps = 36;
+  // rollout-1 leaves after its rollout of iteration 2, and a new worker takes its slot while
+  // iteration 2 trains: by the next deal the slot is live again, with a new registration.
+  overrides_[{"rollout", Task::kRollout}] = [this](const FakeWork& w) {
+    FakeReply r = Trajectories(w.rank, versions_[w.rank], ++rollouts_[w.rank]);
+    if (w.rank == 1 && rollouts_[w.rank] == 2) return FakeReply::AndLeave(std::move(r));
+    return r;
+  };
+  overrides_[{"trainer", Task::kTrainStep}] = [this](const FakeWork& w) {
+    if (w.request.train_step().iteration() == 2) joiner_ = actors_->Join("rollout");
+    FakeReply r = WeightsReply(w.request.train_step().iteration());
+    (*r.result.mutable_metrics())["policy_loss"] = -0.25;
+    return r;
+  };
+  ASSERT_TRUE(Run(c).ok());
+  ASSERT_EQ(actors_->IdOf(joiner_), Rollout(1));
+  const auto& r = ctx_->records;
+  ASSERT_EQ(r.size(), 3u);
+  EXPECT_EQ(r[2].metrics.at("elastic/episodes_cut"), kEnvs) << "the leaver's envs";
+  for (const auto& rec : r) EXPECT_FALSE(rec.metrics.contains("faults/episodes_cut"));
+  EXPECT_EQ(actors_->Received(Task::kRolloutSetup).size(), 3u) << "the joiner set up its envs";
+  EXPECT_EQ(actors_->controller().faults().actors_lost, 0u);
+  EXPECT_EQ(UnitsBySlot(2), (Units{{"rollout/0/batches", 1}, {"rollout/1/batches", 1}}));
 }
 
 TEST_F(PpoElasticTest, BelowMinWorkersTheLoopWaitsAndFailsNamingTheKey) {
