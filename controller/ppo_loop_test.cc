@@ -4,6 +4,10 @@
 // out by hand.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+#include <optional>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "controller/algorithm.h"
@@ -104,6 +108,7 @@ class PpoLoopTest : public ::testing::Test {
     absl::Status started = actors_->Start();
     if (!started.ok()) return started;
     ctx_ = std::make_unique<FakeJobContext>(*actors_, config, FreshTestDir());
+    if (resume_) ctx_->resume = &*resume_;
     return (*algo)->Run(*ctx_);
   }
 
@@ -116,6 +121,7 @@ class PpoLoopTest : public ::testing::Test {
   std::map<std::pair<std::string, Task>, FakeScript> overrides_;
   bool rejoin_ = false;
   std::string joiner_;  // the peer of an actor that joined
+  std::optional<JobCheckpoint> resume_;
   int calls_ = 0;
 };
 
@@ -491,6 +497,73 @@ TEST_F(PpoElasticTest, AJoinerInTheSlotOfALeaverIsAJoinEvenBeforeTheLoopSawTheLe
   EXPECT_EQ(actors_->Received(Task::kRolloutSetup).size(), 3u) << "the joiner set up its envs";
   EXPECT_EQ(actors_->controller().faults().actors_lost, 0u);
   EXPECT_EQ(UnitsBySlot(2), (Units{{"rollout/0/batches", 1}, {"rollout/1/batches", 1}}));
+}
+
+// A checkpoint saves the workers set up at that moment: a slot joined but not yet set up, or
+// vacant, or left, has no state to save.
+TEST_F(PpoElasticTest, CheckpointsSaveTheWorkersSetUpAtThatMoment) {
+  JobConfig c = ElasticConfig();
+  c.checkpoint.every = 1;
+  c.ppo.total_steps = 12;
+  overrides_[{"trainer", Task::kTrainStep}] = [this](const FakeWork& w) {
+    if (w.request.train_step().iteration() == 1) joiner_ = actors_->Join("rollout");
+    return WeightsReply(w.request.train_step().iteration());
+  };
+  for (const char* role : {"rollout", "trainer"}) {
+    overrides_[{role, Task::kSaveState}] = [](const FakeWork&) { return FakeReply::Ok(); };
+  }
+  ASSERT_TRUE(Run(c).ok());
+  const std::string run = ctx_->run_dir().path();
+  std::vector<std::string> dirs;
+  for (const FakeWork* w : actors_->Received(Task::kSaveState)) {
+    dirs.push_back(w->request.save_state().dir().substr(run.size()));
+  }
+  EXPECT_EQ(dirs, (std::vector<std::string>{
+                      "/checkpoints/step_1/state/rollout-0", "/checkpoints/step_1/state/trainer-0",
+                      "/checkpoints/step_2/state/rollout-0", "/checkpoints/step_2/state/rollout-1",
+                      "/checkpoints/step_2/state/trainer-0"}));
+  std::ifstream in(run + "/checkpoints/step_1/state/controller.json");
+  const nlohmann::json saved = nlohmann::json::parse(in, nullptr, false);
+  EXPECT_EQ(saved["reward_scalers"].size(), 2u) << "one per slot, vacant ones included";
+}
+
+// Resumed from a checkpoint taken after rollout-1 had left: rollout-0 restores its saved
+// state; rollout-1 (launched again with the job) has none and keeps the envs just set up.
+TEST_F(PpoElasticTest, AResumedJobRestoresOnlyTheWorkersTheCheckpointHolds) {
+  JobConfig c = Config();
+  c.checkpoint.every = 1;
+  c.ppo.total_steps = 36;
+  for (const char* role : {"rollout", "trainer"}) {
+    overrides_[{role, Task::kSaveState}] = [](const FakeWork&) { return FakeReply::Ok(); };
+  }
+  overrides_[{"rollout", Task::kLoadWeights}] = [this](const FakeWork& w) {
+    versions_[w.rank] = w.request.load_weights().weights().version();
+    FakeReply r = WeightsReply(versions_[w.rank]);
+    if (w.rank == 1 && versions_[w.rank] == 1) return FakeReply::AndLeave(std::move(r));
+    return r;
+  };
+  ASSERT_TRUE(Run(c).ok());
+  std::ifstream in(ctx_->run_dir().path() + "/checkpoints/step_1/state/controller.json");
+  const nlohmann::json saved = nlohmann::json::parse(in, nullptr, false);
+  // Outside the run root, which the next Run empties; the fakes write no state of their own.
+  const std::string state = ::testing::TempDir() + "rlforge_ppo_elastic_resume/state";
+  std::filesystem::remove_all(state);
+  std::filesystem::create_directories(state + "/rollout-0");
+  resume_ = JobCheckpoint{1, state, saved};
+  overrides_.erase({"rollout", Task::kLoadWeights});
+  overrides_[{"trainer", Task::kLoadState}] = [](const FakeWork&) { return WeightsReply(1); };
+  overrides_[{"rollout", Task::kLoadState}] = [](const FakeWork&) { return FakeReply::Ok(); };
+  versions_.clear();
+  rollouts_.clear();
+  ASSERT_TRUE(Run(c).ok());
+  std::vector<std::string> loads;
+  for (const FakeWork* w : actors_->Received(Task::kLoadState)) {
+    loads.push_back(w->actor_id + " " + w->request.load_state().dir());
+  }
+  EXPECT_EQ(loads, (std::vector<std::string>{Trainer() + " " + state + "/" + Trainer(),
+                                             Rollout(0) + " " + state + "/" + Rollout(0)}));
+  ASSERT_EQ(ctx_->records.size(), 2u);
+  EXPECT_EQ(ctx_->records[0].step, 2);
 }
 
 TEST_F(PpoElasticTest, BelowMinWorkersTheLoopWaitsAndFailsNamingTheKey) {
