@@ -246,11 +246,12 @@ absl::Status PpoAlgorithm::PrepareReplacements(Controller& c) {
 }
 
 absl::StatusOr<std::vector<WorkOutcome>> PpoAlgorithm::CollectRollouts(
-    Controller& c, int64_t T, std::vector<size_t>& producers, std::vector<size_t>& done_order) {
+    Controller& c, int64_t T, std::vector<size_t>& producers,
+    std::vector<std::vector<float>>& scaled) {
   const size_t U = Units(), S = workers_.size();
   std::vector<WorkOutcome> by_batch(U);
   producers.assign(U, 0);
-  done_order.clear();
+  scaled.assign(U, {});
   std::deque<size_t> queue;
   for (size_t k = 0; k < U; ++k) queue.push_back(k);
   std::map<uint64_t, std::pair<size_t, size_t>> in_flight;  // work id -> (batch, worker)
@@ -303,9 +304,9 @@ absl::StatusOr<std::vector<WorkOutcome>> PpoAlgorithm::CollectRollouts(
       queue.push_back(k);
       continue;
     }
+    ASSIGN_OR_RETURN(scaled[k], ScaledRewards(ready.second, worker));
     by_batch[k] = std::move(ready.second);
     producers[k] = worker;
-    done_order.push_back(k);
   }
   return by_batch;
 }
@@ -383,16 +384,12 @@ absl::Status PpoAlgorithm::Run(JobContext& ctx) {
     const Stopwatch t_iter;
     IterationRecord rec;
     rec.step = it;
-    std::vector<size_t> producers, done_order;
-    ASSIGN_OR_RETURN(auto rollouts, CollectRollouts(c, T, producers, done_order));
+    std::vector<size_t> producers;
+    std::vector<std::vector<float>> scaled;  // by the slot that stepped them, as they came
+    ASSIGN_OR_RETURN(auto rollouts, CollectRollouts(c, T, producers, scaled));
     rec.timings["rollout_s"] = t_iter.Seconds();
-    // Rewards are scaled by the worker that stepped the envs, in the order it stepped them.
-    std::vector<std::vector<float>> scaled(rollouts.size());
     double stepping_s = 0;
-    for (size_t k : done_order) {
-      ASSIGN_OR_RETURN(scaled[k], ScaledRewards(rollouts[k], producers[k]));
-      stepping_s += rollouts[k].seconds;
-    }
+    for (const WorkOutcome& o : rollouts) stepping_s += o.seconds;
 
     const Stopwatch t_gae;
     TrainBatch b;

@@ -47,11 +47,12 @@ class PpoAlgorithm final : public Algorithm {
   // The worker units of an iteration: rollout.workers, whatever the number of live slots.
   size_t Units() const { return static_cast<size_t>(config_.rollout.workers); }
   // One batch of T steps per unit (Units()), unit k dealt to slot k when it can take it, else
-  // to any ready idle slot (joined slots included): outcomes by unit, and the slot that
-  // produced each.
+  // to any ready idle slot (joined slots included): outcomes by unit, the slot that produced
+  // each, and each unit's rewards scaled as it arrives (in each slot's stepping order, before
+  // a loss or leave seen later restarts that slot's normaliser episodes).
   absl::StatusOr<std::vector<WorkOutcome>> CollectRollouts(Controller& c, int64_t T,
                                                            std::vector<size_t>& producers,
-                                                           std::vector<size_t>& done_order);
+                                                           std::vector<std::vector<float>>& scaled);
   bool Usable(const Controller& c, size_t w) const;
   // Submits the current weights (last_weights_, with copies of the inline frames) to slot w.
   absl::StatusOr<uint64_t> SubmitLoad(Controller& c, size_t w);

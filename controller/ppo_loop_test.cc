@@ -566,6 +566,30 @@ TEST_F(PpoElasticTest, AResumedJobRestoresOnlyTheWorkersTheCheckpointHolds) {
   EXPECT_EQ(ctx_->records[0].step, 2);
 }
 
+// ppo.normalize_reward: a leaver's last unit is scaled before its normaliser restarts the
+// episodes its envs were running, so no running return outlives its episodes. rollout-0 is
+// slow, so rollout-1's result and Leave are seen before the iteration's last deal.
+TEST_F(PpoElasticTest, ALeaversNormaliserSeesItsLastUnitBeforeItsEpisodesRestart) {
+  JobConfig c = Config();
+  c.ppo.normalize_reward = true;
+  c.checkpoint.every = 1;
+  for (const char* role : {"rollout", "trainer"}) {
+    overrides_[{role, Task::kSaveState}] = [](const FakeWork&) { return FakeReply::Ok(); };
+  }
+  overrides_[{"rollout", Task::kRollout}] = [this](const FakeWork& w) {
+    FakeReply r = Trajectories(w.rank, versions_[w.rank], ++rollouts_[w.rank]);
+    if (w.rank == 1) return FakeReply::AndLeave(std::move(r));
+    if (rollouts_[0] == 1) r.delay_pumps = 3;
+    return r;
+  };
+  ASSERT_TRUE(Run(c).ok());
+  std::ifstream in(ctx_->run_dir().path() + "/checkpoints/step_2/state/controller.json");
+  const nlohmann::json scaler = nlohmann::json::parse(in, nullptr, false)["reward_scalers"][1];
+  // Its valid steps (the statistics start from a count of 1e-4).
+  EXPECT_NEAR(scaler["count"].get<double>(), kSteps * kEnvs - 1, 1e-3) << scaler.dump();
+  EXPECT_EQ(scaler["returns"], nlohmann::json::array({0.0, 0.0})) << scaler.dump();
+}
+
 TEST_F(PpoElasticTest, BelowMinWorkersTheLoopWaitsAndFailsNamingTheKey) {
   JobConfig c = Config();
   c.rollout.min_workers = 2;
