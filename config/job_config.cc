@@ -63,16 +63,17 @@ void CheckAlgorithmSections(const JobConfig& c, config::CheckContext& ctx) {
   }
 }
 
-// rollout.max_workers / min_workers and reward's: only synchronous language-model loops take
-// joiners and wait for a minimum; every cap within what the job can hold.
+// rollout.max_workers / min_workers and reward's: only synchronous language-model and control
+// PPO loops take joiners and wait for a minimum; every cap within what the job can hold.
 void CheckElasticWorkers(const JobConfig& c, config::CheckContext& ctx) {
   if (c.job.algorithm == nullptr) return;
   const AlgorithmFamily family = c.job.algorithm->family;
   const bool lm = family == AlgorithmFamily::kLmRl || family == AlgorithmFamily::kDpo;
+  const bool ppo = family == AlgorithmFamily::kControlPpo;
   std::string unsupported;
-  if (!lm) {
+  if (!lm && !ppo) {
     unsupported = absl::StrCat("job.algorithm ", c.job.algorithm->name,
-                               " does not take joining workers (language-model jobs do)");
+                               " does not take joining workers (language-model and ppo jobs do)");
   } else if (c.rollout.max_staleness > 0) {
     unsupported = absl::StrCat("asynchronous runs (rollout.max_staleness ", c.rollout.max_staleness,
                                ") do not take joining workers; set rollout.max_staleness: 0");
@@ -101,7 +102,15 @@ void CheckElasticWorkers(const JobConfig& c, config::CheckContext& ctx) {
       ctx.Error(max_key, absl::StrCat("must be at least ", r.section, ".workers (", r.workers,
                                       "), got ", r.max_workers));
     }
-    if (r.section == "rollout" && r.max_workers > kMaxLmEngines) {
+    if (ppo && r.max_workers > r.workers && c.sim.backend != "inprocess") {
+      // The servers are started (or listed in sim.addresses) per configured worker at the
+      // start, on the controller's host: a joiner, from any host, would have none to reach.
+      ctx.Error(max_key, absl::StrCat("joining workers step their envs in process: set "
+                                      "sim.backend: inprocess (got ",
+                                      c.sim.backend, "), or leave rollout.max_workers out; got ",
+                                      r.max_workers));
+    }
+    if (lm && r.section == "rollout" && r.max_workers > kMaxLmEngines) {
       ctx.Error(max_key, absl::StrCat("language-model jobs run at most ", kMaxLmEngines,
                                       " rollout engines (each holds a copy of the policy and "
                                       "loads every version), got ",

@@ -62,8 +62,20 @@ TEST(JobConfigTest, ElasticWorkerCapsAndMinimumsAreCheckedNamingTheKey) {
   EXPECT_NE(errors("job: {algorithm: grpo}\nrollout: {max_workers: 65}\n")
                 .find("rollout.max_workers: language-model jobs run at most 64 rollout engines"),
             std::string::npos);
-  EXPECT_NE(errors("job: {algorithm: ppo}\nrollout: {workers: 2, max_workers: 3}\n")
-                .find("rollout.max_workers: job.algorithm ppo does not take joining workers"),
+  EXPECT_EQ(
+      errors("job: {algorithm: ppo}\nrollout: {workers: 2, max_workers: 3, min_workers: 2}\n"), "");
+  EXPECT_NE(errors("job: {algorithm: ppo}\nrollout: {workers: 2, max_workers: 3}\n"
+                   "sim: {backend: server}\n")
+                .find("rollout.max_workers: joining workers step their envs in process: set "
+                      "sim.backend: inprocess (got server)"),
+            std::string::npos);
+  EXPECT_NE(errors("job: {algorithm: ppo}\nrollout: {max_staleness: 1, max_workers: 2}\n")
+                .find("rollout.max_workers: asynchronous runs (rollout.max_staleness 1) do not "
+                      "take joining workers"),
+            std::string::npos);
+  EXPECT_NE(errors("job: {algorithm: sft}\nrollout: {max_workers: 2}\n")
+                .find("rollout.max_workers: job.algorithm sft does not take joining workers "
+                      "(language-model and ppo jobs do)"),
             std::string::npos);
   EXPECT_NE(errors("job: {algorithm: grpo}\nrollout: {max_staleness: 1, min_workers: 1}\n"
                    "reward: {min_workers: 2, max_workers: 2}\n")

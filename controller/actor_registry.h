@@ -47,6 +47,7 @@ struct ActorInfo {
   uint64_t works_done = 0;
   int restarts = 0;
   int incarnation = 0;        // registrations so far: a replacement has a higher one
+  bool after_leave = false;   // the current registration took the slot of an actor that left
   int64_t restart_at_us = 0;  // when a scheduled relaunch is due; 0: none scheduled
   int64_t lost_at_us = 0;     // when it was last declared dead
   int64_t relaunched_us = 0;  // when its latest replacement was started; 0: never

@@ -374,6 +374,7 @@ void Controller::HandleRegister(const std::string& peer, const proto::Envelope& 
     }
     a = registry_.Find(*slot);
     const bool joined = a->elastic || a->state == ActorState::kLeft;
+    a->after_leave = a->state == ActorState::kLeft;
     a->instance_id = reg.instance_id();
     a->host = reg.host();
     a->pid = reg.pid();

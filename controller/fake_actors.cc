@@ -229,6 +229,7 @@ void FakeActors::Answer(const std::string& peer, const proto::Envelope& env,
       it == scripts_.end()
           ? FakeReply::Fail(absl::StrCat("fake ", a->id, " has no script for ", w.kind()))
           : it->second(w);
+  a = const_cast<Actor*>(ByPeer(peer));  // a script may Join, which moves actors_
   if (reply.crash || reply.hang) {
     a->dead = reply.crash;
     a->hung = reply.hang;
@@ -238,12 +239,12 @@ void FakeActors::Answer(const std::string& peer, const proto::Envelope& env,
     }
     return;
   }
-  if (reply.never) return;
+  if (reply.never && !reply.leave) return;
   reply.result.set_work_id(w.request.work_id());
   if (reply.leave) {
-    // Its reply, then Leave, in the order one channel keeps.
+    // Its reply (unless `never`), then Leave, in the order one channel keeps.
     a->left = true;
-    Inject(a->peer, a->id, std::move(reply));
+    if (!reply.never) Inject(a->peer, a->id, std::move(reply));
     Message bye;
     bye.envelope.set_job_id("fake-job");
     bye.envelope.set_sender(a->id);

@@ -74,7 +74,8 @@ struct FakeReply {
   bool crash = false;
   // The actor hangs on this request: it keeps heartbeating but never answers again.
   bool hang = false;
-  // The actor answers at once, then leaves (SIGTERM): Leave, and nothing after it.
+  // The actor answers at once, then leaves (SIGTERM): Leave, and nothing after it. With
+  // `never`: it leaves without answering (the controller hands the request back).
   bool leave = false;
 
   static FakeReply Ok();

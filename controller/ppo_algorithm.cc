@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <filesystem>
 #include <map>
 
 #include "absl/strings/str_cat.h"
@@ -28,8 +29,11 @@ bool SameSpec(const proto::PolicySpec& a, const proto::PolicySpec& b) {
 }  // namespace
 
 std::vector<RoleRequirement> PpoAlgorithm::Roles() const {
+  // Joins and leaves in the synchronous loop (the pipeline deals to a fixed fleet).
+  const bool elastic = config_.rollout.max_staleness == 0;
   return {{"rollout", static_cast<int>(config_.rollout.workers), config_.rollout.external,
-           /*recoverable=*/true},
+           /*recoverable=*/true, elastic,
+           static_cast<int>(WorkerCap(config_.rollout.workers, config_.rollout.max_workers))},
           {"trainer", static_cast<int>(config_.trainer.ranks), false}};
 }
 
@@ -59,7 +63,7 @@ SimPlacement PpoAlgorithm::PlanPlacement() const {
     none.why = absl::StrCat("not pinned: ", allowed.status().message());
     return none;
   }
-  return PlanSimPlacement(*allowed, static_cast<int>(workers_.size()),
+  return PlanSimPlacement(*allowed, static_cast<int>(Units()),
                           static_cast<int>(sim.servers_per_worker));
 }
 
@@ -72,7 +76,8 @@ PpoAlgorithm::StartSimServers(JobContext& ctx) {
   spdlog::info("sim placement: {}", placement_.why);
   int64_t spw = sim.servers_per_worker;
   int64_t envs_each = config_.env.num_envs / spw;
-  for (size_t w = 0; w < workers_.size(); ++w) {
+  // The configured slots only: the job config refuses joiners with servers (CheckElasticWorkers).
+  for (size_t w = 0; w < Units(); ++w) {
     for (int64_t k = 0; k < spw; ++k) {
       int64_t idx = static_cast<int64_t>(w) * spw + k;
       std::string name = absl::StrCat("sim-", idx);
@@ -181,7 +186,7 @@ proto::WorkRequest PpoAlgorithm::SetupRequest(size_t w) const {
   }
   s->set_first_env_index(static_cast<int64_t>(w) * config_.env.num_envs);
   s->set_seed(config_.job.seed);
-  if (placement_.pinned) {
+  if (placement_.pinned && w < placement_.worker_cpus.size()) {
     for (int cpu : placement_.worker_cpus[w]) s->add_cpus(cpu);
   }
   return req;
@@ -197,24 +202,32 @@ absl::Status PpoAlgorithm::PrepareReplacements(Controller& c) {
   for (size_t w = 0; w < workers_.size(); ++w) {
     const ActorInfo* a = c.actors().Find(workers_[w]);
     const bool live = a->state == ActorState::kReady || a->state == ActorState::kBusy;
+    // Ours left: the slot is open, or already taken by the next registration.
+    if ((a->state == ActorState::kLeft && a->incarnation == incarnation_[w]) ||
+        (a->after_leave && a->incarnation == incarnation_[w] + 1)) {
+      left_[w] = true;
+    }
     if (stepped_[w] && (!live || a->incarnation != incarnation_[w])) {
-      // The lost worker's envs were mid-episode: a replacement resets them, so those
-      // episodes end unfinished and are dropped (never merged with later steps).
+      // The lost (or departed) worker's envs were mid-episode: a new worker in the slot resets
+      // them, so those episodes end unfinished and are dropped (never merged with later steps).
       stepped_[w] = false;
-      episodes_cut_ += config_.env.num_envs;
+      (left_[w] ? episodes_left_ : episodes_cut_) += config_.env.num_envs;
       reward_scalers_[w].RestartEpisodes();
     }
     if (!live || a->incarnation == incarnation_[w]) continue;
+    const bool joined = incarnation_[w] < 0 || left_[w];  // a join, not a fault
     incarnation_[w] = a->incarnation;
+    left_[w] = false;
     ready_[w] = false;
     ASSIGN_OR_RETURN(uint64_t setup_id, c.Submit(workers_[w], SetupRequest(w)));
     ASSIGN_OR_RETURN(auto setup, c.AwaitNext({setup_id}));
     if (setup.second.lost) continue;  // its own replacement will be prepared
     const proto::PolicySpec& got = setup.second.result.policy_spec();
     if (!SameSpec(got, spec_) || got.num_envs() != spec_.num_envs()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          workers_[w], " (a replacement) set up envs (", got.env_id(), ", ", got.num_envs(),
-          " envs) unlike the job's (", spec_.env_id(), ", ", spec_.num_envs(), ")"));
+      return absl::FailedPreconditionError(
+          absl::StrCat(workers_[w], joined ? " (joined)" : " (a replacement)", " set up envs (",
+                       got.env_id(), ", ", got.num_envs(), " envs) unlike the job's (",
+                       spec_.env_id(), ", ", spec_.num_envs(), ")"));
     }
     ASSIGN_OR_RETURN(uint64_t load_id, SubmitLoad(c, w));
     ASSIGN_OR_RETURN(auto loaded, c.AwaitNext({load_id}));
@@ -226,28 +239,34 @@ absl::Status PpoAlgorithm::PrepareReplacements(Controller& c) {
     }
     ready_[w] = true;
     served_[w] = last_weights_.version();
-    spdlog::info("{} replaced: envs set up again, policy version {}", workers_[w],
-                 last_weights_.version());
+    spdlog::info("{} {}: envs set up, policy version {}", workers_[w],
+                 joined ? "joined" : "replaced", last_weights_.version());
   }
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<WorkOutcome>> PpoAlgorithm::CollectRollouts(
-    Controller& c, int64_t T, std::vector<size_t>& producers, std::vector<size_t>& done_order) {
-  const size_t W = workers_.size();
-  std::vector<WorkOutcome> by_batch(W);
-  producers.assign(W, 0);
-  done_order.clear();
+    Controller& c, int64_t T, std::vector<size_t>& producers,
+    std::vector<std::vector<float>>& scaled) {
+  const size_t U = Units(), S = workers_.size();
+  std::vector<WorkOutcome> by_batch(U);
+  producers.assign(U, 0);
+  scaled.assign(U, {});
   std::deque<size_t> queue;
-  for (size_t k = 0; k < W; ++k) queue.push_back(k);
+  for (size_t k = 0; k < U; ++k) queue.push_back(k);
   std::map<uint64_t, std::pair<size_t, size_t>> in_flight;  // work id -> (batch, worker)
-  std::vector<bool> busy(W, false);
+  std::vector<bool> busy(S, false);
+  // With joinable slots beyond the units, the slot each unit is offered first turns by U per
+  // iteration, so joined slots are dealt units too; without, unit k is offered to slot k.
+  const size_t offset = deal_offset_;
+  deal_offset_ = (deal_offset_ + U) % S;
   while (!queue.empty() || !in_flight.empty()) {
     RETURN_IF_ERROR(PrepareReplacements(c));
-    // Batch k goes to worker k when it can take it, else to any ready idle worker.
+    // Unit k goes to its slot when that can take it, else to any ready idle slot.
     for (auto it = queue.begin(); it != queue.end();) {
-      int worker = Usable(c, *it) && !busy[*it] ? static_cast<int>(*it) : -1;
-      for (size_t w = 0; worker < 0 && w < W; ++w) {
+      const size_t own = (offset + *it) % S;
+      int worker = Usable(c, own) && !busy[own] ? static_cast<int>(own) : -1;
+      for (size_t w = 0; worker < 0 && w < S; ++w) {
         if (Usable(c, w) && !busy[w]) worker = static_cast<int>(w);
       }
       if (worker < 0) {
@@ -259,6 +278,9 @@ absl::StatusOr<std::vector<WorkOutcome>> PpoAlgorithm::CollectRollouts(
       ASSIGN_OR_RETURN(uint64_t id, c.Submit(workers_[worker], std::move(req)));
       in_flight[id] = {*it, static_cast<size_t>(worker)};
       busy[worker] = true;
+      // Its envs run from now on: a loss or leave from here cuts their episodes. (Marked here,
+      // not when the result comes: a leaver's result is read after its Leave was seen.)
+      stepped_[worker] = true;
       it = queue.erase(it);
     }
     if (in_flight.empty()) {  // every worker lost: wait for a replacement
@@ -273,37 +295,45 @@ absl::StatusOr<std::vector<WorkOutcome>> PpoAlgorithm::CollectRollouts(
     in_flight.erase(ids[ready.first]);
     busy[worker] = false;
     if (ready.second.lost) {
-      spdlog::warn("{} lost during its rollout: batch {} dealt again", workers_[worker], k);
-      ++requeued_batches_;
+      if (ready.second.left) {  // handed back on purpose: not a fault
+        spdlog::info("{} left during its rollout: batch {} dealt again", workers_[worker], k);
+      } else {
+        spdlog::warn("{} lost during its rollout: batch {} dealt again", workers_[worker], k);
+        ++requeued_batches_;
+      }
       queue.push_back(k);
       continue;
     }
+    ASSIGN_OR_RETURN(scaled[k], ScaledRewards(ready.second, worker));
     by_batch[k] = std::move(ready.second);
     producers[k] = worker;
-    stepped_[worker] = true;
-    done_order.push_back(k);
   }
   return by_batch;
 }
 
 absl::Status PpoAlgorithm::Run(JobContext& ctx) {
   Controller& c = ctx.controller();
-  workers_ = c.actors().IdsOfRole("rollout");
+  workers_ = c.actors().IdsOfRole("rollout");  // elastic slots (vacant at first) after the rest
   ASSIGN_OR_RETURN(const std::string trainer, LeadTrainer(c));
   const int64_t N = config_.env.num_envs, T = config_.rollout.steps_per_iteration;
-  const int64_t batch = static_cast<int64_t>(workers_.size()) * N * T;
+  const int64_t batch = static_cast<int64_t>(Units()) * N * T;
   const int64_t iterations = (config_.ppo.total_steps + batch - 1) / batch;
 
   ctx.SetTotalIterations(iterations);
   ASSIGN_OR_RETURN(servers_, StartSimServers(ctx));
   std::vector<uint64_t> ids;
+  ready_.assign(workers_.size(), false);
+  left_.assign(workers_.size(), false);
+  incarnation_.assign(workers_.size(), -1);  // a vacant slot: whoever joins is set up
   for (size_t w = 0; w < workers_.size(); ++w) {
-    incarnation_.push_back(c.actors().Find(workers_[w])->incarnation);
+    const ActorInfo* a = c.actors().Find(workers_[w]);
+    if (a->state != ActorState::kReady && a->state != ActorState::kBusy) continue;
+    incarnation_[w] = a->incarnation;
+    ready_[w] = true;
     ASSIGN_OR_RETURN(uint64_t id, c.Submit(workers_[w], SetupRequest(w)));
     ids.push_back(id);
   }
   ASSIGN_OR_RETURN(auto setups, c.AwaitAll(ids));
-  ready_.assign(workers_.size(), true);
   served_.assign(workers_.size(), -1);
   stepped_.assign(workers_.size(), false);
   spec_ = setups[0].result.policy_spec();
@@ -322,10 +352,11 @@ absl::Status PpoAlgorithm::Run(JobContext& ctx) {
 
   std::string transport = config_.weights.transport;
   if (transport == "auto") {
-    transport = "shm";
+    // Workers that join later may run on any host: they get the weights over ZeroMQ.
+    transport = workers_.size() > Units() ? "zmq" : "shm";
     const std::string& host = c.actors().Find(trainer)->host;
-    for (const auto& id : workers_) {
-      if (c.actors().Find(id)->host != host) transport = "zmq";
+    for (size_t w = 0; w < workers_.size(); ++w) {
+      if (ready_[w] && c.actors().Find(workers_[w])->host != host) transport = "zmq";
     }
   }
   proto::WorkRequest init;
@@ -348,24 +379,23 @@ absl::Status PpoAlgorithm::Run(JobContext& ctx) {
     return RunPipelined(ctx, trainer, iterations, &progress);
   }
   for (int64_t it = progress.iteration + 1; it <= iterations; ++it) {
+    RETURN_IF_ERROR(c.AwaitLive("rollout", static_cast<int>(config_.rollout.min_workers),
+                                "rollout.min_workers"));
     const Stopwatch t_iter;
     IterationRecord rec;
     rec.step = it;
-    std::vector<size_t> producers, done_order;
-    ASSIGN_OR_RETURN(auto rollouts, CollectRollouts(c, T, producers, done_order));
+    std::vector<size_t> producers;
+    std::vector<std::vector<float>> scaled;  // by the slot that stepped them, as they came
+    ASSIGN_OR_RETURN(auto rollouts, CollectRollouts(c, T, producers, scaled));
     rec.timings["rollout_s"] = t_iter.Seconds();
-    // Rewards are scaled by the worker that stepped the envs, in the order it stepped them.
-    std::vector<std::vector<float>> scaled(rollouts.size());
     double stepping_s = 0;
-    for (size_t k : done_order) {
-      ASSIGN_OR_RETURN(scaled[k], ScaledRewards(rollouts[k], producers[k]));
-      stepping_s += rollouts[k].seconds;
-    }
+    for (const WorkOutcome& o : rollouts) stepping_s += o.seconds;
 
     const Stopwatch t_gae;
     TrainBatch b;
-    for (size_t w = 0; w < rollouts.size(); ++w) {
-      RETURN_IF_ERROR(AddRollout(rollouts[w], scaled[w], progress.version, &b, &progress));
+    for (size_t k = 0; k < rollouts.size(); ++k) {
+      RETURN_IF_ERROR(
+          AddRollout(rollouts[k], scaled[k], producers[k], progress.version, &b, &progress));
     }
     rec.timings["gae_s"] = t_gae.Seconds();
     if (b.rows() == 0) return absl::InternalError("a rollout produced no valid samples");
@@ -443,7 +473,10 @@ absl::Status PpoAlgorithm::RestoreProgress(const nlohmann::json& j, Progress* p)
 absl::Status PpoAlgorithm::SaveActors(Controller& c, const std::string& trainer,
                                       const std::string& state_dir) {
   std::vector<uint64_t> ids;
-  std::vector<std::string> actors = workers_;
+  std::vector<std::string> actors;  // the workers set up now (a vacant or left slot has none)
+  for (size_t w = 0; w < workers_.size(); ++w) {
+    if (Usable(c, w)) actors.push_back(workers_[w]);
+  }
   actors.push_back(trainer);
   for (const std::string& id : actors) {
     proto::WorkRequest req;
@@ -468,7 +501,10 @@ absl::Status PpoAlgorithm::Resume(Controller& c, const std::string& trainer,
   }
   RETURN_IF_ERROR(Broadcast(c, restored.result.weights(), std::move(restored.tensors)));
   std::vector<uint64_t> ids;
-  for (const std::string& id : workers_) {
+  for (size_t w = 0; w < workers_.size(); ++w) {
+    // A slot that was vacant or left at the checkpoint keeps the envs it was just set up with.
+    const std::string& id = workers_[w];
+    if (!Usable(c, w) || !std::filesystem::exists(from.dir + "/" + id)) continue;
     proto::WorkRequest req;
     req.mutable_load_state()->set_dir(from.dir + "/" + id);
     ASSIGN_OR_RETURN(uint64_t wid, c.Submit(id, std::move(req)));

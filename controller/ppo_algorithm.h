@@ -12,6 +12,7 @@
 #pragma once
 
 #include <deque>
+#include <map>
 
 #include "common/cpu_affinity.h"
 #include "controller/algorithm.h"
@@ -39,15 +40,19 @@ class PpoAlgorithm final : public Algorithm {
                          std::vector<TensorFrame> inline_weights);
   // The RolloutSetup of worker slot `w`: its sim servers, env indices and seed.
   proto::WorkRequest SetupRequest(size_t w) const;
-  // Readies replacement workers (a new registration in a slot): their envs are set up again
-  // (the episodes the lost worker was running are cut, and counted) and they load the
-  // current weights before any rollout.
+  // Readies a new registration in a slot, a replacement or a joiner: its envs are set up (a
+  // lost worker's unfinished episodes are cut and counted as a fault, a leaver's as
+  // elastic/episodes_cut) and it loads the current weights before any rollout.
   absl::Status PrepareReplacements(Controller& c);
-  // One batch of T steps per worker slot, each dealt to its own worker or, when that one is
-  // lost, to any ready one: outcomes by batch slot, and the worker slot that produced each.
+  // The worker units of an iteration: rollout.workers, whatever the number of live slots.
+  size_t Units() const { return static_cast<size_t>(config_.rollout.workers); }
+  // One batch of T steps per unit (Units()), unit k dealt to slot k when it can take it, else
+  // to any ready idle slot (joined slots included): outcomes by unit, the slot that produced
+  // each, and each unit's rewards scaled as it arrives (in each slot's stepping order, before
+  // a loss or leave seen later restarts that slot's normaliser episodes).
   absl::StatusOr<std::vector<WorkOutcome>> CollectRollouts(Controller& c, int64_t T,
                                                            std::vector<size_t>& producers,
-                                                           std::vector<size_t>& done_order);
+                                                           std::vector<std::vector<float>>& scaled);
   bool Usable(const Controller& c, size_t w) const;
   // Submits the current weights (last_weights_, with copies of the inline frames) to slot w.
   absl::StatusOr<uint64_t> SubmitLoad(Controller& c, size_t w);
@@ -75,6 +80,7 @@ class PpoAlgorithm final : public Algorithm {
     std::vector<int64_t> lag_rows;  // rows by lag (trained version - behaviour version)
     int64_t lag = 0;                // the largest lag
     double policy_s = 0, env_s = 0;
+    std::map<size_t, int64_t> units_by_slot;  // worker units stepped, by slot (rollout/<k>/batches)
     int64_t rows() const { return static_cast<int64_t>(logp.size()); }
   };
   // The rewards of worker batch `o` as the loss sees them: scaled by the normaliser of the
@@ -83,8 +89,9 @@ class PpoAlgorithm final : public Algorithm {
   absl::StatusOr<std::vector<float>> ScaledRewards(const WorkOutcome& o, size_t producer);
   // GAE over worker batch `o` (rewards already scaled), its valid samples appended to `b`;
   // its episodes and env steps counted in `p`. `version`: the version `b` trains.
-  absl::Status AddRollout(const WorkOutcome& o, const std::vector<float>& rewards, int64_t version,
-                          TrainBatch* b, Progress* p);
+  // `producer`: the slot that stepped it (counted in b->units_by_slot).
+  absl::Status AddRollout(const WorkOutcome& o, const std::vector<float>& rewards, size_t producer,
+                          int64_t version, TrainBatch* b, Progress* p);
   // The train_step request of iteration `it` over `b`, collected by `behavior_version` (the
   // oldest version in it).
   absl::StatusOr<uint64_t> SubmitTrain(Controller& c, const std::string& trainer, int64_t it,
@@ -104,16 +111,19 @@ class PpoAlgorithm final : public Algorithm {
 
   JobConfig config_;
   SimPlacement placement_;
-  std::vector<std::string> workers_;
+  std::vector<std::string> workers_;  // every slot: configured, then elastic (joiners)
   std::vector<std::vector<std::pair<std::string, std::string>>> servers_;  // per worker slot
   proto::PolicySpec spec_;
   proto::WeightsReady last_weights_;
   std::vector<TensorFrame> last_frames_;  // the inline weights, when they travel inline
-  std::vector<int> incarnation_;          // per slot: the registration set up last
+  std::vector<int> incarnation_;          // per slot: the registration set up last; -1: none
+  std::vector<bool> left_;                // per slot: its actor left (SIGTERM) since set up
   std::vector<bool> ready_;               // per slot: set up and loaded for that registration
   std::vector<bool> stepped_;             // per slot: its envs ran since they were set up
   std::vector<int64_t> served_;           // per slot: the version it loaded last
   int64_t episodes_cut_ = 0, requeued_batches_ = 0;
+  int64_t episodes_left_ = 0;  // unfinished episodes of workers that left (not a fault)
+  size_t deal_offset_ = 0;     // CollectRollouts: the slot unit 0 is offered first
   std::vector<RewardScaler> reward_scalers_;
   std::deque<double> recent_returns_, recent_lengths_;
 };

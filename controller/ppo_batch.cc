@@ -55,11 +55,13 @@ absl::StatusOr<std::vector<float>> PpoAlgorithm::ScaledRewards(const WorkOutcome
 }
 
 absl::Status PpoAlgorithm::AddRollout(const WorkOutcome& o, const std::vector<float>& rewards,
-                                      int64_t version, TrainBatch* b, Progress* p) {
+                                      size_t producer, int64_t version, TrainBatch* b,
+                                      Progress* p) {
   const int64_t T = config_.rollout.steps_per_iteration, N = config_.env.num_envs;
   const int64_t O = spec_.obs_size(), A = spec_.discrete() ? 1 : spec_.action_size();
   const int64_t lag = version - o.result.policy_version();
   b->lag = std::max(b->lag, lag);
+  ++b->units_by_slot[producer];
   const auto& m = o.result.metrics();
   b->policy_s += m.count("policy_s") ? m.at("policy_s") : 0;
   b->env_s += m.count("env_s") ? m.at("env_s") : 0;
@@ -137,7 +139,7 @@ absl::StatusOr<uint64_t> PpoAlgorithm::SubmitTrain(Controller& c, const std::str
 
 void PpoAlgorithm::IdleShares(double train_s, double stepping_s, double iteration_s,
                               IterationRecord* rec) const {
-  const double workers = static_cast<double>(workers_.size());
+  const double workers = static_cast<double>(Units());
   rec->timings["trainer_idle_share"] = std::clamp(1.0 - train_s / iteration_s, 0.0, 1.0);
   rec->timings["stepper_idle_share"] =
       std::clamp(1.0 - stepping_s / (iteration_s * workers), 0.0, 1.0);
@@ -146,8 +148,8 @@ void PpoAlgorithm::IdleShares(double train_s, double stepping_s, double iteratio
 void PpoAlgorithm::RecordIteration(const WorkOutcome& trained, const TrainBatch& b, Progress* p,
                                    IterationRecord* rec) {
   SplitTimingsFromMetrics(trained.result.metrics(), rec->timings, rec->metrics);
-  rec->timings["policy_s"] = b.policy_s / static_cast<double>(workers_.size());
-  rec->timings["env_s"] = b.env_s / static_cast<double>(workers_.size());
+  rec->timings["policy_s"] = b.policy_s / static_cast<double>(Units());
+  rec->timings["env_s"] = b.env_s / static_cast<double>(Units());
   rec->metrics["env_steps"] = static_cast<double>(p->env_steps);
   rec->metrics["episodes"] = static_cast<double>(p->episodes);
   rec->metrics["samples"] = static_cast<double>(b.rows());
@@ -157,6 +159,11 @@ void PpoAlgorithm::RecordIteration(const WorkOutcome& trained, const TrainBatch&
   if (episodes_cut_ > 0 || requeued_batches_ > 0) {  // only once a worker was lost
     rec->metrics["faults/episodes_cut"] = static_cast<double>(episodes_cut_);
     rec->metrics["faults/requeued_batches"] = static_cast<double>(requeued_batches_);
+  }
+  if (episodes_left_ > 0)
+    rec->metrics["elastic/episodes_cut"] = static_cast<double>(episodes_left_);
+  for (const auto& [slot, units] : b.units_by_slot) {
+    rec->metrics[absl::StrCat("rollout/", slot, "/batches")] = static_cast<double>(units);
   }
   if (recent_returns_.empty()) return;
   double sr = 0, sl = 0;

@@ -4,6 +4,11 @@
 // out by hand.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+#include <optional>
+
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "controller/algorithm.h"
 #include "controller/fake_actors.h"
@@ -103,6 +108,7 @@ class PpoLoopTest : public ::testing::Test {
     absl::Status started = actors_->Start();
     if (!started.ok()) return started;
     ctx_ = std::make_unique<FakeJobContext>(*actors_, config, FreshTestDir());
+    if (resume_) ctx_->resume = &*resume_;
     return (*algo)->Run(*ctx_);
   }
 
@@ -114,6 +120,9 @@ class PpoLoopTest : public ::testing::Test {
   std::map<int, int64_t> versions_, rollouts_;
   std::map<std::pair<std::string, Task>, FakeScript> overrides_;
   bool rejoin_ = false;
+  std::string joiner_;  // the peer of an actor that joined
+  std::optional<JobCheckpoint> resume_;
+  int calls_ = 0;
 };
 
 TEST_F(PpoLoopTest, SetupThenRolloutTrainAndBroadcastEachIteration) {
@@ -327,7 +336,6 @@ class PpoWorkerLossTest : public PpoLoopTest {
     for (size_t row = 0; row < obs.size() / kObs; ++row) first.push_back(obs[row * kObs]);
     return first;
   }
-  int calls_ = 0;
 };
 
 TEST_F(PpoWorkerLossTest, LostBatchIsSteppedByALiveWorkerAndTheReplacementIsSetUpFirst) {
@@ -371,6 +379,231 @@ TEST_F(PpoWorkerLossTest, WithoutAReplacementTheLiveWorkerStepsEveryBatch) {
   }
   EXPECT_EQ(r[2].metrics.at("env_steps"), 36) << "no step lost";
   EXPECT_EQ(r[2].metrics.at("faults/episodes_cut"), kEnvs);
+}
+
+// Elastic rollout workers (rollout.max_staleness 0): one configured worker, room for one more.
+class PpoElasticTest : public PpoLoopTest {
+ protected:
+  using Units = std::map<std::string, double>;
+  // 1 unit x 2 envs x 3 steps = 6 steps per iteration, 4 iterations.
+  JobConfig ElasticConfig() {
+    JobConfig c = Config();
+    c.rollout.workers = 1;
+    c.rollout.max_workers = 2;
+    c.ppo.total_steps = 24;
+    return c;
+  }
+  // Iteration `it`'s slot -> units stepped (the rollout/<slot>/batches metrics).
+  std::map<std::string, double> UnitsBySlot(size_t it) {
+    std::map<std::string, double> out;
+    for (const auto& [k, v] : ctx_->records.at(it).metrics) {
+      if (absl::StartsWith(k, "rollout/")) out[k] = v;
+    }
+    return out;
+  }
+};
+
+TEST_F(PpoElasticTest, JoinerIsSetUpLikeAReplacementAndDealtUnitsWithoutAFault) {
+  overrides_[{"trainer", Task::kTrainStep}] = [this](const FakeWork& w) {
+    if (w.request.train_step().iteration() == 1) joiner_ = actors_->Join("rollout");
+    FakeReply r = WeightsReply(w.request.train_step().iteration());
+    (*r.result.mutable_metrics())["policy_loss"] = -0.25;
+    return r;
+  };
+  ASSERT_TRUE(Run(ElasticConfig()).ok());
+  const std::string r0 = Rollout(0), r1 = actors_->IdOf(joiner_), tr = Trainer();
+  ASSERT_EQ(r1, "rollout-1");
+  // Iteration 1 on rollout-0 alone; the joiner gets its envs and version 1 before iteration 2,
+  // whose one unit it steps; then the unit alternates, and both load every version.
+  const std::vector<std::string> log = actors_->Log();
+  ASSERT_GE(log.size(), 10u);
+  EXPECT_EQ(
+      std::vector<std::string>(log.begin() + 4, log.begin() + 10),
+      (std::vector<std::string>{tr + " train_step", r0 + " load_weights", r1 + " rollout_setup",
+                                r1 + " load_weights", r1 + " rollout", tr + " train_step"}));
+  const auto setups = actors_->Received(Task::kRolloutSetup);
+  ASSERT_EQ(setups.size(), 2u);
+  EXPECT_EQ(setups[1]->request.rollout_setup().first_env_index(), kEnvs) << "its own envs";
+  EXPECT_EQ(setups[1]->request.rollout_setup().seed(), setups[0]->request.rollout_setup().seed());
+  EXPECT_EQ(actors_->Received(Task::kLoadWeights)[2]->request.load_weights().weights().version(),
+            1);
+  const auto& r = ctx_->records;
+  ASSERT_EQ(r.size(), 4u);
+  EXPECT_EQ(UnitsBySlot(0), (Units{{"rollout/0/batches", 1}}));
+  EXPECT_EQ(UnitsBySlot(1), (Units{{"rollout/1/batches", 1}}));
+  EXPECT_EQ(UnitsBySlot(2), (Units{{"rollout/0/batches", 1}}));
+  EXPECT_EQ(UnitsBySlot(3), (Units{{"rollout/1/batches", 1}}));
+  for (size_t i = 0; i < r.size(); ++i) {
+    EXPECT_EQ(r[i].metrics.at("env_steps"), kEnvs * kSteps * (i + 1)) << "one unit per iteration";
+    EXPECT_FALSE(r[i].metrics.contains("faults/episodes_cut")) << "a join is not a fault";
+  }
+  EXPECT_EQ(actors_->controller().faults().actors_lost, 0u);
+  EXPECT_EQ(actors_->controller().elastic().joins, 1u);
+}
+
+TEST_F(PpoElasticTest, LeaverHandsItsUnitBackWhichIsDealtAgainWithoutAFault) {
+  JobConfig c = Config();  // two workers, both may leave
+  c.ppo.total_steps = 36;
+  overrides_[{"rollout", Task::kRollout}] = [this](const FakeWork& w) {
+    if (w.rank == 1 && ++calls_ == 2) return FakeReply::AndLeave(FakeReply::Never());
+    return Trajectories(w.rank, versions_[w.rank], ++rollouts_[w.rank]);
+  };
+  ASSERT_TRUE(Run(c).ok());
+  const std::string r0 = Rollout(0), r1 = Rollout(1);
+  const auto& r = ctx_->records;
+  ASSERT_EQ(r.size(), 3u);
+  EXPECT_EQ(UnitsBySlot(0), (Units{{"rollout/0/batches", 1}, {"rollout/1/batches", 1}}));
+  EXPECT_EQ(UnitsBySlot(1), (Units{{"rollout/0/batches", 2}})) << "its unit dealt again";
+  EXPECT_EQ(UnitsBySlot(2), (Units{{"rollout/0/batches", 2}})) << "its slot stays unused";
+  EXPECT_EQ(r[2].metrics.at("env_steps"), 36) << "no step lost";
+  for (const auto& rec : r) {
+    EXPECT_FALSE(rec.metrics.contains("faults/requeued_batches")) << "a leave is not a fault";
+  }
+  EXPECT_EQ(r[1].metrics.at("elastic/episodes_cut"), kEnvs) << "its envs were mid-episode";
+  EXPECT_EQ(actors_->controller().faults().actors_lost, 0u);
+  EXPECT_EQ(actors_->controller().elastic().leaves, 1u);
+  EXPECT_EQ(actors_->controller().elastic().works_handed_back, 1u);
+  std::vector<std::string> to_r1;
+  for (const std::string& line : actors_->Log()) {
+    if (line.starts_with(r1 + " ")) to_r1.push_back(line.substr(r1.size() + 1));
+  }
+  EXPECT_EQ(to_r1, (std::vector<std::string>{"rollout_setup", "load_weights", "rollout",
+                                             "load_weights", "rollout"}))
+      << "nothing after the rollout it left with";
+}
+
+TEST_F(PpoElasticTest, AJoinerInTheSlotOfALeaverIsAJoinEvenBeforeTheLoopSawTheLeave) {
+  JobConfig c = Config();
+  c.ppo.total_steps = 36;
+  // rollout-1 leaves after its rollout of iteration 2, and a new worker takes its slot while
+  // iteration 2 trains: by the next deal the slot is live again, with a new registration.
+  overrides_[{"rollout", Task::kRollout}] = [this](const FakeWork& w) {
+    FakeReply r = Trajectories(w.rank, versions_[w.rank], ++rollouts_[w.rank]);
+    if (w.rank == 1 && rollouts_[w.rank] == 2) return FakeReply::AndLeave(std::move(r));
+    return r;
+  };
+  overrides_[{"trainer", Task::kTrainStep}] = [this](const FakeWork& w) {
+    if (w.request.train_step().iteration() == 2) joiner_ = actors_->Join("rollout");
+    FakeReply r = WeightsReply(w.request.train_step().iteration());
+    (*r.result.mutable_metrics())["policy_loss"] = -0.25;
+    return r;
+  };
+  ASSERT_TRUE(Run(c).ok());
+  ASSERT_EQ(actors_->IdOf(joiner_), Rollout(1));
+  const auto& r = ctx_->records;
+  ASSERT_EQ(r.size(), 3u);
+  EXPECT_EQ(r[2].metrics.at("elastic/episodes_cut"), kEnvs) << "the leaver's envs";
+  for (const auto& rec : r) EXPECT_FALSE(rec.metrics.contains("faults/episodes_cut"));
+  EXPECT_EQ(actors_->Received(Task::kRolloutSetup).size(), 3u) << "the joiner set up its envs";
+  EXPECT_EQ(actors_->controller().faults().actors_lost, 0u);
+  EXPECT_EQ(UnitsBySlot(2), (Units{{"rollout/0/batches", 1}, {"rollout/1/batches", 1}}));
+}
+
+// A checkpoint saves the workers set up at that moment: a slot joined but not yet set up, or
+// vacant, or left, has no state to save.
+TEST_F(PpoElasticTest, CheckpointsSaveTheWorkersSetUpAtThatMoment) {
+  JobConfig c = ElasticConfig();
+  c.checkpoint.every = 1;
+  c.ppo.total_steps = 12;
+  overrides_[{"trainer", Task::kTrainStep}] = [this](const FakeWork& w) {
+    if (w.request.train_step().iteration() == 1) joiner_ = actors_->Join("rollout");
+    return WeightsReply(w.request.train_step().iteration());
+  };
+  for (const char* role : {"rollout", "trainer"}) {
+    overrides_[{role, Task::kSaveState}] = [](const FakeWork&) { return FakeReply::Ok(); };
+  }
+  ASSERT_TRUE(Run(c).ok());
+  const std::string run = ctx_->run_dir().path();
+  std::vector<std::string> dirs;
+  for (const FakeWork* w : actors_->Received(Task::kSaveState)) {
+    dirs.push_back(w->request.save_state().dir().substr(run.size()));
+  }
+  EXPECT_EQ(dirs, (std::vector<std::string>{
+                      "/checkpoints/step_1/state/rollout-0", "/checkpoints/step_1/state/trainer-0",
+                      "/checkpoints/step_2/state/rollout-0", "/checkpoints/step_2/state/rollout-1",
+                      "/checkpoints/step_2/state/trainer-0"}));
+  std::ifstream in(run + "/checkpoints/step_1/state/controller.json");
+  const nlohmann::json saved = nlohmann::json::parse(in, nullptr, false);
+  EXPECT_EQ(saved["reward_scalers"].size(), 2u) << "one per slot, vacant ones included";
+}
+
+// Resumed from a checkpoint taken after rollout-1 had left: rollout-0 restores its saved
+// state; rollout-1 (launched again with the job) has none and keeps the envs just set up.
+TEST_F(PpoElasticTest, AResumedJobRestoresOnlyTheWorkersTheCheckpointHolds) {
+  JobConfig c = Config();
+  c.checkpoint.every = 1;
+  c.ppo.total_steps = 36;
+  for (const char* role : {"rollout", "trainer"}) {
+    overrides_[{role, Task::kSaveState}] = [](const FakeWork&) { return FakeReply::Ok(); };
+  }
+  overrides_[{"rollout", Task::kLoadWeights}] = [this](const FakeWork& w) {
+    versions_[w.rank] = w.request.load_weights().weights().version();
+    FakeReply r = WeightsReply(versions_[w.rank]);
+    if (w.rank == 1 && versions_[w.rank] == 1) return FakeReply::AndLeave(std::move(r));
+    return r;
+  };
+  ASSERT_TRUE(Run(c).ok());
+  std::ifstream in(ctx_->run_dir().path() + "/checkpoints/step_1/state/controller.json");
+  const nlohmann::json saved = nlohmann::json::parse(in, nullptr, false);
+  // Outside the run root, which the next Run empties; the fakes write no state of their own.
+  const std::string state = ::testing::TempDir() + "rlforge_ppo_elastic_resume/state";
+  std::filesystem::remove_all(state);
+  std::filesystem::create_directories(state + "/rollout-0");
+  resume_ = JobCheckpoint{1, state, saved};
+  overrides_.erase({"rollout", Task::kLoadWeights});
+  overrides_[{"trainer", Task::kLoadState}] = [](const FakeWork&) { return WeightsReply(1); };
+  overrides_[{"rollout", Task::kLoadState}] = [](const FakeWork&) { return FakeReply::Ok(); };
+  versions_.clear();
+  rollouts_.clear();
+  ASSERT_TRUE(Run(c).ok());
+  std::vector<std::string> loads;
+  for (const FakeWork* w : actors_->Received(Task::kLoadState)) {
+    loads.push_back(w->actor_id + " " + w->request.load_state().dir());
+  }
+  EXPECT_EQ(loads, (std::vector<std::string>{Trainer() + " " + state + "/" + Trainer(),
+                                             Rollout(0) + " " + state + "/" + Rollout(0)}));
+  ASSERT_EQ(ctx_->records.size(), 2u);
+  EXPECT_EQ(ctx_->records[0].step, 2);
+}
+
+// ppo.normalize_reward: a leaver's last unit is scaled before its normaliser restarts the
+// episodes its envs were running, so no running return outlives its episodes. rollout-0 is
+// slow, so rollout-1's result and Leave are seen before the iteration's last deal.
+TEST_F(PpoElasticTest, ALeaversNormaliserSeesItsLastUnitBeforeItsEpisodesRestart) {
+  JobConfig c = Config();
+  c.ppo.normalize_reward = true;
+  c.checkpoint.every = 1;
+  for (const char* role : {"rollout", "trainer"}) {
+    overrides_[{role, Task::kSaveState}] = [](const FakeWork&) { return FakeReply::Ok(); };
+  }
+  overrides_[{"rollout", Task::kRollout}] = [this](const FakeWork& w) {
+    FakeReply r = Trajectories(w.rank, versions_[w.rank], ++rollouts_[w.rank]);
+    if (w.rank == 1) return FakeReply::AndLeave(std::move(r));
+    if (rollouts_[0] == 1) r.delay_pumps = 3;
+    return r;
+  };
+  ASSERT_TRUE(Run(c).ok());
+  std::ifstream in(ctx_->run_dir().path() + "/checkpoints/step_2/state/controller.json");
+  const nlohmann::json scaler = nlohmann::json::parse(in, nullptr, false)["reward_scalers"][1];
+  // Its valid steps (the statistics start from a count of 1e-4).
+  EXPECT_NEAR(scaler["count"].get<double>(), kSteps * kEnvs - 1, 1e-3) << scaler.dump();
+  EXPECT_EQ(scaler["returns"], nlohmann::json::array({0.0, 0.0})) << scaler.dump();
+}
+
+TEST_F(PpoElasticTest, BelowMinWorkersTheLoopWaitsAndFailsNamingTheKey) {
+  JobConfig c = Config();
+  c.rollout.min_workers = 2;
+  c.ppo.total_steps = 36;
+  overrides_[{"rollout", Task::kLoadWeights}] = [this](const FakeWork& w) {
+    versions_[w.rank] = w.request.load_weights().weights().version();
+    FakeReply r = WeightsReply(versions_[w.rank]);
+    if (w.rank == 1 && versions_[w.rank] == 1) return FakeReply::AndLeave(std::move(r));
+    return r;
+  };
+  absl::Status s = Run(c);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("rollout.min_workers"), std::string::npos) << s;
+  EXPECT_EQ(ctx_->records.size(), 1u) << "iteration 2 never starts below the minimum";
 }
 
 // rollout.max_staleness: 0 is the synchronous loop: the same requests in the same order and

@@ -52,6 +52,7 @@ class PpoPipeline {
     std::vector<WorkOutcome> units;
     std::vector<std::vector<float>> rewards;  // scaled
     std::vector<bool> have;
+    std::vector<size_t> producers;  // the slot that stepped each unit
   };
   struct InFlight {
     size_t worker = 0;
@@ -101,6 +102,7 @@ void PpoPipeline::Open(int64_t batch) {
   p.units.resize(Workers());
   p.rewards.resize(Workers());
   p.have.assign(Workers(), false);
+  p.producers.assign(Workers(), 0);
   for (size_t s = 0; s < Workers(); ++s) queue_.push_back({batch, s});
 }
 
@@ -214,6 +216,7 @@ absl::Status PpoPipeline::Arrived(const InFlight& f, WorkOutcome o) {
   p.units[f.unit.slot] = std::move(o);
   p.rewards[f.unit.slot] = std::move(rewards);
   p.have[f.unit.slot] = true;
+  p.producers[f.unit.slot] = f.worker;
   return absl::OkStatus();
 }
 
@@ -274,7 +277,8 @@ absl::Status PpoPipeline::Run(JobContext& ctx, PpoAlgorithm::Progress* p) {
     Pending& batch = pending_.at(it);
     int64_t oldest = p->version;
     for (size_t s = 0; s < Workers(); ++s) {
-      RETURN_IF_ERROR(a_.AddRollout(batch.units[s], batch.rewards[s], p->version, &b, p));
+      RETURN_IF_ERROR(
+          a_.AddRollout(batch.units[s], batch.rewards[s], batch.producers[s], p->version, &b, p));
       oldest = std::min(oldest, batch.units[s].result.policy_version());
     }
     pending_.erase(it);

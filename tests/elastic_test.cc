@@ -236,5 +236,83 @@ TEST(ElasticJobTest, TheOnlyRewardWorkerLeavingMakesTheJobWaitUntilOneJoins) {
   }
 }
 
+// PPO on simulators (the synchronous loop): configs/ppo_cartpole.yaml with one launched worker
+// and room for a second; the joiner is set up (its own envs, the current weights) and steps
+// the iteration's unit in turn with rollout-0; SIGTERM hands its slot back with no fault.
+TEST(ElasticPpoTest, AJoinedSimWorkerStepsUnitsShowsOnTheDashboardAndLeavesWithoutAFault) {
+  const std::string root = FreshDir("elastic_ppo");
+  // Never solved, never finished by itself: the test's actions cannot be outrun.
+  JobProcess job({"run", SourceDir() + "/configs/ppo_cartpole.yaml", "job.run_root=" + root,
+                  "job.name=ppo", "rollout.max_workers=2", "ppo.stop_when_solved=false",
+                  "ppo.total_steps=1000000000", "ppo.epochs=2"},
+                 root + "/job.txt");
+  ASSERT_TRUE(job.WaitForOutput("policy version 0 on every rollout worker", 120)) << job.Output();
+  const std::string out = job.Output();
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(listening on (tcp://127\.0\.0\.1:[0-9]+))")))
+      << out;
+  const std::string address = m[1];
+  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(dashboard at (http://[0-9.]+:[0-9]+)/)")))
+      << out;
+  const std::string dashboard = m[1];
+  const std::string run_dir = root + "/ppo";
+
+  JobProcess actor({"actor", "--role", "rollout", "--connect", address}, root + "/actor.txt");
+  ASSERT_TRUE(job.WaitForOutput("rollout-1 joined: envs set up", 60))
+      << job.Output() << actor.Output();
+  auto batches = [](const nlohmann::json& r, const std::string& slot) {
+    return r["metrics"].value("rollout/" + slot + "/batches", 0.0);
+  };
+  // Set up before an iteration starts, it is dealt that iteration's unit or the next one's.
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        for (const auto& r : Records(run_dir)) {
+          if (batches(r, "1") > 0) return true;
+        }
+        return false;
+      },
+      60))
+      << job.Output();
+  for (const auto& r : Records(run_dir)) {  // one unit per iteration, from one slot or the other
+    EXPECT_EQ(batches(r, "0") + batches(r, "1"), 1) << r.dump();
+  }
+
+  nlohmann::json joined;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        auto reply = dashboard::HttpGet(dashboard, "/api/actors", "");
+        if (!reply.ok()) return false;
+        for (const auto& a : nlohmann::json::parse(reply->body, nullptr, false)) {
+          if (a.value("id", "") == "rollout-1") joined = a;
+        }
+        return !joined.is_null();
+      },
+      10));
+  EXPECT_EQ(joined["role"], "rollout");
+  EXPECT_EQ(joined["joined"], true);
+
+  actor.Signal(SIGTERM);
+  EXPECT_EQ(actor.Wait(30), 0) << actor.Output();
+  ASSERT_TRUE(job.WaitForOutput("rollout-1 left: SIGTERM", 10)) << job.Output();
+  const size_t seen = Records(run_dir).size();
+  ASSERT_TRUE(WaitFor([&] { return Records(run_dir).size() >= seen + 3; }, 60)) << job.Output();
+  job.Signal(SIGINT);
+  EXPECT_EQ(job.Wait(60), 128 + SIGINT) << job.Output();
+
+  const std::vector<nlohmann::json> all = Records(run_dir);
+  for (size_t i = seen + 1; i < all.size(); ++i) {
+    EXPECT_EQ(batches(all[i], "1"), 0) << "its slot is not dealt again: " << all[i].dump();
+  }
+  for (const auto& r : all) {
+    for (const auto& [k, v] : r["metrics"].items()) {
+      EXPECT_NE(k.rfind("faults/", 0), 0u) << "no fault: " << r.dump();
+    }
+  }
+  EXPECT_EQ(all.back()["metrics"]["elastic/joins"], 1);
+  EXPECT_EQ(all.back()["metrics"]["elastic/leaves"], 1);
+  EXPECT_EQ(Events(run_dir), (std::vector<std::string>{"joined rollout-1", "left rollout-1"}));
+  EXPECT_EQ(job.Output().find("restarted rollout-1"), std::string::npos) << "not relaunched";
+}
+
 }  // namespace
 }  // namespace rlforge::testing
