@@ -182,7 +182,8 @@ std::shared_ptr<const Schema> WeightsSection() {
            "the engines (language models; any host); zmq: in ZeroMQ frames through the "
            "controller (any host; holds a whole copy there); auto: shm, or gloo for a language "
            "model job with external rollout workers, or zmq for one under launch.backend slurm "
-           "(a control-policy job picks zmq when a worker reports another host).");
+           "or whose engines may join (rollout.max_workers above rollout.workers); a "
+           "control-policy job picks zmq when a worker reports another host or may join.");
   b.Double("bucket_mb", &WeightsOptions::bucket_mb,
            "Language models: the weight stream's bucket size in MiB (two buffers of it per "
            "side; at least 1/64, i.e. 16 KiB).")

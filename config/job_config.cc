@@ -583,7 +583,11 @@ void ApplyBackendDefaults(JobConfig& c) {
 std::string LmWeightTransport(const JobConfig& c) {
   if (c.weights.transport != "auto") return c.weights.transport;
   if (c.rollout.external) return "gloo";
-  return UnderSlurm(c.launch) ? "zmq" : "shm";
+  // Engines that may join (from any host) and leave at any moment: inline weights, which
+  // reach every engine from the controller, and which an engine leaving mid-load cannot cut
+  // short as it would a stream.
+  const bool joins = c.rollout.max_staleness == 0 && c.rollout.max_workers > c.rollout.workers;
+  return UnderSlurm(c.launch) || joins ? "zmq" : "shm";
 }
 
 LoadedJob LoadJobFile(const std::string& path, const std::vector<std::string>& overrides) {

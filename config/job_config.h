@@ -141,7 +141,8 @@ inline bool UnderSlurm(const LaunchOptions& l) { return l.backend == "slurm"; }
 
 // What weights.transport means for a language-model job: "shm", "gloo" or "zmq". auto: gloo
 // when the rollout workers are external (possibly on other hosts), zmq (through the
-// controller) when they are Slurm steps on other nodes, shm otherwise.
+// controller) when they are Slurm steps on other nodes or engines may join
+// (rollout.max_workers above rollout.workers), shm otherwise.
 std::string LmWeightTransport(const JobConfig& c);
 
 // A role's cap on workers, counting those that join by hand: `max_workers`, or `workers` when

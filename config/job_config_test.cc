@@ -134,6 +134,12 @@ TEST(JobConfigTest, SlurmBindsBeyondLoopbackAndRefusesSameHostTransports) {
   LoadedJob local = LoadJobText("job: {algorithm: grpo}\n", "t.yaml");
   EXPECT_EQ(local.config.controller.host, "127.0.0.1");
   EXPECT_EQ(LmWeightTransport(local.config), "shm");
+  // Engines that may join and leave get inline weights: no stream for a leave to cut short.
+  LoadedJob elastic =
+      LoadJobText("job: {algorithm: grpo}\nrollout: {workers: 1, max_workers: 2}\n", "t.yaml");
+  EXPECT_EQ(LmWeightTransport(elastic.config), "zmq");
+  elastic.config.weights.transport = "shm";  // chosen: kept
+  EXPECT_EQ(LmWeightTransport(elastic.config), "shm");
   LoadedJob bad = LoadJobText(
       "job: {algorithm: ppo}\ncontroller: {host: localhost}\n"
       "sim: {backend: server}\nweights: {transport: shm}\n"
