@@ -181,7 +181,17 @@ LmLoop::Round::Round(LmLoop& loop, const std::vector<PromptExample>& examples,
 
 absl::Status LmLoop::Round::Deal(const std::vector<size_t>& indices) {
   if (indices.empty()) return absl::OkStatus();
-  ASSIGN_OR_RETURN(const std::vector<size_t> current, loop_.CurrentEngines());
+  // CurrentEngines may serve the controller (loading a replacement), and an engine can be
+  // declared lost meanwhile: deal only to those still serving once it returns (nothing
+  // changes them until this round serves the controller again).
+  std::vector<size_t> current;
+  while (current.empty()) {
+    ASSIGN_OR_RETURN(current, loop_.CurrentEngines());
+    const std::vector<size_t> serving = loop_.ServingEngines();
+    std::erase_if(current, [&](size_t e) {
+      return std::find(serving.begin(), serving.end(), e) == serving.end();
+    });
+  }
   std::vector<int64_t> cost;
   for (size_t i : indices) cost.push_back(cost_[i]);
   const std::vector<std::vector<size_t>> shares = DealByTokens(cost, current.size());

@@ -160,8 +160,13 @@ TEST(JobTest, AnActorJoinedByHandExitsSoonAfterItsControllerIsKilled) {
   auto code = actor.Wait(15);
   ASSERT_TRUE(code.has_value()) << "the actor outlived its controller:\n" << actor.Output();
   EXPECT_EQ(*code, 1) << actor.Output();
-  EXPECT_NE(actor.Output().find("closed the connection and has not come back"), std::string::npos)
-      << actor.Output();
+  // Its closed connection, normally; on a loaded machine possibly its silence first, or
+  // another test's controller now on the port refusing it: each is the controller's loss.
+  const std::string said = actor.Output();
+  EXPECT_TRUE(said.find("closed the connection and has not come back") != std::string::npos ||
+              said.find("no answer from the controller") != std::string::npos ||
+              said.find("the controller refused this actor's heartbeat") != std::string::npos)
+      << said;
 }
 
 TEST(JobTest, ActorForAnotherRoleIsRefusedWithReason) {
