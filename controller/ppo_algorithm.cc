@@ -311,16 +311,7 @@ absl::StatusOr<std::vector<WorkOutcome>> PpoAlgorithm::CollectRollouts(
   return by_batch;
 }
 
-absl::Status PpoAlgorithm::Run(JobContext& ctx) {
-  Controller& c = ctx.controller();
-  workers_ = c.actors().IdsOfRole("rollout");  // elastic slots (vacant at first) after the rest
-  ASSIGN_OR_RETURN(const std::string trainer, LeadTrainer(c));
-  const int64_t N = config_.env.num_envs, T = config_.rollout.steps_per_iteration;
-  const int64_t batch = static_cast<int64_t>(Units()) * N * T;
-  const int64_t iterations = (config_.ppo.total_steps + batch - 1) / batch;
-
-  ctx.SetTotalIterations(iterations);
-  ASSIGN_OR_RETURN(servers_, StartSimServers(ctx));
+absl::StatusOr<proto::PolicySpec> PpoAlgorithm::SetUpWorkers(Controller& c) {
   std::vector<uint64_t> ids;
   ready_.assign(workers_.size(), false);
   left_.assign(workers_.size(), false);
@@ -336,29 +327,47 @@ absl::Status PpoAlgorithm::Run(JobContext& ctx) {
   ASSIGN_OR_RETURN(auto setups, c.AwaitAll(ids));
   served_.assign(workers_.size(), -1);
   stepped_.assign(workers_.size(), false);
-  spec_ = setups[0].result.policy_spec();
-  const proto::PolicySpec& spec = spec_;
+  const proto::PolicySpec& spec = setups[0].result.policy_spec();
   for (const auto& o : setups) {
-    if (!SameSpec(o.result.policy_spec(), spec) || o.result.policy_spec().num_envs() != N) {
+    if (!SameSpec(o.result.policy_spec(), spec) ||
+        o.result.policy_spec().num_envs() != config_.env.num_envs) {
       return absl::FailedPreconditionError(
           absl::StrCat(o.actor_id, "'s envs (", o.result.policy_spec().env_id(), ", ",
                        o.result.policy_spec().num_envs(), " envs) differ from ", setups[0].actor_id,
-                       "'s or from env.num_envs = ", N));
+                       "'s or from env.num_envs = ", config_.env.num_envs));
     }
   }
+  return spec;
+}
+
+std::string PpoAlgorithm::WeightsTransport(const Controller& c, const std::string& trainer) const {
+  if (config_.weights.transport != "auto") return config_.weights.transport;
+  // Workers that join later may run on any host: they get the weights over ZeroMQ.
+  std::string transport = workers_.size() > Units() ? "zmq" : "shm";
+  const std::string& host = c.actors().Find(trainer)->host;
+  for (size_t w = 0; w < workers_.size(); ++w) {
+    if (ready_[w] && c.actors().Find(workers_[w])->host != host) transport = "zmq";
+  }
+  return transport;
+}
+
+absl::Status PpoAlgorithm::Run(JobContext& ctx) {
+  Controller& c = ctx.controller();
+  workers_ = c.actors().IdsOfRole("rollout");  // elastic slots (vacant at first) after the rest
+  ASSIGN_OR_RETURN(const std::string trainer, LeadTrainer(c));
+  const int64_t N = config_.env.num_envs, T = config_.rollout.steps_per_iteration;
+  const int64_t batch = static_cast<int64_t>(Units()) * N * T;
+  const int64_t iterations = (config_.ppo.total_steps + batch - 1) / batch;
+
+  ctx.SetTotalIterations(iterations);
+  ASSIGN_OR_RETURN(servers_, StartSimServers(ctx));
+  ASSIGN_OR_RETURN(spec_, SetUpWorkers(c));
+  const proto::PolicySpec& spec = spec_;
   spdlog::info("env {}: obs {} -> {} {} ; {} iterations of {} steps", spec.env_id(),
                spec.obs_size(), spec.discrete() ? "Discrete" : "Box", spec.action_size(),
                iterations, batch);
 
-  std::string transport = config_.weights.transport;
-  if (transport == "auto") {
-    // Workers that join later may run on any host: they get the weights over ZeroMQ.
-    transport = workers_.size() > Units() ? "zmq" : "shm";
-    const std::string& host = c.actors().Find(trainer)->host;
-    for (size_t w = 0; w < workers_.size(); ++w) {
-      if (ready_[w] && c.actors().Find(workers_[w])->host != host) transport = "zmq";
-    }
-  }
+  const std::string transport = WeightsTransport(c, trainer);
   proto::WorkRequest init;
   *init.mutable_train_init()->mutable_spec() = spec;
   init.mutable_train_init()->set_weights_transport(transport);
@@ -379,50 +388,58 @@ absl::Status PpoAlgorithm::Run(JobContext& ctx) {
     return RunPipelined(ctx, trainer, iterations, &progress);
   }
   for (int64_t it = progress.iteration + 1; it <= iterations; ++it) {
-    RETURN_IF_ERROR(c.AwaitLive("rollout", static_cast<int>(config_.rollout.min_workers),
-                                "rollout.min_workers"));
-    const Stopwatch t_iter;
-    IterationRecord rec;
-    rec.step = it;
-    std::vector<size_t> producers;
-    std::vector<std::vector<float>> scaled;  // by the slot that stepped them, as they came
-    ASSIGN_OR_RETURN(auto rollouts, CollectRollouts(c, T, producers, scaled));
-    rec.timings["rollout_s"] = t_iter.Seconds();
-    double stepping_s = 0;
-    for (const WorkOutcome& o : rollouts) stepping_s += o.seconds;
-
-    const Stopwatch t_gae;
-    TrainBatch b;
-    for (size_t k = 0; k < rollouts.size(); ++k) {
-      RETURN_IF_ERROR(
-          AddRollout(rollouts[k], scaled[k], producers[k], progress.version, &b, &progress));
-    }
-    rec.timings["gae_s"] = t_gae.Seconds();
-    if (b.rows() == 0) return absl::InternalError("a rollout produced no valid samples");
-
-    const Stopwatch t_train;
-    ASSIGN_OR_RETURN(uint64_t sid, SubmitTrain(c, trainer, it, iterations, progress.version, b));
-    ASSIGN_OR_RETURN(WorkOutcome trained, c.Await(sid));
-    rec.timings["train_s"] = t_train.Seconds();
-
-    const Stopwatch t_sync;
-    RETURN_IF_ERROR(Broadcast(c, trained.result.weights(), std::move(trained.tensors)));
-    progress.version = trained.result.weights().version();
-    rec.timings["weight_sync_s"] = t_sync.Seconds();
-
-    RecordIteration(trained, b, &progress, &rec);
-    const double iter_s = t_iter.Seconds();
-    rec.timings["iteration_s"] = iter_s;
-    rec.timings["steps_per_s"] = static_cast<double>(batch) / iter_s;
-    IdleShares(rec.timings["train_s"], stepping_s, iter_s, &rec);
-    RETURN_IF_ERROR(ctx.EndIteration(rec));
-    progress.iteration = it;
-    RETURN_IF_ERROR(CheckpointAfterIteration(
-        ctx, it, SaveProgress(progress),
-        [&](const std::string& dir) { return SaveActors(c, trainer, dir); }));
+    RETURN_IF_ERROR(RunIteration(ctx, trainer, it, iterations, &progress));
     if (progress.solved && config_.ppo.stop_when_solved) break;
   }
   return absl::OkStatus();
+}
+
+absl::Status PpoAlgorithm::RunIteration(JobContext& ctx, const std::string& trainer, int64_t it,
+                                        int64_t iterations, Progress* progress) {
+  Controller& c = ctx.controller();
+  RETURN_IF_ERROR(
+      c.AwaitLive("rollout", static_cast<int>(config_.rollout.min_workers), "rollout.min_workers"));
+  const int64_t T = config_.rollout.steps_per_iteration;
+  const Stopwatch t_iter;
+  IterationRecord rec;
+  rec.step = it;
+  std::vector<size_t> producers;
+  std::vector<std::vector<float>> scaled;  // by the slot that stepped them, as they came
+  ASSIGN_OR_RETURN(auto rollouts, CollectRollouts(c, T, producers, scaled));
+  rec.timings["rollout_s"] = t_iter.Seconds();
+  double stepping_s = 0;
+  for (const WorkOutcome& o : rollouts) stepping_s += o.seconds;
+
+  const Stopwatch t_gae;
+  TrainBatch b;
+  for (size_t k = 0; k < rollouts.size(); ++k) {
+    RETURN_IF_ERROR(
+        AddRollout(rollouts[k], scaled[k], producers[k], progress->version, &b, progress));
+  }
+  rec.timings["gae_s"] = t_gae.Seconds();
+  if (b.rows() == 0) return absl::InternalError("a rollout produced no valid samples");
+
+  const Stopwatch t_train;
+  ASSIGN_OR_RETURN(uint64_t sid, SubmitTrain(c, trainer, it, iterations, progress->version, b));
+  ASSIGN_OR_RETURN(WorkOutcome trained, c.Await(sid));
+  rec.timings["train_s"] = t_train.Seconds();
+
+  const Stopwatch t_sync;
+  RETURN_IF_ERROR(Broadcast(c, trained.result.weights(), std::move(trained.tensors)));
+  progress->version = trained.result.weights().version();
+  rec.timings["weight_sync_s"] = t_sync.Seconds();
+
+  RecordIteration(trained, b, progress, &rec);
+  const double iter_s = t_iter.Seconds();
+  rec.timings["iteration_s"] = iter_s;
+  rec.timings["steps_per_s"] =
+      static_cast<double>(static_cast<int64_t>(Units()) * config_.env.num_envs * T) / iter_s;
+  IdleShares(rec.timings["train_s"], stepping_s, iter_s, &rec);
+  RETURN_IF_ERROR(ctx.EndIteration(rec));
+  progress->iteration = it;
+  return CheckpointAfterIteration(ctx, it, SaveProgress(*progress), [&](const std::string& dir) {
+    return SaveActors(c, trainer, dir);
+  });
 }
 
 nlohmann::json PpoAlgorithm::SaveProgress(const Progress& p) const {

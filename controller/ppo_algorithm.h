@@ -105,6 +105,16 @@ class PpoAlgorithm final : public Algorithm {
   // submit-to-result seconds of the rollouts returned during the iteration).
   void IdleShares(double train_s, double stepping_s, double iteration_s,
                   IterationRecord* rec) const;
+  // Sets up the envs of every worker registered at the start (RolloutSetup) and checks that
+  // they agree with each other and with env.num_envs; the policy spec they report.
+  absl::StatusOr<proto::PolicySpec> SetUpWorkers(Controller& c);
+  // weights.transport for this job; auto: shm, or zmq when workers may join (from any host)
+  // or one reported another host than the trainer's.
+  std::string WeightsTransport(const Controller& c, const std::string& trainer) const;
+  // One iteration of the synchronous loop: rollouts, batch, train step, weight sync, record,
+  // checkpoint.
+  absl::Status RunIteration(JobContext& ctx, const std::string& trainer, int64_t it,
+                            int64_t iterations, Progress* p);
   // The loop of rollout.max_staleness k >= 1 (controller/ppo_pipeline.cc).
   absl::Status RunPipelined(JobContext& ctx, const std::string& trainer, int64_t iterations,
                             Progress* p);
