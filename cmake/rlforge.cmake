@@ -16,7 +16,7 @@ function(rlforge_test name)
   if(NOT ARG_LABELS)
     set(ARG_LABELS unit)
   endif()
-  add_executable(${name} ${ARG_SOURCES})
+  add_executable(${name} ${ARG_SOURCES} ${CMAKE_SOURCE_DIR}/cmake/test_signals.cc)
   target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gtest_main rlforge_warnings)
   gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60 DISCOVERY_MODE PRE_TEST
                        PROPERTIES LABELS ${ARG_LABELS})
