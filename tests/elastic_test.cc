@@ -80,17 +80,6 @@ std::vector<std::string> RunOverrides(const std::string& root, const std::string
           "grpo.eval_examples=8"};
 }
 
-// The events of <run_dir>/events.jsonl as "<event> <actor>".
-std::vector<std::string> Events(const std::string& run_dir) {
-  std::vector<std::string> events;
-  std::ifstream in(run_dir + "/events.jsonl");
-  for (std::string line; std::getline(in, line);) {
-    auto e = nlohmann::json::parse(line);
-    events.push_back(e.value("event", "") + " " + e.value("actor", ""));
-  }
-  return events;
-}
-
 // The dashboard's /api/status, or null.
 nlohmann::json Status(const std::string& dashboard) {
   auto reply = dashboard::HttpGet(dashboard, "/api/status", "");
@@ -178,7 +167,7 @@ TEST(ElasticDocTest, AJoinedEngineIsDealtWorkWithinAnIterationShowsOnTheDashboar
   }
   EXPECT_EQ(all.back()["metrics"]["elastic/joins"], 1);
   EXPECT_EQ(all.back()["metrics"]["elastic/leaves"], 1);
-  const std::vector<std::string> events = Events(run_dir);
+  const std::vector<std::string> events = ReadEvents(run_dir);
   EXPECT_EQ(events, (std::vector<std::string>{"joined rollout-1", "left rollout-1"}));
 }
 
@@ -228,7 +217,7 @@ TEST(ElasticJobTest, TheOnlyRewardWorkerLeavingMakesTheJobWaitUntilOneJoins) {
   job.Signal(SIGINT);
   EXPECT_EQ(job.Wait(60), 128 + SIGINT) << job.Output();
   EXPECT_EQ(joiner.Wait(30), 0) << joiner.Output();
-  EXPECT_EQ(Events(run_dir), (std::vector<std::string>{"left reward-0", "joined reward-0"}));
+  EXPECT_EQ(ReadEvents(run_dir), (std::vector<std::string>{"left reward-0", "joined reward-0"}));
   for (const auto& r : Records(run_dir)) {
     for (const auto& [k, v] : r["metrics"].items()) {
       EXPECT_NE(k.rfind("faults/", 0), 0u) << "no fault: " << r.dump();
@@ -310,7 +299,7 @@ TEST(ElasticPpoTest, AJoinedSimWorkerStepsUnitsShowsOnTheDashboardAndLeavesWitho
   }
   EXPECT_EQ(all.back()["metrics"]["elastic/joins"], 1);
   EXPECT_EQ(all.back()["metrics"]["elastic/leaves"], 1);
-  EXPECT_EQ(Events(run_dir), (std::vector<std::string>{"joined rollout-1", "left rollout-1"}));
+  EXPECT_EQ(ReadEvents(run_dir), (std::vector<std::string>{"joined rollout-1", "left rollout-1"}));
   EXPECT_EQ(job.Output().find("restarted rollout-1"), std::string::npos) << "not relaunched";
 }
 

@@ -244,22 +244,14 @@ TEST(PpoTest, AKilledSimServerIsRestartedWithItsWorker) {
                                    "dashboard.enabled=false"};
   JobProcess job(args, root + "/r.txt");
   // Killed once the job is under way (a few iterations done).
-  for (int i = 0; i < 2400 && ReadMetricsJsonl(root + "/r").size() < 5; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  ASSERT_GE(ReadMetricsJsonl(root + "/r").size(), 5u) << job.Output();
-  std::smatch m;
-  const std::string out = job.Output();
-  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(started sim-2 \(pid (\d+)\))"))) << out;
-  kill(std::stoi(m[1]), SIGKILL);
+  ASSERT_TRUE(WaitForMetrics(root + "/r", 5, 120)) << job.Output();
+  const int pid = StartedPid(job.Output(), "sim-2");
+  ASSERT_GT(pid, 0) << job.Output();
+  kill(pid, SIGKILL);
   ASSERT_EQ(job.Wait(300).value_or(-1), 0) << job.Output();
   const std::string events = ReadFile(root + "/r/events.jsonl");
-  std::set<std::string> seen;  // "event actor"
-  std::istringstream lines(events);
-  for (std::string line; std::getline(lines, line);) {
-    auto e = nlohmann::json::parse(line);
-    seen.insert(e["event"].get<std::string>() + " " + e["actor"].get<std::string>());
-  }
+  const std::vector<std::string> seen_list = ReadEvents(root + "/r");
+  const std::set<std::string> seen(seen_list.begin(), seen_list.end());  // "event actor"
   // sim-2 serves rollout-1 (servers are dealt to workers in order, two each).
   for (const char* want : {"lost sim-2", "restart sim-2", "lost rollout-1", "restart rollout-1"}) {
     EXPECT_TRUE(seen.count(want)) << want << " is not in events.jsonl:\n" << events;
@@ -295,14 +287,10 @@ TEST(PpoTest, AKilledWorkerOfAStaleRunIsReplaced) {
                                    "launch.restart_backoff_s=0.1",
                                    "dashboard.enabled=false"};
   JobProcess job(args, root + "/r.txt");
-  for (int i = 0; i < 2400 && ReadMetricsJsonl(root + "/r").size() < 5; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  ASSERT_GE(ReadMetricsJsonl(root + "/r").size(), 5u) << job.Output();
-  std::smatch m;
-  const std::string out = job.Output();
-  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(started rollout-1 \(pid (\d+)\))"))) << out;
-  kill(std::stoi(m[1]), SIGKILL);
+  ASSERT_TRUE(WaitForMetrics(root + "/r", 5, 120)) << job.Output();
+  const int pid = StartedPid(job.Output(), "rollout-1");
+  ASSERT_GT(pid, 0) << job.Output();
+  kill(pid, SIGKILL);
   ASSERT_EQ(job.Wait(300).value_or(-1), 0) << job.Output();
   const std::string events = ReadFile(root + "/r/events.jsonl");
   EXPECT_NE(events.find("\"lost\""), std::string::npos) << events;
