@@ -85,6 +85,9 @@ absl::Status AsyncRollout::Deal(const std::vector<int64_t>& ids, std::vector<siz
 }
 
 absl::Status AsyncRollout::Request(size_t engine) {
+  // Declared lost since its groups were queued (the controller was served meanwhile): they
+  // go to the engines still serving, as a lost engine's do.
+  if (!Live(fleet_.id(engine))) return GiveBack(engine);
   Engine& e = engines_[engine];
   proto::WorkRequest gen;
   proto::LmGenerate* lg = gen.mutable_lm_generate();
