@@ -453,9 +453,13 @@ absl::Status LmLoop::SyncWeights(TrainerGroup& trainer, const proto::WeightsRead
   RETURN_IF_ERROR(Refresh());
   // Engines that serve the version already (a step that did not update the policy) skip it;
   // lagging ones load it too, so each can catch up. Lost ones load it once replaced.
+  // An engine not live now (lost, or relaunched and not yet registered) loads it once its
+  // replacement registers (Refresh).
+  const std::vector<std::string> live = ctx_.controller().actors().LiveOfRole("rollout");
   std::vector<size_t> loaders;
   for (size_t e = 0; e < fleet_.size(); ++e) {
-    if (fleet_.version(e) != announced.version() && fleet_.version(e) != kLostVersion) {
+    if (fleet_.version(e) != announced.version() && fleet_.version(e) != kLostVersion &&
+        std::find(live.begin(), live.end(), fleet_.id(e)) != live.end()) {
       loaders.push_back(e);
     }
   }
