@@ -195,127 +195,164 @@ void ControlRolloutRole::TimePipeline(int64_t steps, double seconds) {
   }
 }
 
-absl::StatusOr<WorkReply> ControlRolloutRole::Rollout(const proto::RolloutTask& task) {
-  if (!model_) return absl::FailedPreconditionError("rollout before load_weights");
-  const int64_t T = task.num_steps(), N = envs_->num_envs(), O = spec_.obs_size();
-  const int64_t A = spec_.discrete() ? 1 : spec_.action_size();
-  std::vector<float> obs(T * N * O), logp(T * N), values(T * N), rewards(T * N), last(N);
+// With sim.pipeline the envs step group by group (a group is one sim server's envs): while
+// group g steps, the policy acts for group g+1, so a step costs only what the policy does not
+// hide. Groups are contiguous and visited in order, so the sampler draws in the same order as
+// one batch. Otherwise one group of every env, stepped with one Step.
+struct ControlRolloutRole::Pass {
+  Pass(int64_t steps, int64_t envs, int64_t obs_size, int64_t action_size, bool discrete_actions,
+       int group_count, bool pipelined_groups)
+      : T(steps),
+        N(envs),
+        O(obs_size),
+        A(action_size),
+        discrete(discrete_actions),
+        pipelined(pipelined_groups),
+        obs(T * N * O),
+        logp(T * N),
+        values(T * N),
+        rewards(T * N),
+        last(N),
+        dactions(discrete ? T * N : 0),
+        cactions(discrete ? 0 : T * N * A),
+        term(T * N),
+        trunc(T * N),
+        valid(T * N),
+        g_discrete(group_count),
+        g_learner(group_count),
+        g_env(group_count) {}
+
+  const int64_t T, N, O, A;
+  const bool discrete, pipelined;
+  std::vector<float> obs, logp, values, rewards, last;
   std::vector<int64_t> dactions;
   std::vector<float> cactions;
-  if (spec_.discrete())
-    dactions.resize(T * N);
-  else
-    cactions.resize(T * N * A);
-  std::vector<uint8_t> term(T * N), trunc(T * N), valid(T * N);
+  std::vector<uint8_t> term, trunc, valid;
+  std::vector<std::vector<int64_t>> g_discrete;  // actions in flight, per group
+  std::vector<std::vector<float>> g_learner, g_env;
+  const void* step_actions = nullptr;  // not pipelined: the batch's, until Observe
   sim::StepOutput out;
-  WorkReply reply;
-  proto::RolloutResult* result = reply.result.mutable_rollout();
   double policy_s = 0, env_s = 0;
-  torch::InferenceMode guard;
-  // With sim.pipeline the envs step group by group (a group is one sim
-  // server's envs): while group g steps, the policy acts for group g+1, so a
-  // step costs only what the policy does not hide. Groups are contiguous and
-  // visited in order, so the sampler draws in the same order as one batch.
-  // Otherwise one group of every env, stepped with one Step.
-  const bool pipelined = Pipelined();
-  const Stopwatch loop_timer;
-  const int G = pipelined ? envs_->num_groups() : 1;
-  std::vector<std::vector<int64_t>> g_discrete(G);  // actions in flight, per group
-  std::vector<std::vector<float>> g_learner(G), g_env(G);
-  const void* step_actions = nullptr;  // not pipelined: the batch's, until observe()
+  WorkReply reply;
+
   // First env and env count of group g (one group of every env when not pipelined).
-  auto group_first = [&](int g) -> int64_t { return pipelined ? envs_->group_offset(g) : 0; };
-  auto group_count = [&](int g) -> int64_t { return pipelined ? envs_->group_size(g) : N; };
-  auto act = [&](int64_t t, int g) -> absl::Status {
-    Stopwatch timer;
-    const int64_t off = group_first(g), n = group_count(g);
-    float* o = obs_.data() + off * O;
-    std::memcpy(obs.data() + (t * N + off) * O, o, n * O * sizeof(float));
-    auto pout = model_->Forward(torch::from_blob(o, {n, O}, torch::kFloat32));
-    Sample(pout, &g_discrete[g], &g_learner[g], &g_env[g]);
-    torch::Tensor act_t = spec_.discrete()
-                              ? torch::from_blob(g_discrete[g].data(), {n}, torch::kLong)
-                              : torch::from_blob(g_learner[g].data(), {n, A}, torch::kFloat32);
-    auto lp = model_->LogProb(pout, act_t).contiguous();
-    auto v = pout.value.contiguous();
-    std::memcpy(logp.data() + t * N + off, lp.data_ptr<float>(), n * sizeof(float));
-    std::memcpy(values.data() + t * N + off, v.data_ptr<float>(), n * sizeof(float));
-    if (spec_.discrete()) {
-      std::copy(g_discrete[g].begin(), g_discrete[g].end(), dactions.begin() + t * N + off);
+  int64_t First(const sim::VectorEnv& envs, int g) const {
+    return pipelined ? envs.group_offset(g) : 0;
+  }
+  int64_t Count(const sim::VectorEnv& envs, int g) const {
+    return pipelined ? envs.group_size(g) : N;
+  }
+
+  // The buffers as the reply's tensors, and the timings.
+  void Finish() {
+    reply.result.mutable_rollout()->set_env_steps(T * N);
+    auto add = [&](const char* name, proto::DType dtype, std::vector<int64_t> shape,
+                   const void* data) {
+      reply.tensors.push_back(TensorFrame::Copy(name, dtype, shape, data));
+    };
+    add("obs", proto::F32, {T, N, O}, obs.data());
+    if (discrete) {
+      add("actions", proto::I64, {T, N}, dactions.data());
     } else {
-      std::copy(g_learner[g].begin(), g_learner[g].end(), cactions.begin() + (t * N + off) * A);
+      add("actions", proto::F32, {T, N, A}, cactions.data());
     }
-    policy_s += timer.Lap();
-    const void* env_act = spec_.discrete() ? static_cast<const void*>(g_discrete[g].data())
-                                           : static_cast<const void*>(g_env[g].data());
-    const auto* bytes = static_cast<const uint8_t*>(env_act);
-    action_log_.insert(action_log_.end(), bytes, bytes + n * EnvActionBytes());
-    if (pipelined) {
-      absl::Status s = envs_->BeginStep(g, env_act);
-      env_s += timer.Seconds();
-      return s;
-    }
-    step_actions = env_act;  // stepped as one batch by observe()
-    return absl::OkStatus();
-  };
-  auto observe = [&](int64_t t, int g) -> absl::Status {
-    const Stopwatch timer;
-    RETURN_IF_ERROR(pipelined ? envs_->EndStep(g, &out) : envs_->Step(step_actions, &out));
-    env_s += timer.Seconds();
-    const int64_t off = group_first(g), n = group_count(g);
-    for (int64_t i = 0; i < n; ++i) {
-      rewards[t * N + off + i] = static_cast<float>(out.reward[i]);
-      term[t * N + off + i] = out.terminated[i];
-      trunc[t * N + off + i] = out.truncated[i];
-      valid[t * N + off + i] = out.reset[i] ? 0 : 1;
-    }
-    for (const auto& e : out.episodes) {
-      proto::EpisodeStat* ep = result->add_episodes();
-      ep->set_env_index(first_env_index_ + e.env_index);
-      ep->set_episode_return(e.episode_return);
-      ep->set_length(e.length);
-    }
-    std::memcpy(obs_.data() + off * O, out.obs.data(), n * O * sizeof(float));
-    return absl::OkStatus();
-  };
+    add("logprobs", proto::F32, {T, N}, logp.data());
+    add("values", proto::F32, {T, N}, values.data());
+    add("rewards", proto::F32, {T, N}, rewards.data());
+    add("terminated", proto::U8, {T, N}, term.data());
+    add("truncated", proto::U8, {T, N}, trunc.data());
+    add("valid", proto::U8, {T, N}, valid.data());
+    add("last_values", proto::F32, {N}, last.data());
+    (*reply.result.mutable_metrics())["policy_s"] = policy_s;
+    (*reply.result.mutable_metrics())["env_s"] = env_s;
+  }
+};
+
+absl::Status ControlRolloutRole::Act(Pass& p, int64_t t, int g) {
+  Stopwatch timer;
+  const int64_t N = p.N, O = p.O, off = p.First(*envs_, g), n = p.Count(*envs_, g);
+  float* o = obs_.data() + off * O;
+  std::memcpy(p.obs.data() + (t * N + off) * O, o, n * O * sizeof(float));
+  auto pout = model_->Forward(torch::from_blob(o, {n, O}, torch::kFloat32));
+  Sample(pout, &p.g_discrete[g], &p.g_learner[g], &p.g_env[g]);
+  torch::Tensor act_t = p.discrete
+                            ? torch::from_blob(p.g_discrete[g].data(), {n}, torch::kLong)
+                            : torch::from_blob(p.g_learner[g].data(), {n, p.A}, torch::kFloat32);
+  auto lp = model_->LogProb(pout, act_t).contiguous();
+  auto v = pout.value.contiguous();
+  std::memcpy(p.logp.data() + t * N + off, lp.data_ptr<float>(), n * sizeof(float));
+  std::memcpy(p.values.data() + t * N + off, v.data_ptr<float>(), n * sizeof(float));
+  if (p.discrete) {
+    std::copy(p.g_discrete[g].begin(), p.g_discrete[g].end(), p.dactions.begin() + t * N + off);
+  } else {
+    std::copy(p.g_learner[g].begin(), p.g_learner[g].end(),
+              p.cactions.begin() + (t * N + off) * p.A);
+  }
+  p.policy_s += timer.Lap();
+  const void* env_act = p.discrete ? static_cast<const void*>(p.g_discrete[g].data())
+                                   : static_cast<const void*>(p.g_env[g].data());
+  const auto* bytes = static_cast<const uint8_t*>(env_act);
+  action_log_.insert(action_log_.end(), bytes, bytes + n * EnvActionBytes());
+  if (p.pipelined) {
+    absl::Status s = envs_->BeginStep(g, env_act);
+    p.env_s += timer.Seconds();
+    return s;
+  }
+  p.step_actions = env_act;  // stepped as one batch by Observe
+  return absl::OkStatus();
+}
+
+absl::Status ControlRolloutRole::Observe(Pass& p, int64_t t, int g) {
+  const Stopwatch timer;
+  RETURN_IF_ERROR(p.pipelined ? envs_->EndStep(g, &p.out) : envs_->Step(p.step_actions, &p.out));
+  p.env_s += timer.Seconds();
+  const int64_t N = p.N, off = p.First(*envs_, g), n = p.Count(*envs_, g);
+  for (int64_t i = 0; i < n; ++i) {
+    p.rewards[t * N + off + i] = static_cast<float>(p.out.reward[i]);
+    p.term[t * N + off + i] = p.out.terminated[i];
+    p.trunc[t * N + off + i] = p.out.truncated[i];
+    p.valid[t * N + off + i] = p.out.reset[i] ? 0 : 1;
+  }
+  for (const auto& e : p.out.episodes) {
+    proto::EpisodeStat* ep = p.reply.result.mutable_rollout()->add_episodes();
+    ep->set_env_index(first_env_index_ + e.env_index);
+    ep->set_episode_return(e.episode_return);
+    ep->set_length(e.length);
+  }
+  std::memcpy(obs_.data() + off * p.O, p.out.obs.data(), n * p.O * sizeof(float));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<WorkReply> ControlRolloutRole::Rollout(const proto::RolloutTask& task) {
+  if (!model_) return absl::FailedPreconditionError("rollout before load_weights");
+  const bool pipelined = Pipelined();
+  const int G = pipelined ? envs_->num_groups() : 1;
+  Pass p(task.num_steps(), envs_->num_envs(), spec_.obs_size(),
+         spec_.discrete() ? 1 : spec_.action_size(), spec_.discrete(), G, pipelined);
+  torch::InferenceMode guard;
+  const Stopwatch loop_timer;
   auto at = [&](const absl::Status& s) {
     return Annotate(s, absl::StrCat("envs at ", envs_->location()));
   };
-  for (int64_t t = 0; t < T; ++t) {
+  for (int64_t t = 0; t < p.T; ++t) {
     for (int g = 0; g < G; ++g) {
       if (t > 0) {
-        absl::Status s = observe(t - 1, g);
+        absl::Status s = Observe(p, t - 1, g);
         if (!s.ok()) return at(s);
       }
-      absl::Status s = act(t, g);
+      absl::Status s = Act(p, t, g);
       if (!s.ok()) return at(s);
     }
   }
   for (int g = 0; g < G; ++g) {
-    absl::Status s = observe(T - 1, g);
+    absl::Status s = Observe(p, p.T - 1, g);
     if (!s.ok()) return at(s);
   }
-  TimePipeline(T, loop_timer.Seconds());
-  auto lv = model_->Value(torch::from_blob(obs_.data(), {N, O}, torch::kFloat32)).contiguous();
-  std::memcpy(last.data(), lv.data_ptr<float>(), N * sizeof(float));
-  result->set_env_steps(T * N);
-  std::vector<int64_t> obs_shape = {T, N, O};
-  reply.tensors.push_back(TensorFrame::Copy("obs", proto::F32, obs_shape, obs.data()));
-  if (spec_.discrete()) {
-    reply.tensors.push_back(TensorFrame::Copy("actions", proto::I64, {T, N}, dactions.data()));
-  } else {
-    reply.tensors.push_back(TensorFrame::Copy("actions", proto::F32, {T, N, A}, cactions.data()));
-  }
-  reply.tensors.push_back(TensorFrame::Copy("logprobs", proto::F32, {T, N}, logp.data()));
-  reply.tensors.push_back(TensorFrame::Copy("values", proto::F32, {T, N}, values.data()));
-  reply.tensors.push_back(TensorFrame::Copy("rewards", proto::F32, {T, N}, rewards.data()));
-  reply.tensors.push_back(TensorFrame::Copy("terminated", proto::U8, {T, N}, term.data()));
-  reply.tensors.push_back(TensorFrame::Copy("truncated", proto::U8, {T, N}, trunc.data()));
-  reply.tensors.push_back(TensorFrame::Copy("valid", proto::U8, {T, N}, valid.data()));
-  reply.tensors.push_back(TensorFrame::Copy("last_values", proto::F32, {N}, last.data()));
-  (*reply.result.mutable_metrics())["policy_s"] = policy_s;
-  (*reply.result.mutable_metrics())["env_s"] = env_s;
-  return reply;
+  TimePipeline(p.T, loop_timer.Seconds());
+  auto lv = model_->Value(torch::from_blob(obs_.data(), {p.N, p.O}, torch::kFloat32)).contiguous();
+  std::memcpy(p.last.data(), lv.data_ptr<float>(), p.N * sizeof(float));
+  p.Finish();
+  return std::move(p.reply);
 }
 
 int64_t ControlRolloutRole::EnvActionBytes() const {

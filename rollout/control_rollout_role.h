@@ -36,6 +36,12 @@ class ControlRolloutRole final : public Role {
   absl::StatusOr<WorkReply> Setup(const proto::RolloutSetup& setup);
   absl::StatusOr<WorkReply> Load(const proto::LoadWeights& load, std::vector<TensorFrame>& tensors);
   absl::StatusOr<WorkReply> Rollout(const proto::RolloutTask& task);
+  // One Rollout call's buffers and the actions in flight (control_rollout_role.cc).
+  struct Pass;
+  // Step t of env group g: the policy acts (and, pipelined, the group starts stepping).
+  absl::Status Act(Pass& p, int64_t t, int g);
+  // Step t of env group g ends: its rewards, flags, episodes and next observations.
+  absl::Status Observe(Pass& p, int64_t t, int g);
   absl::StatusOr<WorkReply> SaveState(const proto::SaveState& save);
   absl::StatusOr<WorkReply> LoadState(const proto::LoadState& load);
   // Bytes of one env's action as the envs take it (int64, or action_size floats).
