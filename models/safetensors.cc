@@ -54,9 +54,15 @@ absl::StatusOr<std::string> SafetensorDtypeName(torch::Dtype dtype) {
       absl::StrCat("no safetensors dtype for torch dtype ", c10::toString(dtype)));
 }
 
-absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std::string& path) {
-  std::unique_ptr<SafetensorsFile> f(new SafetensorsFile());
-  f->path_ = path;
+namespace {
+
+struct Mapping {
+  const uint8_t* data = nullptr;
+  uint64_t size = 0;
+};
+
+// `path` mapped read-only; a file shorter than the 8-byte header length is corrupt.
+absl::StatusOr<Mapping> MapFile(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     return absl::NotFoundError(absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
@@ -77,9 +83,88 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
   if (m == MAP_FAILED) {
     return absl::InternalError(absl::StrCat(path, ": cannot mmap: ", std::strerror(errno)));
   }
-  f->map_ = static_cast<const uint8_t*>(m);
-  f->map_size_ = size;
+  return Mapping{static_cast<const uint8_t*>(m), size};
+}
 
+// The shape's sizes and element count, or what is wrong with it.
+absl::Status ParseShape(const nlohmann::json& shape, const std::string& where,
+                        std::vector<int64_t>* dims, uint64_t* numel) {
+  if (!shape.is_array()) return absl::DataLossError(absl::StrCat(where, ": shape is not a list"));
+  *numel = 1;
+  for (const auto& s : shape) {
+    if (!s.is_number_unsigned()) {
+      return absl::DataLossError(absl::StrCat(where, ": shape entry ", s.dump(), " is not a size"));
+    }
+    uint64_t dim = s.get<uint64_t>();
+    if (dim != 0 && *numel > (uint64_t{1} << 62) / dim) {
+      return absl::DataLossError(absl::StrCat(where, ": shape overflows"));
+    }
+    *numel *= dim;
+    dims->push_back(static_cast<int64_t>(dim));
+  }
+  return absl::OkStatus();
+}
+
+// One header entry: dtype, shape and data_offsets, checked against each other and against the
+// `data_size` bytes after the header. Errors name the tensor (the caller adds the file).
+absl::StatusOr<SafetensorInfo> ParseTensorInfo(const std::string& name, const nlohmann::json& v,
+                                               uint64_t data_size) {
+  const std::string where = absl::StrCat("tensor '", name, "'");
+  auto bad = [&](const std::string& what) {
+    return absl::DataLossError(absl::StrCat(where, ": ", what));
+  };
+  if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") ||
+      !v.contains("data_offsets")) {
+    return bad("needs dtype, shape and data_offsets");
+  }
+  SafetensorInfo info;
+  if (!v["dtype"].is_string()) return bad("dtype is not a string");
+  info.dtype = v["dtype"].get<std::string>();
+  auto dt = SafetensorDtype(info.dtype);
+  if (!dt.ok()) return bad(std::string(dt.status().message()));
+  uint64_t numel = 0;
+  RETURN_IF_ERROR(ParseShape(v["shape"], where, &info.shape, &numel));
+  const auto& off = v["data_offsets"];
+  if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() ||
+      !off[1].is_number_unsigned()) {
+    return bad("data_offsets must be [begin, end]");
+  }
+  info.begin = off[0].get<uint64_t>();
+  info.end = off[1].get<uint64_t>();
+  const uint64_t bytes = numel * c10::elementSize(*dt);
+  if (info.end < info.begin || info.end - info.begin != bytes) {
+    return bad(absl::StrCat("data_offsets [", info.begin, ", ", info.end, "] do not hold ", bytes,
+                            " bytes of ", info.dtype, " [", absl::StrJoin(info.shape, ", "), "]"));
+  }
+  if (info.end > data_size) {
+    return bad(absl::StrCat("data ends at byte ", info.end, " but the data buffer has ", data_size,
+                            " bytes; truncated?"));
+  }
+  return info;
+}
+
+// __metadata__: an object of strings.
+absl::Status ParseMetadata(const std::string& path, const nlohmann::json& v,
+                           std::map<std::string, std::string>* out) {
+  if (!v.is_object()) return Corrupt(path, "__metadata__ is not an object");
+  for (auto it = v.begin(); it != v.end(); ++it) {
+    if (!it.value().is_string()) {
+      return Corrupt(path, absl::StrCat("__metadata__.", it.key(), " is not a string"));
+    }
+    (*out)[it.key()] = it.value().get<std::string>();
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std::string& path) {
+  std::unique_ptr<SafetensorsFile> f(new SafetensorsFile());
+  f->path_ = path;
+  ASSIGN_OR_RETURN(Mapping mapping, MapFile(path));
+  f->map_ = mapping.data;
+  f->map_size_ = mapping.size;
+  const uint64_t size = mapping.size;
   uint64_t n = 0;
   std::memcpy(&n, f->map_, 8);  // little-endian host
   if (n > kMaxHeaderBytes || n > size - 8) {
@@ -95,62 +180,14 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
   }
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
   for (auto it = header.begin(); it != header.end(); ++it) {
-    const std::string& name = it.key();
-    const auto& v = it.value();
-    if (name == "__metadata__") {
-      if (!v.is_object()) return Corrupt(path, "__metadata__ is not an object");
-      for (auto m2 = v.begin(); m2 != v.end(); ++m2) {
-        if (!m2.value().is_string()) {
-          return Corrupt(path, absl::StrCat("__metadata__.", m2.key(), " is not a string"));
-        }
-        f->metadata_[m2.key()] = m2.value().get<std::string>();
-      }
+    if (it.key() == "__metadata__") {
+      RETURN_IF_ERROR(ParseMetadata(path, it.value(), &f->metadata_));
       continue;
     }
-    const std::string where = absl::StrCat("tensor '", name, "'");
-    if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") ||
-        !v.contains("data_offsets")) {
-      return Corrupt(path, absl::StrCat(where, ": needs dtype, shape and data_offsets"));
-    }
-    SafetensorInfo info;
-    if (!v["dtype"].is_string())
-      return Corrupt(path, absl::StrCat(where, ": dtype is not a string"));
-    info.dtype = v["dtype"].get<std::string>();
-    auto dt = SafetensorDtype(info.dtype);
-    if (!dt.ok()) return Corrupt(path, absl::StrCat(where, ": ", dt.status().message()));
-    if (!v["shape"].is_array()) return Corrupt(path, absl::StrCat(where, ": shape is not a list"));
-    uint64_t numel = 1;
-    for (const auto& s : v["shape"]) {
-      if (!s.is_number_unsigned()) {
-        return Corrupt(path, absl::StrCat(where, ": shape entry ", s.dump(), " is not a size"));
-      }
-      uint64_t dim = s.get<uint64_t>();
-      if (dim != 0 && numel > (uint64_t{1} << 62) / dim) {
-        return Corrupt(path, absl::StrCat(where, ": shape overflows"));
-      }
-      numel *= dim;
-      info.shape.push_back(static_cast<int64_t>(dim));
-    }
-    const auto& off = v["data_offsets"];
-    if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() ||
-        !off[1].is_number_unsigned()) {
-      return Corrupt(path, absl::StrCat(where, ": data_offsets must be [begin, end]"));
-    }
-    info.begin = off[0].get<uint64_t>();
-    info.end = off[1].get<uint64_t>();
-    const uint64_t bytes = numel * c10::elementSize(*dt);
-    if (info.end < info.begin || info.end - info.begin != bytes) {
-      return Corrupt(path, absl::StrCat(where, ": data_offsets [", info.begin, ", ", info.end,
-                                        "] do not hold ", bytes, " bytes of ", info.dtype, " [",
-                                        absl::StrJoin(info.shape, ", "), "]"));
-    }
-    if (info.end > data_size) {
-      return Corrupt(
-          path, absl::StrCat(where, ": data ends at byte ", info.end, " but the data buffer has ",
-                             data_size, " bytes; truncated?"));
-    }
-    ranges.emplace_back(info.begin, info.end);
-    f->infos_[name] = std::move(info);
+    auto info = ParseTensorInfo(it.key(), it.value(), data_size);
+    if (!info.ok()) return Corrupt(path, std::string(info.status().message()));
+    ranges.emplace_back(info->begin, info->end);
+    f->infos_[it.key()] = *std::move(info);
   }
   std::sort(ranges.begin(), ranges.end());
   for (size_t i = 1; i < ranges.size(); ++i) {
