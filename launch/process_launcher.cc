@@ -33,6 +33,91 @@ LocalProcessLauncher::~LocalProcessLauncher() {
   for (const auto& [pid, name] : running_) waitpid(pid, nullptr, 0);
 }
 
+namespace {
+
+// What the child needs, prepared before fork: after fork only async-signal-safe calls are
+// allowed (the controller has other threads). Pointers into its own strings: not copyable.
+struct ChildImage {
+  ChildImage() = default;
+  ChildImage(const ChildImage&) = delete;
+  ChildImage& operator=(const ChildImage&) = delete;
+
+  std::vector<char*> argv, envp;
+  std::vector<std::string> env_strings;
+  cpu_set_t cpus;
+  bool pin = false;
+};
+
+// The spec's argv, this process's environment with the spec's variables set over it, and the
+// cpus to pin to.
+absl::Status Prepare(const ProcessSpec& spec, ChildImage* image) {
+  for (const auto& a : spec.argv) image->argv.push_back(const_cast<char*>(a.c_str()));
+  image->argv.push_back(nullptr);
+  for (char** e = environ; *e; ++e) {
+    std::string kv = *e;
+    std::string key = kv.substr(0, kv.find('='));
+    if (!spec.env.count(key)) image->env_strings.push_back(kv);
+  }
+  for (const auto& [k, v] : spec.env) image->env_strings.push_back(k + "=" + v);
+  for (auto& s : image->env_strings) image->envp.push_back(s.data());
+  image->envp.push_back(nullptr);
+  CPU_ZERO(&image->cpus);
+  for (int c : spec.cpus) {
+    if (c < 0 || c >= CPU_SETSIZE) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cpu ", c, " for ", spec.name, " is out of range"));
+    }
+    CPU_SET(c, &image->cpus);
+  }
+  image->pin = !spec.cpus.empty();
+  return absl::OkStatus();
+}
+
+// In the child: its own process group, output to the log, pinned, exec. A failure's errno goes
+// up `report_fd` (negative: the pinning failed, not the exec).
+[[noreturn]] void ExecChild(const ChildImage& image, pid_t parent, int log_fd, int report_fd) {
+  setpgid(0, 0);  // own group: a terminal's Ctrl-C reaches the controller, which stops us
+  prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the controller
+  if (getppid() != parent) _exit(1);
+  dup2(log_fd, STDOUT_FILENO);
+  dup2(log_fd, STDERR_FILENO);
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+  int err = 0;
+  if (image.pin && sched_setaffinity(0, sizeof image.cpus, &image.cpus) != 0) {
+    err = -errno;
+  } else {
+    execve(image.argv[0], image.argv.data(), image.envp.data());
+    err = errno;
+  }
+  ssize_t ignored = write(report_fd, &err, sizeof err);
+  (void)ignored;
+  _exit(127);
+}
+
+// Waits for the child's exec: EOF on `report_fd` means it worked; an errno means it did not
+// (the child is reaped and the error names the spec).
+absl::Status AwaitExec(const ProcessSpec& spec, pid_t pid, int report_fd) {
+  int child_errno = 0;
+  ssize_t n;
+  do {
+    n = read(report_fd, &child_errno, sizeof child_errno);
+  } while (n < 0 && errno == EINTR);
+  close(report_fd);
+  if (n != sizeof child_errno) return absl::OkStatus();
+  waitpid(pid, nullptr, 0);
+  if (child_errno < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot start ", spec.name, ": pinning to cpus ",
+                                                   FormatCpuList(spec.cpus), ": ",
+                                                   std::strerror(-child_errno)));
+  }
+  return absl::InvalidArgumentError(absl::StrCat("cannot start ", spec.name, ": exec ",
+                                                 spec.argv[0], ": ", std::strerror(child_errno)));
+}
+
+}  // namespace
+
 absl::StatusOr<int> LocalProcessLauncher::Start(const ProcessSpec& spec) {
   if (spec.argv.empty()) return absl::InvalidArgumentError("empty argv for " + spec.name);
   if (!spec.host.empty() || spec.gpus > 0) {
@@ -40,31 +125,8 @@ absl::StatusOr<int> LocalProcessLauncher::Start(const ProcessSpec& spec) {
         "cannot start ", spec.name, " on host '", spec.host, "' with ", spec.gpus,
         " GPU(s): the local launcher starts processes on this host and binds no GPUs"));
   }
-  // Everything the child needs is prepared before fork: after fork only
-  // async-signal-safe calls are allowed (the controller has other threads).
-  std::vector<char*> argv;
-  for (const auto& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  std::vector<std::string> env_strings;
-  for (char** e = environ; *e; ++e) {
-    std::string kv = *e;
-    std::string key = kv.substr(0, kv.find('='));
-    if (!spec.env.count(key)) env_strings.push_back(kv);
-  }
-  for (const auto& [k, v] : spec.env) env_strings.push_back(k + "=" + v);
-  std::vector<char*> envp;
-  for (auto& s : env_strings) envp.push_back(s.data());
-  envp.push_back(nullptr);
-
-  cpu_set_t cpus;
-  CPU_ZERO(&cpus);
-  for (int c : spec.cpus) {
-    if (c < 0 || c >= CPU_SETSIZE) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("cpu ", c, " for ", spec.name, " is out of range"));
-    }
-    CPU_SET(c, &cpus);
-  }
+  ChildImage image;
+  if (absl::Status s = Prepare(spec, &image); !s.ok()) return s;
   int log_fd = open(spec.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (log_fd < 0) {
     return absl::UnavailableError(
@@ -85,46 +147,10 @@ absl::StatusOr<int> LocalProcessLauncher::Start(const ProcessSpec& spec) {
     close(pipefd[1]);
     return absl::UnavailableError(absl::StrCat("fork for ", spec.name, ": ", std::strerror(err)));
   }
-  if (pid == 0) {
-    setpgid(0, 0);  // own group: a terminal's Ctrl-C reaches the controller, which stops us
-    prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the controller
-    if (getppid() != parent) _exit(1);
-    dup2(log_fd, STDOUT_FILENO);
-    dup2(log_fd, STDERR_FILENO);
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
-    if (!spec.cpus.empty() && sched_setaffinity(0, sizeof cpus, &cpus) != 0) {
-      int err = -errno;  // negative: the pinning failed, not the exec
-      ssize_t ignored = write(pipefd[1], &err, sizeof err);
-      (void)ignored;
-      _exit(127);
-    }
-    execve(argv[0], argv.data(), envp.data());
-    int err = errno;
-    ssize_t ignored = write(pipefd[1], &err, sizeof err);
-    (void)ignored;
-    _exit(127);
-  }
+  if (pid == 0) ExecChild(image, parent, log_fd, pipefd[1]);
   close(log_fd);
   close(pipefd[1]);
-  int child_errno = 0;
-  ssize_t n;
-  do {
-    n = read(pipefd[0], &child_errno, sizeof child_errno);
-  } while (n < 0 && errno == EINTR);
-  close(pipefd[0]);
-  if (n == sizeof child_errno && child_errno < 0) {
-    waitpid(pid, nullptr, 0);
-    return absl::InvalidArgumentError(absl::StrCat("cannot start ", spec.name, ": pinning to cpus ",
-                                                   FormatCpuList(spec.cpus), ": ",
-                                                   std::strerror(-child_errno)));
-  }
-  if (n == sizeof child_errno) {
-    waitpid(pid, nullptr, 0);
-    return absl::InvalidArgumentError(absl::StrCat("cannot start ", spec.name, ": exec ",
-                                                   spec.argv[0], ": ", std::strerror(child_errno)));
-  }
+  if (absl::Status s = AwaitExec(spec, pid, pipefd[0]); !s.ok()) return s;
   setpgid(pid, pid);  // also from the parent, so the group exists before any Signal()
   running_[pid] = spec.name;
   return pid;
