@@ -206,6 +206,112 @@ int ExecSibling(const std::string& exe, int first, int argc, char** argv) {
   return 2;
 }
 
+// Every command's arguments, as CLI11 fills them.
+struct CliArgs {
+  std::string job_path, resume_dir;
+  std::vector<std::string> overrides;
+  bool slurm_dry_run = false;
+  rlforge::K8sCommandOptions k8s;
+  std::string sim_env, sim_bind;
+  int sim_num_envs = 1, sim_max_steps = 0,
+      sim_spin_us = rlforge::sim::ShmChannel::Options{}.spin_us;
+  std::string write_path, status_target, status_token;
+};
+
+struct Commands {
+  CLI::App *run, *ctl, *validate, *slurm, *k8s, *simsrv, *docs, *stat;
+};
+
+// The commands that take a job file: run, controller, validate, slurm, k8s.
+void AddJobCommands(CLI::App& app, CliArgs& a, Commands& c) {
+  c.run = app.add_subcommand("run", "Run a job: the controller and its local actors");
+  c.run->add_option("job", a.job_path, "Job file (YAML)");
+  c.run->add_option("overrides", a.overrides, "Dotted overrides, e.g. trainer.lr=3e-4");
+  c.run->add_option("--resume", a.resume_dir,
+                    "Continue the run in this directory from its newest complete checkpoint "
+                    "(docs/checkpoints.md)");
+  c.ctl = app.add_subcommand(
+      "controller",
+      "Run only the controller; every actor joins by hand (launch.backend=kubernetes)");
+  c.ctl->add_option("job", a.job_path, "Job file (YAML)")->required();
+  c.ctl->add_option("overrides", a.overrides, "Dotted overrides");
+  c.validate = app.add_subcommand("validate", "Check a job file without running it");
+  c.validate->add_option("job", a.job_path, "Job file (YAML)")->required();
+  c.validate->add_option("overrides", a.overrides, "Dotted overrides");
+  c.slurm = app.add_subcommand(
+      "slurm", "Submit the job to Slurm: an sbatch script running it with launch.backend=slurm");
+  c.slurm->add_option("job", a.job_path, "Job file (YAML)")->required();
+  c.slurm->add_option("overrides", a.overrides, "Dotted overrides");
+  c.slurm->add_flag("--dry-run", a.slurm_dry_run,
+                    "Print the sbatch script instead of submitting it");
+  c.k8s = app.add_subcommand(
+      "k8s", "Write the job's Kubernetes manifests (docs/multi_host.md#kubernetes)");
+  c.k8s->add_option("job", a.job_path, "Job file (YAML)")->required();
+  c.k8s->add_option("overrides", a.overrides, "Dotted overrides");
+  c.k8s->add_option("--image", a.k8s.manifests.image, "Container image with rlforge")->required();
+  c.k8s->add_option("--namespace", a.k8s.manifests.namespace_, "Kubernetes namespace");
+  c.k8s->add_option("--run-claim", a.k8s.manifests.run_claim,
+                    "PersistentVolumeClaim for the run directory (default: an emptyDir, lost "
+                    "with the controller's pod)");
+  c.k8s->add_option("--out", a.k8s.out,
+                    "Write the manifests here, 0600 (they hold the job's keys); default: stdout");
+}
+
+// The other commands: actor / generate / eval (listed for --help; main hands them to their
+// binaries before parsing), sim-server, config-docs, status.
+void AddToolCommands(CLI::App& app, CliArgs& a, Commands& c) {
+  app.add_subcommand("actor", "Join a running job as one actor (--role R --connect ADDR ...)")
+      ->allow_extras();
+  app.add_subcommand("generate", "Sample from a checkpoint (docs/generate_eval.md; --help)")
+      ->allow_extras();
+  app.add_subcommand("eval", "Evaluate a checkpoint on a JSONL set (docs/generate_eval.md)")
+      ->allow_extras();
+  c.simsrv = app.add_subcommand("sim-server", "Serve built-in envs over the sim_bridge protocol");
+  c.simsrv->add_option("--env", a.sim_env, "Env id, e.g. CartPole-v1")->required();
+  c.simsrv->add_option("--num-envs", a.sim_num_envs, "Envs in the batch")
+      ->check(CLI::PositiveNumber);
+  c.simsrv->add_option("--max-episode-steps", a.sim_max_steps, "Time limit; 0 keeps the env's own");
+  c.simsrv
+      ->add_option("--bind", a.sim_bind,
+                   "Address, e.g. tcp://127.0.0.1:5555, ipc:///tmp/s.sock or shm://name (one "
+                   "client, same host)")
+      ->required();
+  c.simsrv
+      ->add_option("--spin-us", a.sim_spin_us,
+                   "shm: busy-wait this long for the next request before sleeping (longer "
+                   "answers sooner, but holds a core; the controller passes 2000 when this "
+                   "server has a core apart from its worker's)")
+      ->check(CLI::Range(0, 1000000));
+  c.docs = app.add_subcommand("config-docs", "Print the reference of every job-file key");
+  c.docs->add_option("--write", a.write_path, "Update the generated part of this markdown file");
+  c.stat = app.add_subcommand("status", "Print a run's state: a run directory or dashboard URL");
+  c.stat
+      ->add_option("target", a.status_target, "Run directory, or http://HOST:PORT of its dashboard")
+      ->required();
+  c.stat->add_option("--token", a.status_token,
+                     "Dashboard token (default: the environment's RLFORGE_DASHBOARD_TOKEN)");
+}
+
+// The parsed command, run.
+int Dispatch(const CliArgs& a, const Commands& c) {
+  if (*c.run && !a.resume_dir.empty()) return CmdResume(a.resume_dir, a.job_path, a.overrides);
+  if (*c.run && a.job_path.empty()) {
+    std::fprintf(stderr, "error: rlforge run needs a job file (or --resume RUN_DIR)\n");
+    return 2;
+  }
+  if (*c.run) return CmdRun(a.job_path, a.overrides, false);
+  if (*c.ctl) return CmdRun(a.job_path, a.overrides, true);
+  if (*c.validate) return CmdValidate(a.job_path, a.overrides);
+  if (*c.slurm) return rlforge::RunSlurmCommand(a.job_path, a.overrides, a.slurm_dry_run);
+  if (*c.k8s) return rlforge::RunK8sCommand(a.job_path, a.overrides, a.k8s);
+  if (*c.docs) return CmdConfigDocs(a.write_path);
+  if (*c.stat) return CmdStatus(a.status_target, a.status_token);
+  if (*c.simsrv) {
+    return CmdSimServer(a.sim_env, a.sim_num_envs, a.sim_max_steps, a.sim_bind, a.sim_spin_us);
+  }
+  return 2;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -217,88 +323,10 @@ int main(int argc, char** argv) {
   }
   CLI::App app{"rlforge: reinforcement-learning post-training from one YAML file"};
   app.require_subcommand(1);
-
-  std::string job_path;
-  std::vector<std::string> overrides;
-  auto* run = app.add_subcommand("run", "Run a job: the controller and its local actors");
-  std::string resume_dir;
-  run->add_option("job", job_path, "Job file (YAML)");
-  run->add_option("overrides", overrides, "Dotted overrides, e.g. trainer.lr=3e-4");
-  run->add_option("--resume", resume_dir,
-                  "Continue the run in this directory from its newest complete checkpoint "
-                  "(docs/checkpoints.md)");
-
-  auto* ctl = app.add_subcommand(
-      "controller",
-      "Run only the controller; every actor joins by hand (launch.backend=kubernetes)");
-  ctl->add_option("job", job_path, "Job file (YAML)")->required();
-  ctl->add_option("overrides", overrides, "Dotted overrides");
-
-  auto* validate = app.add_subcommand("validate", "Check a job file without running it");
-  validate->add_option("job", job_path, "Job file (YAML)")->required();
-  validate->add_option("overrides", overrides, "Dotted overrides");
-
-  bool slurm_dry_run = false;
-  auto* slurm = app.add_subcommand(
-      "slurm", "Submit the job to Slurm: an sbatch script running it with launch.backend=slurm");
-  slurm->add_option("job", job_path, "Job file (YAML)")->required();
-  slurm->add_option("overrides", overrides, "Dotted overrides");
-  slurm->add_flag("--dry-run", slurm_dry_run, "Print the sbatch script instead of submitting it");
-
-  rlforge::K8sCommandOptions k8s_options;
-  auto* k8s = app.add_subcommand(
-      "k8s", "Write the job's Kubernetes manifests (docs/multi_host.md#kubernetes)");
-  k8s->add_option("job", job_path, "Job file (YAML)")->required();
-  k8s->add_option("overrides", overrides, "Dotted overrides");
-  k8s->add_option("--image", k8s_options.manifests.image, "Container image with rlforge")
-      ->required();
-  k8s->add_option("--namespace", k8s_options.manifests.namespace_, "Kubernetes namespace");
-  k8s->add_option("--run-claim", k8s_options.manifests.run_claim,
-                  "PersistentVolumeClaim for the run directory (default: an emptyDir, lost with "
-                  "the controller's pod)");
-  k8s->add_option("--out", k8s_options.out,
-                  "Write the manifests here, 0600 (they hold the job's keys); default: stdout");
-
-  // Listed for --help; `actor` itself is handed to rlforge-actor before parsing.
-  app.add_subcommand("actor", "Join a running job as one actor (--role R --connect ADDR ...)")
-      ->allow_extras();
-  app.add_subcommand("generate", "Sample from a checkpoint (docs/generate_eval.md; --help)")
-      ->allow_extras();
-  app.add_subcommand("eval", "Evaluate a checkpoint on a JSONL set (docs/generate_eval.md)")
-      ->allow_extras();
-
-  std::string sim_env, sim_bind;
-  int sim_num_envs = 1, sim_max_steps = 0,
-      sim_spin_us = rlforge::sim::ShmChannel::Options{}.spin_us;
-  auto* simsrv =
-      app.add_subcommand("sim-server", "Serve built-in envs over the sim_bridge protocol");
-  simsrv->add_option("--env", sim_env, "Env id, e.g. CartPole-v1")->required();
-  simsrv->add_option("--num-envs", sim_num_envs, "Envs in the batch")->check(CLI::PositiveNumber);
-  simsrv->add_option("--max-episode-steps", sim_max_steps, "Time limit; 0 keeps the env's own");
-  simsrv
-      ->add_option("--bind", sim_bind,
-                   "Address, e.g. tcp://127.0.0.1:5555, ipc:///tmp/s.sock or shm://name (one "
-                   "client, same host)")
-      ->required();
-  simsrv
-      ->add_option("--spin-us", sim_spin_us,
-                   "shm: busy-wait this long for the next request before sleeping (longer "
-                   "answers sooner, but holds a core; the controller passes 2000 when this "
-                   "server has a core apart from its worker's)")
-      ->check(CLI::Range(0, 1000000));
-
-  std::string write_path;
-  auto* docs = app.add_subcommand("config-docs", "Print the reference of every job-file key");
-  docs->add_option("--write", write_path, "Update the generated part of this markdown file");
-
-  std::string status_target, status_token;
-  auto* stat =
-      app.add_subcommand("status", "Print a run's state: a run directory or dashboard URL");
-  stat->add_option("target", status_target, "Run directory, or http://HOST:PORT of its dashboard")
-      ->required();
-  stat->add_option("--token", status_token,
-                   "Dashboard token (default: the environment's RLFORGE_DASHBOARD_TOKEN)");
-
+  CliArgs args;
+  Commands commands;
+  AddJobCommands(app, args, commands);
+  AddToolCommands(app, args, commands);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -309,18 +337,5 @@ int main(int argc, char** argv) {
     app.exit(e);
     return 2;
   }
-  if (*run && !resume_dir.empty()) return CmdResume(resume_dir, job_path, overrides);
-  if (*run && job_path.empty()) {
-    std::fprintf(stderr, "error: rlforge run needs a job file (or --resume RUN_DIR)\n");
-    return 2;
-  }
-  if (*run) return CmdRun(job_path, overrides, false);
-  if (*ctl) return CmdRun(job_path, overrides, true);
-  if (*validate) return CmdValidate(job_path, overrides);
-  if (*slurm) return rlforge::RunSlurmCommand(job_path, overrides, slurm_dry_run);
-  if (*k8s) return rlforge::RunK8sCommand(job_path, overrides, k8s_options);
-  if (*docs) return CmdConfigDocs(write_path);
-  if (*stat) return CmdStatus(status_target, status_token);
-  if (*simsrv) return CmdSimServer(sim_env, sim_num_envs, sim_max_steps, sim_bind, sim_spin_us);
-  return 2;
+  return Dispatch(args, commands);
 }
