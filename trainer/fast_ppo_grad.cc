@@ -158,6 +158,116 @@ void FastPpoGrad::Backward(Net& net, const float* x, int64_t batch, const float*
   }
 }
 
+namespace {
+
+// One sample's action head: the taken action's log-prob and the distribution's entropy (in
+// float as torch computes them), then d/dz of (dlogp * log-prob + dent * entropy).
+class CategoricalHead {
+ public:
+  explicit CategoricalHead(int64_t actions) : A_(actions), logp_(actions), p_(actions) {}
+
+  float Logp(const float* z, int64_t a, float* entropy) {
+    float mx = *std::max_element(z, z + A_);
+    float sum = 0;
+    for (int64_t j = 0; j < A_; ++j) sum += std::exp(z[j] - mx);
+    float lse = mx + std::log(sum);
+    *entropy = 0;
+    for (int64_t j = 0; j < A_; ++j) {
+      logp_[j] = z[j] - lse;
+      p_[j] = std::exp(static_cast<float>(logp_[j]));
+      *entropy -= static_cast<float>(p_[j] * logp_[j]);
+    }
+    return static_cast<float>(logp_[a]);
+  }
+
+  void Grad(int64_t a, double dlogp, double dent, float entropy, float* dz) const {
+    for (int64_t j = 0; j < A_; ++j) {
+      double g = dlogp * ((j == a ? 1.0 : 0.0) - p_[j]);
+      g += dent * (-p_[j] * (logp_[j] + entropy));  // dH/dz_j = -p_j (log p_j + H)
+      dz[j] = static_cast<float>(g);
+    }
+  }
+
+ private:
+  int64_t A_;
+  std::vector<double> logp_, p_;
+};
+
+// A diagonal Gaussian of mean z and a state-independent log_std: as CategoricalHead, plus
+// d/dlog_std summed over the batch into dls.
+class GaussianHead {
+ public:
+  GaussianHead(int64_t actions, const float* log_std) : A_(actions), log_std_(log_std) {}
+
+  float Logp(const float* z, const float* x, float* entropy) const {
+    float logp = 0;
+    *entropy = 0;
+    for (int64_t k = 0; k < A_; ++k) {
+      float var = std::exp(2 * log_std_[k]);
+      float diff = x[k] - z[k];
+      logp +=
+          -diff * diff / (2 * var) - log_std_[k] - 0.5f * std::log(2 * static_cast<float>(M_PI));
+      *entropy += 0.5f + 0.5f * std::log(2 * static_cast<float>(M_PI)) + log_std_[k];
+    }
+    return logp;
+  }
+
+  void Grad(const float* z, const float* x, double dlogp, double dent, float* dz,
+            std::vector<double>& dls) const {
+    for (int64_t k = 0; k < A_; ++k) {
+      double var = std::exp(2.0 * log_std_[k]);
+      double diff = static_cast<double>(x[k]) - z[k];
+      dz[k] = static_cast<float>(dlogp * diff / var);
+      dls[k] += dlogp * (diff * diff / var - 1.0) + dent;
+    }
+  }
+
+ private:
+  int64_t A_;
+  const float* log_std_;
+};
+
+// Clipped surrogate of one sample, loss_i = max(-adv r, -adv clamp(r, 1 - clip, 1 + clip)):
+// its terms into r (sums), and d(loss / B)/d new_logp.
+double SurrogateGrad(const PpoGradInputs& in, int64_t i, float new_logp, double inv_b,
+                     PpoGradResult& r) {
+  const double lo = 1.0 - in.clip, hi = 1.0 + in.clip;
+  const double adv = in.advantages[i];
+  const double log_ratio = static_cast<double>(new_logp) - in.old_logprobs[i];
+  const double ratio = std::exp(static_cast<float>(log_ratio));
+  const double clamped = std::clamp(ratio, lo, hi);
+  const double unclipped = -adv * ratio, clipped = -adv * clamped;
+  double wu, wc;
+  MaxShares(unclipped, clipped, &wu, &wc);
+  r.policy_loss += std::max(unclipped, clipped);
+  r.approx_kl += (ratio - 1) - log_ratio;
+  r.clipfrac += std::abs(ratio - 1.0) > in.clip ? 1 : 0;
+  const double in_range = (ratio >= lo && ratio <= hi) ? 1 : 0;
+  const double dratio = inv_b * (wu * -adv + wc * -adv * in_range);
+  return dratio * ratio;
+}
+
+// Value loss of one sample, 0.5 (v - R)^2 or 0.5 max of it and the clipped one's: into r, and
+// its derivative by v.
+double ValueGrad(const PpoGradInputs& in, int64_t i, double v, PpoGradResult& r) {
+  const double ret = in.returns[i];
+  if (in.clip_value <= 0) {
+    r.value_loss += 0.5 * (v - ret) * (v - ret);
+    return v - ret;
+  }
+  const double old = in.old_values[i];
+  const double delta = v - old;
+  const double vc = old + std::clamp(delta, -in.clip_value, in.clip_value);
+  const double u = (v - ret) * (v - ret), c = (vc - ret) * (vc - ret);
+  double au, ac;
+  MaxShares(u, c, &au, &ac);
+  r.value_loss += 0.5 * std::max(u, c);
+  const double inside = (delta >= -in.clip_value && delta <= in.clip_value) ? 1 : 0;
+  return au * (v - ret) + ac * (vc - ret) * inside;
+}
+
+}  // namespace
+
 PpoGradResult FastPpoGrad::LossAndGrad(const PpoGradInputs& in) {
   const int64_t B = in.batch, A = action_size_;
   const double inv_b = 1.0 / static_cast<double>(B);
@@ -166,86 +276,25 @@ PpoGradResult FastPpoGrad::LossAndGrad(const PpoGradInputs& in) {
   dhead_.assign(static_cast<size_t>(B * A), 0.0f);
   dvalue_.assign(static_cast<size_t>(B), 0.0f);
   PpoGradResult r;
-  const double lo = 1.0 - in.clip, hi = 1.0 + in.clip;
   std::vector<double> dls(discrete_ ? 0 : A, 0.0);
-  std::vector<double> logp_row(discrete_ ? A : 0), p_row(discrete_ ? A : 0);
+  CategoricalHead categorical(discrete_ ? A : 0);
+  const GaussianHead gaussian(A, log_std_);
+  const double dent = -in.ent_coef * inv_b;  // loss has -ent_coef * mean(entropy)
   for (int64_t i = 0; i < B; ++i) {
     const float* z = head + i * A;
     float* dz = dhead_.data() + i * A;
-    // Log-prob of the taken action and the entropy, in float as torch computes them.
-    float new_logp = 0, entropy = 0;
-    if (discrete_) {
-      float mx = *std::max_element(z, z + A);
-      float sum = 0;
-      for (int64_t j = 0; j < A; ++j) sum += std::exp(z[j] - mx);
-      float lse = mx + std::log(sum);
-      for (int64_t j = 0; j < A; ++j) {
-        logp_row[j] = z[j] - lse;
-        p_row[j] = std::exp(static_cast<float>(logp_row[j]));
-        entropy -= static_cast<float>(p_row[j] * logp_row[j]);
-      }
-      new_logp = static_cast<float>(logp_row[in.discrete[i]]);
-    } else {
-      const float* x = in.continuous + i * A;
-      for (int64_t k = 0; k < A; ++k) {
-        float var = std::exp(2 * log_std_[k]);
-        float diff = x[k] - z[k];
-        new_logp +=
-            -diff * diff / (2 * var) - log_std_[k] - 0.5f * std::log(2 * static_cast<float>(M_PI));
-        entropy += 0.5f + 0.5f * std::log(2 * static_cast<float>(M_PI)) + log_std_[k];
-      }
-    }
-    // Clipped surrogate: loss_i = max(-adv r, -adv clamp(r, lo, hi)).
-    const double adv = in.advantages[i];
-    const double log_ratio = static_cast<double>(new_logp) - in.old_logprobs[i];
-    const double ratio = std::exp(static_cast<float>(log_ratio));
-    const double clamped = std::clamp(ratio, lo, hi);
-    const double unclipped = -adv * ratio, clipped = -adv * clamped;
-    double wu, wc;
-    MaxShares(unclipped, clipped, &wu, &wc);
-    r.policy_loss += std::max(unclipped, clipped);
-    r.approx_kl += (ratio - 1) - log_ratio;
-    r.clipfrac += std::abs(ratio - 1.0) > in.clip ? 1 : 0;
+    const float* x = discrete_ ? nullptr : in.continuous + i * A;
+    float entropy = 0;
+    const float new_logp =
+        discrete_ ? categorical.Logp(z, in.discrete[i], &entropy) : gaussian.Logp(z, x, &entropy);
+    const double dlogp = SurrogateGrad(in, i, new_logp, inv_b, r);
     r.entropy += entropy;
-    const double in_range = (ratio >= lo && ratio <= hi) ? 1 : 0;
-    const double dratio = inv_b * (wu * -adv + wc * -adv * in_range);
-    const double dlogp = dratio * ratio;
-    const double dent = -in.ent_coef * inv_b;  // loss has -ent_coef * mean(entropy)
     if (discrete_) {
-      const int64_t a = in.discrete[i];
-      for (int64_t j = 0; j < A; ++j) {
-        double g = dlogp * ((j == a ? 1.0 : 0.0) - p_row[j]);
-        // dH/dz_j = -p_j (log p_j + H)
-        g += dent * (-p_row[j] * (logp_row[j] + entropy));
-        dz[j] = static_cast<float>(g);
-      }
+      categorical.Grad(in.discrete[i], dlogp, dent, entropy, dz);
     } else {
-      const float* x = in.continuous + i * A;
-      for (int64_t k = 0; k < A; ++k) {
-        double var = std::exp(2.0 * log_std_[k]);
-        double diff = static_cast<double>(x[k]) - z[k];
-        dz[k] = static_cast<float>(dlogp * diff / var);
-        dls[k] += dlogp * (diff * diff / var - 1.0) + dent;
-      }
+      gaussian.Grad(z, x, dlogp, dent, dz, dls);
     }
-    // Value loss: 0.5 mean((v - R)^2), or 0.5 mean(max of it and the clipped one's).
-    const double v = value[i], ret = in.returns[i];
-    double dv;
-    if (in.clip_value <= 0) {
-      r.value_loss += 0.5 * (v - ret) * (v - ret);
-      dv = (v - ret);
-    } else {
-      const double old = in.old_values[i];
-      const double delta = v - old;
-      const double vc = old + std::clamp(delta, -in.clip_value, in.clip_value);
-      const double u = (v - ret) * (v - ret), c = (vc - ret) * (vc - ret);
-      double au, ac;
-      MaxShares(u, c, &au, &ac);
-      r.value_loss += 0.5 * std::max(u, c);
-      const double inside = (delta >= -in.clip_value && delta <= in.clip_value) ? 1 : 0;
-      dv = au * (v - ret) + ac * (vc - ret) * inside;
-    }
-    dvalue_[i] = static_cast<float>(in.vf_coef * inv_b * dv);
+    dvalue_[i] = static_cast<float>(in.vf_coef * inv_b * ValueGrad(in, i, value[i], r));
   }
   r.policy_loss *= inv_b;
   r.value_loss *= inv_b;
