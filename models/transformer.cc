@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 
@@ -237,7 +238,9 @@ torch::Tensor TransformerImpl::Values(const torch::Tensor& hidden) {
 
 torch::Tensor TransformerImpl::HiddenIncremental(const torch::Tensor& tokens,
                                                  const torch::Tensor& positions,
-                                                 const AttendFn& attend) {
+                                                 const AttendFn& attend,
+                                                 const IncrementalKernels* kernels) {
+  if (kernels != nullptr) return HiddenThroughKernels(tokens, positions, attend, *kernels);
   const auto& c = config_;
   const int64_t N = tokens.size(0);
   const int64_t nh = c.num_attention_heads, d = c.head_dim;
@@ -257,6 +260,52 @@ torch::Tensor TransformerImpl::HiddenIncremental(const torch::Tensor& tokens,
     x = x + Mlp(l, RmsNorm(x, l.post_norm));
   }
   return RmsNorm(x, final_norm_);
+}
+
+// HiddenIncremental's layers with the kernels' fused steps: each layer's residual add goes
+// into the next RMSNorm, gate and up are laid side by side for SiLU-and-multiply.
+torch::Tensor TransformerImpl::HiddenThroughKernels(const torch::Tensor& tokens,
+                                                    const torch::Tensor& positions,
+                                                    const AttendFn& attend,
+                                                    const IncrementalKernels& kernels) {
+  const auto& c = config_;
+  const int64_t N = tokens.size(0), nh = c.num_attention_heads, d = c.head_dim;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  const bool dynamic = c.rope_scaling.type == RopeType::kDynamic;
+  torch::Tensor cos, sin, inv_freq;
+  if (dynamic) {  // per-position frequencies: libtorch's tables, as HiddenIncremental
+    std::tie(cos, sin) = RopeTables(positions, embed_->weight.scalar_type(), positions + 1);
+    cos = cos.unsqueeze(1), sin = sin.unsqueeze(1);
+  } else {
+    inv_freq = rope_.inv_freq.to(positions.device()).contiguous();
+  }
+  auto heads = [&](const torch::nn::Linear& proj, const torch::Tensor& hn, int64_t n) {
+    return Lin(proj, hn).view({N, n, d});
+  };
+  torch::Tensor residual = embed_(tokens).contiguous(), delta;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const Layer& l = layers_[i];
+    torch::Tensor hn = i == 0 ? kernels.rms_norm(residual, nullptr, l.input_norm, eps)
+                              : kernels.rms_norm(delta, &residual, l.input_norm, eps);
+    torch::Tensor q = heads(l.q, hn, nh), k = heads(l.k, hn, c.num_key_value_heads);
+    if (c.qk_norm()) {
+      q = kernels.rms_norm(q.reshape({-1, d}), nullptr, l.q_norm, eps).view({N, nh, d});
+      k = kernels.rms_norm(k.reshape({-1, d}), nullptr, l.k_norm, eps).view({N, -1, d});
+    }
+    if (dynamic) {
+      q = ApplyRope(q, cos, sin), k = ApplyRope(k, cos, sin);
+    } else {
+      q = q.contiguous(), k = k.contiguous();
+      kernels.rope(q, k, positions, inv_freq, static_cast<float>(rope_.attention_factor));
+    }
+    torch::Tensor out =
+        attend(static_cast<int64_t>(i), q, k, heads(l.v, hn, c.num_key_value_heads));
+    delta = Lin(l.o, out.reshape({N, nh * d}));
+    hn = kernels.rms_norm(delta, &residual, l.post_norm, eps);
+    delta = Lin(l.down, kernels.silu_mul(torch::cat({Lin(l.gate, hn), Lin(l.up, hn)}, -1)));
+  }
+  if (layers_.empty()) return kernels.rms_norm(residual, nullptr, final_norm_, eps);
+  return kernels.rms_norm(delta, &residual, final_norm_, eps);
 }
 
 torch::Tensor TransformerImpl::ContiguousAttention(const torch::Tensor& q, const torch::Tensor& k,

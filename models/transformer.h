@@ -93,8 +93,28 @@ class TransformerImpl : public torch::nn::Module {
   // kv head of q head h = h / (heads / kv_heads)). Returns final-normed hidden [N, H].
   using AttendFn = std::function<torch::Tensor(int64_t layer, const torch::Tensor& q,
                                                const torch::Tensor& k, const torch::Tensor& v)>;
+  // Replacements for HiddenIncremental's elementwise steps, each with the contract and the
+  // rounding of its kernel in kernels/kernel_args.h (the rollout engine's kernel path passes
+  // the kernel library's; rollout/kernel_ops.h). A callback reports failure by throwing.
+  // Inference only: the kernels write in place, unseen by autograd.
+  struct IncrementalKernels {
+    // RMSNorm of x [rows, dim] by weight [dim]; with residual: residual <- x + residual first,
+    // and that is normed (the decoder's residual add fused in).
+    std::function<torch::Tensor(const torch::Tensor& x, torch::Tensor* residual,
+                                const torch::Tensor& weight, float eps)>
+        rms_norm;
+    // RoPE in place on q [N, heads, d] and k [N, kv_heads, d] at positions [N].
+    std::function<void(torch::Tensor& q, torch::Tensor& k, const torch::Tensor& positions,
+                       const torch::Tensor& inv_freq, float attention_factor)>
+        rope;
+    // silu(x[:, :inner]) * x[:, inner:] for x [rows, 2 * inner].
+    std::function<torch::Tensor(const torch::Tensor& x)> silu_mul;
+  };
+  // With `kernels`, their steps replace the libtorch ones (dynamic-NTK RoPE, whose frequencies
+  // vary by position, stays in libtorch): the same result within rounding.
   torch::Tensor HiddenIncremental(const torch::Tensor& tokens, const torch::Tensor& positions,
-                                  const AttendFn& attend);
+                                  const AttendFn& attend,
+                                  const IncrementalKernels* kernels = nullptr);
 
   // Called around each layer of Hidden() (not of HiddenIncremental); empty by default. The
   // sharded trainer gathers a layer's parameters in `before` and, in `after`, frees them and
@@ -133,6 +153,8 @@ class TransformerImpl : public torch::nn::Module {
   Qkv ProjectQkv(const Layer& layer, const torch::Tensor& hn, const torch::Tensor& cos,
                  const torch::Tensor& sin) const;
   torch::Tensor RmsNorm(const torch::Tensor& x, const torch::Tensor& weight) const;
+  torch::Tensor HiddenThroughKernels(const torch::Tensor& tokens, const torch::Tensor& positions,
+                                     const AttendFn& attend, const IncrementalKernels& kernels);
 
   TransformerConfig config_;
   torch::nn::Embedding embed_{nullptr};

@@ -3,16 +3,37 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <stdexcept>
 #include <unordered_map>
 
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
 #include "common/exceptions.h"
 #include "common/status.h"
+#include "rollout/kernel_ops.h"
 #include "rollout/paged_attention.h"
 
 namespace rlforge {
+
+namespace {
+
+// The kernel path's attention for one layer: the new k, v into the pools, then q over them.
+// Runs inside the model's forward, so an error leaves as an exception for its CallCatching.
+torch::Tensor KernelAttend(const kernel_ops::PagedIndex& index, torch::Tensor& k_pool,
+                           torch::Tensor& v_pool, const torch::Tensor& q, const torch::Tensor& k,
+                           const torch::Tensor& v, float scale) {
+  const absl::Status written =
+      kernel_ops::WriteKv(k.contiguous(), v.contiguous(), index.row_slot, k_pool, v_pool);
+  if (!written.ok()) throw std::runtime_error(Msg(written));
+  absl::StatusOr<torch::Tensor> out =
+      kernel_ops::PagedAttention(q.contiguous(), k_pool, v_pool, index, scale);
+  if (!out.ok()) throw std::runtime_error(Msg(out.status()));
+  return *std::move(out);
+}
+
+}  // namespace
 
 struct LlmEngine::Group {
   GenerationRequest request;
@@ -52,13 +73,22 @@ LlmEngine::LlmEngine(models::Transformer model, const EngineSettings& options,
     : model_(std::move(model)),
       options_(options),
       version_(policy_version),
-      blocks_(options.num_blocks, options.block_size) {
+      blocks_(options.num_blocks, options.block_size),
+      device_(torch::kCPU) {
   const auto& c = model_->config();
+  torch::TensorOptions pool = torch::dtype(torch::kFloat32);
+  const std::vector<torch::Tensor> params = model_->parameters();
+  if (!params.empty()) device_ = params.front().device();
+  use_kernels_ = options.use_kernel_library || device_.is_cuda();
+  if (use_kernels_ && !params.empty()) {
+    pool = pool.dtype(params.front().scalar_type()).device(device_);
+  }
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     // zero_() touches every page now: a lazily zeroed allocation would fault
     // its pages in during generation instead (~6% of a run).
     k_pool_.push_back(
-        torch::empty({options.num_blocks, options.block_size, c.num_key_value_heads, c.head_dim})
+        torch::empty({options.num_blocks, options.block_size, c.num_key_value_heads, c.head_dim},
+                     pool)
             .zero_());
     v_pool_.push_back(torch::empty_like(k_pool_.back()).zero_());
   }
@@ -263,8 +293,7 @@ absl::Status LlmEngine::RunToCompletion() {
   return absl::OkStatus();
 }
 
-absl::Status LlmEngine::RunModel(const std::vector<Sequence*>& batch,
-                                 const std::vector<int64_t>& chunk) {
+void LlmEngine::ApplyBlockCopies() {
   const auto& c = model_->config();
   // Copy-on-write: move shared partial blocks' KV before anything writes.
   const int64_t block_elems = options_.block_size * c.num_key_value_heads * c.head_dim;
@@ -272,6 +301,12 @@ absl::Status LlmEngine::RunModel(const std::vector<Sequence*>& batch,
     const int64_t bytes = copy.num_tokens * c.num_key_value_heads * c.head_dim * sizeof(float);
     for (size_t l = 0; l < k_pool_.size(); ++l) {
       for (torch::Tensor* pool : {&k_pool_[l], &v_pool_[l]}) {
+        if (use_kernels_) {  // any dtype, any device
+          pool->select(0, copy.dst)
+              .narrow(0, 0, copy.num_tokens)
+              .copy_(pool->select(0, copy.src).narrow(0, 0, copy.num_tokens));
+          continue;
+        }
         float* base = pool->data_ptr<float>();
         std::memcpy(base + copy.dst * block_elems, base + copy.src * block_elems, bytes);
       }
@@ -280,6 +315,11 @@ absl::Status LlmEngine::RunModel(const std::vector<Sequence*>& batch,
     ++stats_.cow_copies;
   }
   pending_copies_.clear();
+}
+
+absl::Status LlmEngine::RunModel(const std::vector<Sequence*>& batch,
+                                 const std::vector<int64_t>& chunk) {
+  ApplyBlockCopies();
 
   PagedBatch pb;
   pb.block_size = options_.block_size;
@@ -311,21 +351,35 @@ absl::Status LlmEngine::RunModel(const std::vector<Sequence*>& batch,
     }
   }
 
-  torch::Tensor logits;
+  // logits: the sampler's, fp32 on the CPU; device_logits: the model's (the same tensor on the
+  // CPU engine's own path).
+  torch::Tensor logits, device_logits;
   auto forward = [&]() -> absl::Status {
     torch::NoGradGuard no_grad;
+    kernel_ops::PagedIndex index;
+    if (use_kernels_) {
+      ASSIGN_OR_RETURN(index, kernel_ops::ToDevice(pb, device_));
+    }
+    const float scale = 1.0f / std::sqrt(static_cast<float>(model_->config().head_dim));
     auto attend = [&](int64_t layer, const torch::Tensor& q, const torch::Tensor& k,
                       const torch::Tensor& v) {
+      if (use_kernels_) return KernelAttend(index, k_pool_[layer], v_pool_[layer], q, k, v, scale);
       WritePagedKv(k_pool_[layer], k, pb);
       WritePagedKv(v_pool_[layer], v, pb);
       return PagedAttention(q, k_pool_[layer], v_pool_[layer], pb);
     };
-    torch::Tensor hidden = model_->HiddenIncremental(
-        torch::tensor(tokens, torch::kLong), torch::tensor(positions, torch::kLong), attend);
+    static const models::TransformerImpl::IncrementalKernels kModelKernels =
+        kernel_ops::ModelKernels();
+    torch::Tensor hidden =
+        model_->HiddenIncremental(torch::tensor(tokens, torch::kLong).to(device_),
+                                  torch::tensor(positions, torch::kLong).to(device_), attend,
+                                  use_kernels_ ? &kModelKernels : nullptr);
     if (!sampled.empty()) {
-      logits = model_->Logits(hidden.index_select(0, torch::tensor(sample_rows, torch::kLong)))
-                   .to(torch::kFloat32)
-                   .contiguous();
+      device_logits =
+          model_
+              ->Logits(hidden.index_select(0, torch::tensor(sample_rows, torch::kLong).to(device_)))
+              .contiguous();
+      logits = device_logits.to(torch::kCPU, torch::kFloat32).contiguous();
     }
     return absl::OkStatus();
   };
@@ -346,11 +400,22 @@ absl::Status LlmEngine::RunModel(const std::vector<Sequence*>& batch,
                              index_scratch);
     }
   });
+  std::vector<Sequence*> drawn;  // the kernel path's: who drew from which logits row
+  std::vector<int64_t> drawn_rows;
   for (size_t r = 0; r < sampled.size(); ++r) {
     Sequence* s = sampled[r];
     if (s->index < 0) {
-      Fork(s, lp + r * vocab, vocab);
+      for (Sequence* f : Fork(s, lp + r * vocab, vocab)) {
+        if (use_kernels_) {
+          drawn.push_back(f);
+          drawn_rows.push_back(static_cast<int64_t>(r));
+        }
+      }
       continue;
+    }
+    if (use_kernels_) {
+      drawn.push_back(s);
+      drawn_rows.push_back(static_cast<int64_t>(r));
     }
     s->tokens.push_back(draws[r].token);
     s->out.tokens.push_back(draws[r].token);
@@ -359,6 +424,7 @@ absl::Status LlmEngine::RunModel(const std::vector<Sequence*>& batch,
     ++stats_.generated_tokens;
     StopsAt(s);
   }
+  if (use_kernels_) RETURN_IF_ERROR(KernelLogprobs(device_logits, drawn_rows, drawn));
   // Retire what finished, keeping admission order for the rest.
   std::vector<Sequence*> keep;
   for (Sequence* s : running_) {
@@ -389,7 +455,28 @@ absl::Status LlmEngine::RunModel(const std::vector<Sequence*>& batch,
   return absl::OkStatus();
 }
 
-void LlmEngine::Fork(Sequence* leader, const float* logits, int64_t vocab) {
+absl::Status LlmEngine::KernelLogprobs(const torch::Tensor& logits,
+                                       const std::vector<int64_t>& rows,
+                                       const std::vector<Sequence*>& drawn) {
+  if (drawn.empty()) return absl::OkStatus();
+  std::vector<int32_t> targets;
+  for (Sequence* s : drawn) targets.push_back(s->out.tokens.back());
+  auto run = [&]() -> absl::Status {
+    torch::Tensor picked =
+        logits.index_select(0, torch::tensor(rows, torch::kLong).to(device_)).contiguous();
+    ASSIGN_OR_RETURN(
+        torch::Tensor lp,
+        kernel_ops::TokenLogprobs(picked, torch::tensor(targets, torch::kInt32).to(device_)));
+    lp = lp.cpu();
+    const float* v = lp.data_ptr<float>();
+    for (size_t i = 0; i < drawn.size(); ++i) drawn[i]->out.logprobs.back() = v[i];
+    return absl::OkStatus();
+  };
+  return CallCatching(run, "engine: logprobs through the kernel library failed: ");
+}
+
+std::vector<LlmEngine::Sequence*> LlmEngine::Fork(Sequence* leader, const float* logits,
+                                                  int64_t vocab) {
   Group* g = leader->group;
   std::vector<float> scratch;
   std::vector<int32_t> index_scratch;
@@ -424,6 +511,7 @@ void LlmEngine::Fork(Sequence* leader, const float* logits, int64_t vocab) {
   it = running_.erase(it);
   running_.insert(it, forks.begin(), forks.end());
   blocks_.Release(leader->table);
+  return forks;
 }
 
 bool LlmEngine::StopsAt(Sequence* s) const {

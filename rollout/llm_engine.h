@@ -4,6 +4,9 @@
 // recompute) -> model (HiddenIncremental + paged attention) -> sampler ->
 // finished groups
 //
+// The model's step runs either on the CPU engine's own code (the default) or through the
+// kernel library (EngineSettings::use_kernel_library, or a model on a CUDA device).
+//
 // A request asks for n samples of one prompt (a GRPO group). With prefix
 // sharing on, the prompt is prefilled once and its KV blocks are shared by
 // the n samples, its last partial block too (so prompts shorter than a block
@@ -51,6 +54,13 @@ struct EngineSettings {
   std::string weight_update = "drain";
   // Turns generated token ids into text for stop strings; empty: stop strings unsupported.
   std::function<std::string(const std::vector<int32_t>&)> detokenize;
+  // Not a config key: KV writes, paged attention, the model's RMSNorms (residual fused), RoPE
+  // and SiLU-and-multiply, and the logprobs go through the kernel library's adapter
+  // (rollout/kernel_ops.h) instead of the CPU engine's own code, with KV pools in the model's
+  // dtype on the model's device; tokens are still drawn by the sampler below. On a CPU model
+  // that runs the kernels' CPU references (slow; how the path is tested without a GPU); a
+  // model on a CUDA device always takes this path.
+  bool use_kernel_library = false;
 };
 
 struct GenerationRequest {
@@ -128,13 +138,21 @@ class LlmEngine {
   bool Schedule(std::vector<Sequence*>& batch, std::vector<int64_t>& chunk);
   void Preempt(Sequence* seq);
   absl::Status RunModel(const std::vector<Sequence*>& batch, const std::vector<int64_t>& chunk);
-  void Fork(Sequence* leader, const float* logits, int64_t vocab);
+  // The samples that continue the leader, each with its first token drawn from `logits`.
+  std::vector<Sequence*> Fork(Sequence* leader, const float* logits, int64_t vocab);
+  // KV pools' copy-on-write moves, before the step writes.
+  void ApplyBlockCopies();
+  // The kernel path's logprobs: each drawn token's, from its logits row, replaces the sampler's.
+  absl::Status KernelLogprobs(const torch::Tensor& logits, const std::vector<int64_t>& rows,
+                              const std::vector<Sequence*>& drawn);
   bool StopsAt(Sequence* seq) const;
 
   models::Transformer model_;
   EngineSettings options_;
   int64_t version_;
   BlockManager blocks_;
+  torch::Device device_;      // the model's
+  bool use_kernels_ = false;  // options_.use_kernel_library or a CUDA model
   std::vector<torch::Tensor> k_pool_, v_pool_;
   std::vector<std::unique_ptr<Group>> groups_;
   std::deque<Sequence*> waiting_;
