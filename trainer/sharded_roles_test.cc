@@ -194,10 +194,12 @@ bool Compared(const std::string& key) {
   return !absl::EndsWith(key, "_s") && key != "weight_bytes";
 }
 
-// N ranks against one: `strict` metrics (the losses) within 1e-5 relative, every weight
-// tensor within 1e-5 of its norm, every other metric within 1e-5 relative plus 2e-6
-// absolute: fractions and KLs sit near 0, and DPO's rewards and margins are differences of
-// sequence logprobs (~20 in size), whose float rounding (~2e-6) survives the difference.
+// N ranks against one: `strict` metrics (the losses) within 1e-5 relative plus 1e-7 absolute,
+// every weight tensor within 1e-5 of its norm, every other metric within 1e-5 relative plus
+// 2e-6 absolute: fractions and KLs sit near 0, and DPO's rewards and margins are differences of
+// sequence logprobs (~20 in size), whose float rounding (~2e-6) survives the difference. A
+// PPO loss is a mean of terms of size ~1 that nearly cancel (0.004 after a few steps): their
+// float rounding (~6e-8) survives too (4.5e-8 apart with the torch wheel's MKL).
 void ExpectSameRun(const RanksRun& got, const RanksRun& want,
                    const std::vector<std::string>& strict) {
   ASSERT_EQ(got.metrics.size(), want.metrics.size());
@@ -210,7 +212,7 @@ void ExpectSameRun(const RanksRun& got, const RanksRun& want,
       auto it = got.metrics[k].find(key);
       ASSERT_NE(it, got.metrics[k].end()) << key << " at request " << k;
       const bool is_strict = std::find(strict.begin(), strict.end(), key) != strict.end();
-      const double tol = 1e-5 * std::abs(w) + (is_strict ? 0 : 2e-6);
+      const double tol = 1e-5 * std::abs(w) + (is_strict ? 1e-7 : 2e-6);
       EXPECT_NEAR(it->second, w, tol) << key << " at request " << k;
     }
   }
