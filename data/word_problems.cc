@@ -1,6 +1,7 @@
 #include "data/word_problems.h"
 
 #include <fstream>
+#include <optional>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -33,14 +34,58 @@ std::string Cap(std::string s) {
   return s;
 }
 
-// One step of a worked solution: "<before>A op B = C<after>".
-std::string Step(const std::string& before, int64_t a, char op, int64_t b, int64_t c,
-                 const std::string& after) {
-  return absl::StrCat(before, a, " ", std::string(1, op), " ", b, " = ", c, after, "\n");
+int64_t Apply(int64_t a, char op, int64_t b) {
+  return op == '+' ? a + b : op == '-' ? a - b : op == '*' ? a * b : a / b;
 }
 
-WordProblem Done(std::string kind, std::string question, std::string steps, int64_t value) {
-  return {std::move(kind), std::move(question), absl::StrCat(steps, "#### ", value), value};
+struct Worked {
+  std::string text;  // the steps, one a line, then "#### value"
+  int64_t value = 0;
+};
+
+// `steps` worked out as written (Slip::kNone), or as a careless annotator writes them; nullopt
+// when the slip has nowhere to happen: no + or - step with a carry or borrow that matters
+// (kDroppedCarry), or a single step (kStoppedEarly). A dropped carry or borrow carries into the
+// later steps; a division it leaves inexact also means nullopt.
+std::optional<Worked> Work(const std::vector<WorkedStep>& steps, Slip slip) {
+  if (slip == Slip::kStoppedEarly && steps.size() < 2) return std::nullopt;
+  std::vector<int64_t> results;
+  std::string text;
+  bool slipped = slip == Slip::kNone;
+  for (const WorkedStep& st : steps) {
+    const int64_t a = st.a_from >= 0 ? results[st.a_from] : st.a;
+    const int64_t b = st.b_from >= 0 ? results[st.b_from] : st.b;
+    if (st.op == '/' && (b == 0 || a % b != 0)) return std::nullopt;
+    int64_t c = Apply(a, st.op, b);
+    if (slip == Slip::kDroppedCarry && !slipped && (st.op == '+' || st.op == '-')) {
+      const int64_t careless = ArithmeticTask::CarrylessValue(a, b, std::string(1, st.op));
+      slipped = careless != c;
+      c = careless;
+    }
+    results.push_back(c);
+    absl::StrAppend(&text, st.before, a, " ", std::string(1, st.op), " ", b, " = ", c, st.after,
+                    "\n");
+    if (slip == Slip::kStoppedEarly) {
+      slipped = true;
+      break;
+    }
+  }
+  if (!slipped) return std::nullopt;
+  return Worked{absl::StrCat(text, "#### ", results.back()), results.back()};
+}
+
+// A step whose operand is the result of an earlier step names it by index.
+WorkedStep Step(std::string before, int64_t a, char op, int64_t b, std::string after,
+                int a_from = -1, int b_from = -1) {
+  return {std::move(before), a, op, b, std::move(after), a_from, b_from};
+}
+
+WordProblem Done(std::string kind, std::string question, std::vector<WorkedStep> steps) {
+  WordProblem p{std::move(kind), std::move(question), std::move(steps), "", 0};
+  std::optional<Worked> w = Work(p.steps, Slip::kNone);
+  p.solution = std::move(w->text);
+  p.value = w->value;
+  return p;
 }
 
 WordProblem Shopping(SampleStream& s, const Person& p) {
@@ -49,15 +94,14 @@ WordProblem Shopping(SampleStream& s, const Person& p) {
   const std::string buy = absl::StrCat(p.name, " buys ", n, " ", item, "s for $", price, " each.");
   if (s.Uniform(0, 1) == 0) {
     return Done("shop_total", absl::StrCat(buy, " How many dollars does ", p.subject, " spend?"),
-                Step(absl::StrCat(p.name, " spends "), n, '*', price, cost, " dollars."), cost);
+                {Step(absl::StrCat(p.name, " spends "), n, '*', price, " dollars.")});
   }
   const int64_t bill = cost < 10 ? 10 : cost < 20 ? 20 : cost < 50 ? 50 : 100;
   return Done("shop_change",
               absl::StrCat(buy, " ", Cap(p.subject), " pays with a $", bill,
                            " bill. How many dollars of change does ", p.subject, " get?"),
-              Step("The items cost ", n, '*', price, cost, " dollars.") +
-                  Step("The change is ", bill, '-', cost, bill - cost, " dollars."),
-              bill - cost);
+              {Step("The items cost ", n, '*', price, " dollars."),
+               Step("The change is ", bill, '-', 0, " dollars.", -1, 0)});
 }
 
 WordProblem Sharing(SampleStream& s, const Person& p) {
@@ -65,21 +109,18 @@ WordProblem Sharing(SampleStream& s, const Person& p) {
   const int64_t friends = s.Uniform(2, 6), each = s.Uniform(2, 9), shared = friends * each;
   const std::string ask = absl::StrCat(" equally among ", friends, " friends. How many ", thing,
                                        "s does each friend get?");
+  const std::string things = absl::StrCat(" ", thing, "s.");
   if (s.Uniform(0, 1) == 0) {
-    return Done(
-        "share", absl::StrCat(p.name, " has ", shared, " ", thing, "s and shares them", ask),
-        Step("Each friend gets ", shared, '/', friends, each, absl::StrCat(" ", thing, "s.")),
-        each);
+    return Done("share",
+                absl::StrCat(p.name, " has ", shared, " ", thing, "s and shares them", ask),
+                {Step("Each friend gets ", shared, '/', friends, things)});
   }
   const int64_t kept = s.Uniform(1, 9), total = shared + kept;
-  return Done(
-      "share_rest",
-      absl::StrCat(p.name, " has ", total, " ", thing, "s. ", Cap(p.subject), " keeps ", kept,
-                   " and shares the rest", ask),
-      Step(absl::StrCat(Cap(p.subject), " shares "), total, '-', kept, shared,
-           absl::StrCat(" ", thing, "s.")) +
-          Step("Each friend gets ", shared, '/', friends, each, absl::StrCat(" ", thing, "s.")),
-      each);
+  return Done("share_rest",
+              absl::StrCat(p.name, " has ", total, " ", thing, "s. ", Cap(p.subject), " keeps ",
+                           kept, " and shares the rest", ask),
+              {Step(absl::StrCat(Cap(p.subject), " shares "), total, '-', kept, things),
+               Step("Each friend gets ", 0, '/', friends, things, 0)});
 }
 
 WordProblem Ages(SampleStream& s, const Person& p, const Person& q) {
@@ -89,16 +130,14 @@ WordProblem Ages(SampleStream& s, const Person& p, const Person& q) {
     return Done("age_older",
                 absl::StrCat(p.name, " is ", age, " years old. ", q.name, " is ", gap,
                              " years older than ", p.name, ". How old is ", q.name, "?"),
-                Step(absl::StrCat(q.name, " is "), age, '+', gap, age + gap, " years old."),
-                age + gap);
+                {Step(absl::StrCat(q.name, " is "), age, '+', gap, " years old.")});
   }
-  return Done("age_future",
-              absl::StrCat(p.name, " is ", age, " years old. ", q.name, " is twice as old as ",
-                           p.name, ". How old will ", q.name, " be in ", later, " years?"),
-              Step(absl::StrCat(q.name, " is "), age, '*', 2, age * 2, " years old now.") +
-                  Step(absl::StrCat("In ", later, " years ", q.subject, " will be "), age * 2, '+',
-                       later, age * 2 + later, "."),
-              age * 2 + later);
+  return Done(
+      "age_future",
+      absl::StrCat(p.name, " is ", age, " years old. ", q.name, " is twice as old as ", p.name,
+                   ". How old will ", q.name, " be in ", later, " years?"),
+      {Step(absl::StrCat(q.name, " is "), age, '*', 2, " years old now."),
+       Step(absl::StrCat("In ", later, " years ", q.subject, " will be "), 0, '+', later, ".", 0)});
 }
 
 WordProblem Rates(SampleStream& s, const Person& p) {
@@ -109,33 +148,29 @@ WordProblem Rates(SampleStream& s, const Person& p) {
         "rate_distance",
         absl::StrCat("A ", vehicle, " travels ", speed,
                      " miles per hour. How many miles does it travel in ", hours, " hours?"),
-        Step("It travels ", speed, '*', hours, speed * hours, " miles."), speed * hours);
+        {Step("It travels ", speed, '*', hours, " miles.")});
   }
-  const int64_t wage = s.Uniform(5, 15), monday = s.Uniform(2, 6), tuesday = s.Uniform(2, 6);
-  const int64_t hours = monday + tuesday;
-  return Done(
-      "rate_wage",
-      absl::StrCat(p.name, " earns $", wage, " per hour. ", Cap(p.subject), " works ", monday,
-                   " hours on Monday and ", tuesday, " hours on Tuesday. How many dollars does ",
-                   p.subject, " earn?"),
-      Step(absl::StrCat(Cap(p.subject), " works "), monday, '+', tuesday, hours, " hours.") +
-          Step(absl::StrCat(Cap(p.subject), " earns "), hours, '*', wage, hours * wage,
-               " dollars."),
-      hours * wage);
+  // Single-digit wages and hours: one times-table fact, which the small model can learn.
+  const int64_t wage = s.Uniform(2, 9), monday = s.Uniform(1, 4), tuesday = s.Uniform(1, 4);
+  return Done("rate_wage",
+              absl::StrCat(p.name, " earns $", wage, " per hour. ", Cap(p.subject), " works ",
+                           monday, " hours on Monday and ", tuesday,
+                           " hours on Tuesday. How many dollars does ", p.subject, " earn?"),
+              {Step(absl::StrCat(Cap(p.subject), " works "), monday, '+', tuesday, " hours."),
+               Step(absl::StrCat(Cap(p.subject), " earns "), 0, '*', wage, " dollars.", 0)});
 }
 
 WordProblem Collection(SampleStream& s, const Person& p) {
   const std::string thing = Pick(s, kThings);
   const int64_t start = s.Uniform(10, 40), lost = s.Uniform(1, 9), found = s.Uniform(1, 20);
-  return Done("collect",
-              absl::StrCat(p.name, " has ", start, " ", thing, "s. ", Cap(p.subject),
-                           " gives away ", lost, " and then buys ", found, " more. How many ",
-                           thing, "s does ", p.subject, " have now?"),
-              Step("After giving some away ", start, '-', lost, start - lost,
-                   absl::StrCat(" ", thing, "s are left.")) +
-                  Step(absl::StrCat("Then ", p.subject, " has "), start - lost, '+', found,
-                       start - lost + found, absl::StrCat(" ", thing, "s.")),
-              start - lost + found);
+  return Done(
+      "collect",
+      absl::StrCat(p.name, " has ", start, " ", thing, "s. ", Cap(p.subject), " gives away ", lost,
+                   " and then buys ", found, " more. How many ", thing, "s does ", p.subject,
+                   " have now?"),
+      {Step("After giving some away ", start, '-', lost, absl::StrCat(" ", thing, "s are left.")),
+       Step(absl::StrCat("Then ", p.subject, " has "), 0, '+', found,
+            absl::StrCat(" ", thing, "s."), 0)});
 }
 
 WordProblem Draw(SampleStream& s) {
@@ -183,18 +218,42 @@ std::vector<WordProblem> DistinctWordProblems(uint64_t seed, Split split, size_t
   return out;
 }
 
+std::optional<WordProblem> SlipWordProblem(const WordProblem& p, Slip slip) {
+  std::optional<Worked> w = Work(p.steps, slip);
+  if (!w || (slip != Slip::kNone && w->value == p.value)) return std::nullopt;
+  WordProblem out = p;
+  out.solution = std::move(w->text);
+  out.value = w->value;
+  return out;
+}
+
+WordProblem Demonstration(const WordProblem& p, double careless_share) {
+  // Its own draw from the question, so the questions are the same whatever the share.
+  const uint64_t u = SplitMix64(Fnv1a(p.question) ^ 0x736c6970ull);
+  if (static_cast<double>(u >> 11) * 0x1.0p-53 >= careless_share) return p;
+  for (Slip slip : {Slip::kDroppedCarry, Slip::kStoppedEarly}) {
+    if (std::optional<WordProblem> careless = SlipWordProblem(p, slip)) return *careless;
+  }
+  return p;
+}
+
 std::string WordProblemJsonl(const WordProblem& p) {
   return nlohmann::ordered_json{{"question", p.question}, {"answer", p.solution}}.dump();
 }
 
-absl::Status WriteWordProblems(const std::string& dir, uint64_t seed, size_t train,
-                               size_t heldout) {
-  for (const auto& [split, count] : {std::pair{Split::kTrain, train}, {Split::kHeldout, heldout}}) {
-    const std::string path = absl::StrCat(dir, "/", SplitName(split), ".jsonl");
+absl::Status WriteWordProblems(const std::string& dir, uint64_t seed, size_t train, size_t heldout,
+                               double careless_share) {
+  const std::vector<WordProblem> train_set = DistinctWordProblems(seed, Split::kTrain, train);
+  std::vector<WordProblem> demos;
+  for (const WordProblem& p : train_set) demos.push_back(Demonstration(p, careless_share));
+  const std::pair<std::string, std::vector<WordProblem>> files[] = {
+      {"train", train_set},
+      {"heldout", DistinctWordProblems(seed, Split::kHeldout, heldout)},
+      {"train_careless", std::move(demos)}};
+  for (const auto& [name, problems] : files) {
+    const std::string path = absl::StrCat(dir, "/", name, ".jsonl");
     std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    for (const WordProblem& p : DistinctWordProblems(seed, split, count)) {
-      out << WordProblemJsonl(p) << "\n";
-    }
+    for (const WordProblem& p : problems) out << WordProblemJsonl(p) << "\n";
     if (!out) return absl::InternalError(absl::StrCat(path, ": cannot write"));
   }
   return absl::OkStatus();
