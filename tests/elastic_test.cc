@@ -86,6 +86,22 @@ nlohmann::json Status(const std::string& dashboard) {
   return reply.ok() ? nlohmann::json::parse(reply->body, nullptr, false) : nlohmann::json();
 }
 
+// The dashboard's /api/actors entry of actor `id`, once it shows (null after 10 s).
+nlohmann::json DashboardActor(const std::string& dashboard, const std::string& id) {
+  nlohmann::json found;
+  WaitFor(
+      [&] {
+        auto reply = dashboard::HttpGet(dashboard, "/api/actors", "");
+        if (!reply.ok()) return false;
+        for (const auto& a : nlohmann::json::parse(reply->body, nullptr, false)) {
+          if (a.value("id", "") == id) found = a;
+        }
+        return !found.is_null();
+      },
+      10);
+  return found;
+}
+
 double Groups(const nlohmann::json& record, const std::string& engine) {
   return record["metrics"].value("rollout/" + engine + "/groups", -1.0);
 }
@@ -134,17 +150,8 @@ TEST(ElasticDocTest, AJoinedEngineIsDealtWorkWithinAnIterationShowsOnTheDashboar
   }
 
   // The dashboard lists it, joined.
-  nlohmann::json joined;
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        auto reply = dashboard::HttpGet(dashboard, "/api/actors", "");
-        if (!reply.ok()) return false;
-        for (const auto& a : nlohmann::json::parse(reply->body, nullptr, false)) {
-          if (a.value("id", "") == "rollout-1") joined = a;
-        }
-        return !joined.is_null();
-      },
-      10));
+  const nlohmann::json joined = DashboardActor(dashboard, "rollout-1");
+  ASSERT_FALSE(joined.is_null()) << "rollout-1 is not on the dashboard's /api/actors";
   EXPECT_EQ(joined["role"], "rollout");
   EXPECT_EQ(joined["joined"], true);
   EXPECT_TRUE(joined["state"] == "ready" || joined["state"] == "busy") << joined.dump();
@@ -266,17 +273,8 @@ TEST(ElasticPpoTest, AJoinedSimWorkerStepsUnitsShowsOnTheDashboardAndLeavesWitho
     EXPECT_EQ(batches(r, "0") + batches(r, "1"), 1) << r.dump();
   }
 
-  nlohmann::json joined;
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        auto reply = dashboard::HttpGet(dashboard, "/api/actors", "");
-        if (!reply.ok()) return false;
-        for (const auto& a : nlohmann::json::parse(reply->body, nullptr, false)) {
-          if (a.value("id", "") == "rollout-1") joined = a;
-        }
-        return !joined.is_null();
-      },
-      10));
+  const nlohmann::json joined = DashboardActor(dashboard, "rollout-1");
+  ASSERT_FALSE(joined.is_null()) << "rollout-1 is not on the dashboard's /api/actors";
   EXPECT_EQ(joined["role"], "rollout");
   EXPECT_EQ(joined["joined"], true);
 
