@@ -26,15 +26,25 @@ const char* ActorStateName(ActorState s) {
   return "?";
 }
 
+namespace {
+
+// Slot `rank` of `role`: its id, and how it is started and replaced.
+ActorInfo Slot(const std::string& role, int rank, bool external, bool recoverable) {
+  ActorInfo a;
+  a.id = absl::StrCat(role, "-", rank);
+  a.role = role;
+  a.rank = rank;
+  a.external = external;
+  a.recoverable = recoverable;
+  return a;
+}
+
+}  // namespace
+
 void ActorRegistry::ExpectRole(const std::string& role, int count, bool external,
                                bool recoverable) {
   for (int r = 0; r < count; ++r) {
-    ActorInfo a;
-    a.id = absl::StrCat(role, "-", r);
-    a.role = role;
-    a.rank = r;
-    a.external = external;
-    a.recoverable = recoverable;
+    ActorInfo a = Slot(role, r, external, recoverable);
     order_.push_back(a.id);
     actors_[a.id] = a;
   }
@@ -47,12 +57,7 @@ void ActorRegistry::AllowJoins(const std::string& role, int max_count) {
   auto at = order_.begin();
   if (!ids.empty()) at = std::find(order_.begin(), order_.end(), ids.back()) + 1;
   for (int r = static_cast<int>(ids.size()); r < max_count; ++r) {
-    ActorInfo a;
-    a.id = absl::StrCat(role, "-", r);
-    a.role = role;
-    a.rank = r;
-    a.external = true;
-    a.recoverable = true;
+    ActorInfo a = Slot(role, r, /*external=*/true, /*recoverable=*/true);
     a.elastic = true;
     a.state = ActorState::kVacant;
     at = order_.insert(at, a.id) + 1;
