@@ -480,7 +480,6 @@ struct Attempt {
   bool actor_lost = false;  // it failed after losing an actor that could not be replaced
 };
 
-// One attempt at the job; returns RunJob's exit code.
 // Every role the algorithm needs, as the controller should expect it.
 void ExpectRoles(Controller& controller, const std::vector<RoleRequirement>& roles,
                  const LaunchOptions& launch) {
@@ -516,6 +515,7 @@ std::function<void()> PumpObserver(Controller& controller, ActorMetrics& actor_m
   };
 }
 
+// One attempt at the job; returns RunJob's exit code.
 int RunAttempt(const JobConfig& config, const RunOptions& options, Attempt* attempt) {
   auto token = ResolveDashboardToken(config.dashboard, std::getenv("RLFORGE_DASHBOARD_TOKEN"));
   if (!token.ok()) {
