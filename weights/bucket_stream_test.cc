@@ -295,11 +295,13 @@ class CorruptingSink final : public BucketSink {
   char* buf_ = nullptr;
 };
 
-TEST(ShmMappedTest, TwoReadersServeThreeVersionsThroughTwoSlotsWithoutACopy) {
+class ShmMappedMappingTest : public ::testing::TestWithParam<MappedSink::Mapping> {};
+
+TEST_P(ShmMappedMappingTest, TwoReadersServeThreeVersionsThroughTwoSlotsWithoutACopy) {
   Model src(1);
-  const proto::WeightManifest m = MakeManifest(src.specs, "float32", 192);
+  const proto::WeightManifest m = MakeManifest(src.specs, "float32", 192);  // not page-aligned
   ASSERT_GT(BucketCount(m), 4);
-  auto sink = MappedSink::Create(ShmName("ma"), m, 20);
+  auto sink = MappedSink::Create(ShmName("ma"), m, 20, GetParam());
   ASSERT_TRUE(sink.ok()) << sink.status();
   std::vector<std::unique_ptr<MappedSource>> engines;
   for (const char* who : {"rollout-0", "rollout-1"}) {
@@ -327,6 +329,10 @@ TEST(ShmMappedTest, TwoReadersServeThreeVersionsThroughTwoSlotsWithoutACopy) {
   EXPECT_FALSE(Write(m, src, **sink, 3).ok());
 }
 
+INSTANTIATE_TEST_SUITE_P(PublisherMaps, ShmMappedMappingTest,
+                         ::testing::Values(MappedSink::Mapping::kWholeSegment,
+                                           MappedSink::Mapping::kBucketWindows));
+
 TEST(ShmMappedTest, FlippedBitIsRefusedNamingEngineVersionAndBucketAndTheEngineKeepsServing) {
   Model src(1), v1(1);
   const proto::WeightManifest m = MakeManifest(src.specs, "float32", 128);
@@ -349,6 +355,14 @@ TEST(ShmMappedTest, FlippedBitIsRefusedNamingEngineVersionAndBucketAndTheEngineK
             std::string::npos)
       << refused.status();
   EXPECT_NE(refused.status().message().find("failed its checksum"), std::string::npos);
+  // A second engine takes the first one's verdict on the same pages, and refuses too.
+  auto other = MappedSource::Open((*sink)->location(), "rollout-2", 20);
+  ASSERT_TRUE(other.ok());
+  auto also = LoadMapped(**other, m, 2);
+  ASSERT_FALSE(also.ok());
+  EXPECT_NE(also.status().message().find("rollout-2 refused weight version 2: bucket 2 of "),
+            std::string::npos)
+      << also.status();
   // Still on version 1, untouched, and still holding its slot.
   EXPECT_TRUE(Serves(m, *served, v1));
   auto again = Write(m, src, **sink, 2);

@@ -29,12 +29,22 @@ struct ReaderEntry {
   char name[56];
 };
 
+// A bucket's check is shared: engines map the same physical pages, so one engine's checksum of
+// them holds for all. verdict: Verdict(version, state), or 0 (none since the bucket was written).
+enum : uint64_t { kChecking = 1, kPassed = 2, kFailed = 3 };
+uint64_t Verdict(int64_t version, uint64_t state) {
+  return (static_cast<uint64_t>(version + 1) << 2) | state;
+}
+
+}  // namespace
+
 struct BucketState {
   std::atomic<int64_t> tag;  // the version whose bucket this is; -1: none, or being written
   std::atomic<uint64_t> checksum;
+  std::atomic<uint64_t> verdict;
+  std::atomic<int32_t> checker;  // pid of the engine checking it
+  std::atomic<uint64_t> read;    // the checksum it read
 };
-
-}  // namespace
 
 // The segment's first header_bytes; the two slots follow, slot_stride apart.
 struct MappedLayout {
@@ -76,7 +86,7 @@ std::string Holders(MappedLayout& h, int slot) {
 
 absl::StatusOr<std::unique_ptr<MappedSink>> MappedSink::Create(const std::string& name,
                                                                const proto::WeightManifest& m,
-                                                               double timeout_s) {
+                                                               double timeout_s, Mapping mapping) {
   if (m.dtype() != "float32") {
     return absl::InvalidArgumentError(absl::StrCat(
         "weights.apply: mapped serves the engines' fp32 parameters from the stream's own bytes; "
@@ -91,11 +101,14 @@ absl::StatusOr<std::unique_ptr<MappedSink>> MappedSink::Create(const std::string
   const uint64_t stride = RoundUp(std::max<uint64_t>(m.total_bytes(), 1), page);
   absl::StatusOr<MappedSegment> seg = CreateSegment(shm, header_bytes + 2 * stride);
   if (!seg.ok()) return seg.status();
-  // Only the header stays mapped; the publisher maps each bucket's window as it writes it.
-  munmap(static_cast<char*>(seg->base) + header_bytes, 2 * stride);
+  char* slots = static_cast<char*>(seg->base) + header_bytes;
+  if (mapping == Mapping::kBucketWindows) {  // mapped bucket by bucket as each is written
+    munmap(slots, 2 * stride);
+    slots = nullptr;
+  }
   const int fd = shm_open(shm.c_str(), O_RDWR, 0);
   if (fd < 0) {
-    munmap(seg->base, header_bytes);
+    munmap(seg->base, header_bytes + (slots != nullptr ? 2 * stride : 0));
     shm_unlink(shm.c_str());
     return absl::UnavailableError(absl::StrCat("shm_open ", shm, ": ", std::strerror(errno)));
   }
@@ -118,11 +131,12 @@ absl::StatusOr<std::unique_ptr<MappedSink>> MappedSink::Create(const std::string
     r.pid.store(0);
     r.slots.store(0);
   }
-  return std::unique_ptr<MappedSink>(new MappedSink(shm, fd, h, timeout_s));
+  return std::unique_ptr<MappedSink>(new MappedSink(shm, fd, h, slots, timeout_s));
 }
 
 MappedSink::~MappedSink() {
   Unmap();
+  if (slots_ != nullptr) munmap(slots_, 2 * header_->slot_stride);
   munmap(header_, header_->header_bytes);
   close(fd_);
   shm_unlink(name_.c_str());
@@ -163,11 +177,15 @@ absl::StatusOr<char*> MappedSink::Acquire(int64_t version, int64_t bucket) {
   const int64_t slot = version % 2;
   BucketState& st = header_->bucket(slot, bucket);
   st.tag.store(-1, std::memory_order_relaxed);  // seqlock: "being written" before any byte
+  st.verdict.store(0, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_release);
+  acquired_ = bucket;
+  const uint64_t in_slots = static_cast<uint64_t>(slot) * header_->slot_stride +
+                            static_cast<uint64_t>(bucket) * header_->bucket_bytes;
+  if (slots_ != nullptr) return slots_ + in_slots;
   Unmap();
   const uint64_t page = PageSize();
-  const uint64_t at = header_->header_bytes + static_cast<uint64_t>(slot) * header_->slot_stride +
-                      static_cast<uint64_t>(bucket) * header_->bucket_bytes;
+  const uint64_t at = header_->header_bytes + in_slots;
   const uint64_t from = at / page * page;
   const uint64_t size = RoundUp(at + header_->bytes_of(bucket) - from, page);
   // MAP_POPULATE: the pages come in one call rather than a fault per page as they are written.
@@ -184,7 +202,7 @@ absl::StatusOr<char*> MappedSink::Acquire(int64_t version, int64_t bucket) {
 
 absl::Status MappedSink::Commit(int64_t version, int64_t bucket, uint64_t nbytes,
                                 uint64_t checksum) {
-  if (version != last_version_ || window_ == nullptr || nbytes != header_->bytes_of(bucket)) {
+  if (version != last_version_ || bucket != acquired_ || nbytes != header_->bytes_of(bucket)) {
     return absl::InternalError(absl::StrCat("commit of bucket ", bucket, " of weight version ",
                                             version, " (", nbytes,
                                             " bytes) that was not acquired"));
@@ -192,6 +210,7 @@ absl::Status MappedSink::Commit(int64_t version, int64_t bucket, uint64_t nbytes
   BucketState& st = header_->bucket(version % 2, bucket);
   st.checksum.store(checksum, std::memory_order_relaxed);
   st.tag.store(version, std::memory_order_release);
+  acquired_ = -1;
   Unmap();
   return absl::OkStatus();
 }
@@ -267,6 +286,41 @@ std::pair<const char*, const char*> MappedSource::SlotRange(int64_t version) con
   return {begin, begin + header_->total_bytes};
 }
 
+// The checksum of bucket `st` of `version` (its bytes: data, n) as read in the segment: this
+// engine's, or the one another engine read (waiting for it while it reads).
+absl::StatusOr<uint64_t> MappedSource::SharedChecksum(BucketState& st, int64_t version,
+                                                      const char* data, uint64_t n,
+                                                      uint64_t published) {
+  while (true) {
+    uint64_t v = st.verdict.load(std::memory_order_acquire);
+    if (v == Verdict(version, kPassed) || v == Verdict(version, kFailed)) {
+      const uint64_t read = st.read.load(std::memory_order_relaxed);
+      if (st.tag.load(std::memory_order_acquire) != version) break;
+      return read;
+    }
+    if (v == Verdict(version, kChecking)) {
+      const int32_t checker = st.checker.load();
+      RETURN_IF_ERROR(AwaitCondition(
+          [&] { return st.verdict.load(std::memory_order_acquire) != v || ProcessGone(checker); },
+          [] { return std::string(); }, timeout_s_,
+          absl::StrCat("the engine checking it (pid ", checker, ") did not finish")));
+      // A checker that died leaves the check to the next engine that claims it.
+      if (st.verdict.load() == v && ProcessGone(checker)) st.verdict.compare_exchange_strong(v, 0);
+      continue;
+    }
+    if (!st.verdict.compare_exchange_strong(v, Verdict(version, kChecking))) continue;
+    st.checker.store(getpid());
+    const uint64_t read = BucketChecksum(data, n);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (st.tag.load(std::memory_order_relaxed) != version) break;  // rewritten while hashed
+    st.read.store(read, std::memory_order_relaxed);
+    st.verdict.store(Verdict(version, read == published ? kPassed : kFailed),
+                     std::memory_order_release);
+    return read;
+  }
+  return absl::FailedPreconditionError("a newer version took its slot meanwhile");
+}
+
 absl::StatusOr<const char*> MappedSource::Check(const proto::WeightManifest& m, int64_t version,
                                                 ReadStats* stats) {
   const Stopwatch timer;
@@ -302,15 +356,13 @@ absl::StatusOr<const char*> MappedSource::Check(const proto::WeightManifest& m, 
     }
     const uint64_t published = st.checksum.load(std::memory_order_relaxed);
     const uint64_t n = header_->bytes_of(b);
-    const uint64_t read = BucketChecksum(base + static_cast<uint64_t>(b) * m.bucket_bytes(), n);
-    std::atomic_thread_fence(std::memory_order_acquire);
-    if (st.tag.load(std::memory_order_relaxed) != version) {  // rewritten while it was hashed
-      return fail(b, absl::FailedPreconditionError("a newer version took its slot meanwhile"));
-    }
-    if (read != published) {
+    absl::StatusOr<uint64_t> read = SharedChecksum(
+        st, version, base + static_cast<uint64_t>(b) * m.bucket_bytes(), n, published);
+    if (!read.ok()) return fail(b, read.status());
+    if (*read != published) {
       return absl::DataLossError(
           absl::StrCat(who_, " refused weight version ", version, ": bucket ", b, " of ", count,
-                       " failed its checksum (", read, " read, ", published, " published)"));
+                       " failed its checksum (", *read, " read, ", published, " published)"));
     }
     stats->bytes += n;
     ++stats->buckets;

@@ -4,8 +4,10 @@
 // MappedSink (trainer rank 0): version v -> slot v % 2: waits until no engine serves from it ->
 //   each bucket written in place (only its window mapped) -> its tag (v) and checksum, release
 // MappedSource (each engine): Check(v): each bucket's tag, then its checksum in place (no copy)
-//   while the next bucket is written -> Hold(v): slot v % 2 counted as this engine's -> the
-//   engine points its parameters into the slot -> Serve(v): the other slot is let go
+//   while the next bucket is written (computed once per bucket by whichever engine comes first,
+//   the others taking its verdict: they read the same pages) -> Hold(v): slot v % 2 counted as this
+//   engine's -> the engine points its parameters into the slot -> Serve(v): the other slot is let
+//   go
 //
 // Invariants: a slot is overwritten only once no live engine holds it (the publisher's wait has
 // weights.timeout_s as its deadline and names the engines that still hold it; engines whose
@@ -25,14 +27,21 @@
 namespace rlforge {
 
 struct MappedLayout;
+struct BucketState;
 
 class MappedSink final : public BucketSink {
  public:
+  // How the publisher maps the slots it writes. kWholeSegment: both slots, for good (their
+  // pages count in its RSS once written: two versions, which the segment holds anyway).
+  // kBucketWindows: only the bucket being written (its RSS stays within its model + 2 buckets)
+  // at the price of mapping and unmapping every page of every version (bench/weight_sync_bench.md
+  // measures both).
+  enum class Mapping { kWholeSegment, kBucketWindows };
   // Creates "/<name>" for versions of manifest `m` (float32): a header and two slots of
   // m.total_bytes(). Readers registered at most kMaxReaders at once.
-  static absl::StatusOr<std::unique_ptr<MappedSink>> Create(const std::string& name,
-                                                            const proto::WeightManifest& m,
-                                                            double timeout_s);
+  static absl::StatusOr<std::unique_ptr<MappedSink>> Create(
+      const std::string& name, const proto::WeightManifest& m, double timeout_s,
+      Mapping mapping = Mapping::kWholeSegment);
   ~MappedSink() override;
   std::string location() const { return "shm-mapped:" + name_; }
 
@@ -43,17 +52,19 @@ class MappedSink final : public BucketSink {
   absl::Status Drain() override { return absl::OkStatus(); }
 
  private:
-  MappedSink(std::string name, int fd, MappedLayout* header, double timeout_s)
-      : name_(std::move(name)), fd_(fd), header_(header), timeout_s_(timeout_s) {}
+  MappedSink(std::string name, int fd, MappedLayout* header, char* slots, double timeout_s)
+      : name_(std::move(name)), fd_(fd), header_(header), slots_(slots), timeout_s_(timeout_s) {}
   absl::Status AwaitSlot(int64_t version);
   void Unmap();
 
   std::string name_;
   int fd_;
   MappedLayout* header_;
+  char* slots_;  // kWholeSegment: both slots, read-write; else null
   double timeout_s_;
   int64_t last_version_ = -1;
-  char* window_ = nullptr;  // the bucket being written, page-aligned mapping
+  int64_t acquired_ = -1;   // the bucket being written, or -1
+  char* window_ = nullptr;  // kBucketWindows: its page-aligned mapping
   size_t window_size_ = 0;
 };
 
@@ -90,6 +101,9 @@ class MappedSource {
         reader_(reader),
         who_(std::move(who)),
         timeout_s_(timeout_s) {}
+
+  absl::StatusOr<uint64_t> SharedChecksum(BucketState& st, int64_t version, const char* data,
+                                          uint64_t n, uint64_t published);
 
   MappedLayout* header_;
   size_t header_size_;
