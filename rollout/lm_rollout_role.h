@@ -56,12 +56,13 @@ class LmRolloutRole final : public Role {
   const JobConfig* config_ = nullptr;
   proto::Assignment assignment_;
   std::unique_ptr<models::Tokenizer> tokenizer_;
+  // Declared before engine_: it outlives every parameter pointing into it (weights.apply mapped).
+  std::unique_ptr<MappedSource> mapped_;
+  std::string mapped_location_;
   std::unique_ptr<LlmEngine> engine_;
   uint64_t layout_hash_ = 0;
   std::vector<float> staged_;  // weights.apply: staged only
   std::unique_ptr<ShmRingSource> ring_;
-  std::unique_ptr<MappedSource> mapped_;  // outlives every parameter pointing into it
-  std::string mapped_location_;
   std::unique_ptr<dist::Communicator> weight_group_;
   std::string weight_group_name_;
   std::unique_ptr<GlooBroadcastSource> broadcast_;
