@@ -256,12 +256,12 @@ std::vector<TensorFrame> InlineWeights(const std::vector<std::pair<std::string, 
   return frames;
 }
 
-absl::StatusOr<std::vector<LmGroup>> GenerateGroups(Role& role,
-                                                    const std::vector<LmGroup>& prompts) {
+absl::StatusOr<std::vector<LmGroup>> GenerateGroups(Role& role, const std::vector<LmGroup>& prompts,
+                                                    double temperature = 1) {
   proto::WorkRequest req;
   proto::LmGenerate* g = req.mutable_lm_generate();
   g->set_n(2);
-  g->set_temperature(1);
+  g->set_temperature(temperature);
   g->set_top_p(1);
   g->set_max_tokens(4);
   g->set_min_groups(1);
@@ -371,8 +371,8 @@ std::vector<torch::Tensor> Parameters(Engine& e) {
 }
 
 // weights.apply mapped against in_place, three versions: the same parameters and the same
-// samples. The mapped engine's parameters lie where the manifest puts them in the segment (no
-// private copy), in slot version % 2.
+// greedy and sampled outputs. The mapped engine's parameters lie where the manifest puts them in
+// the segment (no private copy), in slot version % 2.
 TEST(LmRolloutRoleTest, MappedVersionServesTheSameParametersAndSamplesAsInPlace) {
   Engine copied = MakeEngine("in_place");
   Engine mapped = MakeEngine("mapped");
@@ -411,13 +411,17 @@ TEST(LmRolloutRoleTest, MappedVersionServesTheSameParametersAndSamplesAsInPlace)
           static_cast<ptrdiff_t>(m.tensors(static_cast<int>(i)).offset()));
     }
     first_param.push_back(y[0].data_ptr());
-    auto ga = GenerateGroups(*copied.role, {p}), gb = GenerateGroups(*mapped.role, {p});
-    ASSERT_TRUE(ga.ok() && gb.ok()) << ga.status() << gb.status();
-    ASSERT_EQ(ga->size(), 1u);
-    ASSERT_EQ(gb->size(), 1u);
-    for (size_t k = 0; k < ga->at(0).samples.size(); ++k) {
-      EXPECT_EQ(ga->at(0).samples[k].tokens, gb->at(0).samples[k].tokens) << "version " << version;
-      EXPECT_EQ(ga->at(0).samples[k].logprobs, gb->at(0).samples[k].logprobs);
+    for (double temperature : {0.0, 1.0}) {  // greedy, then sampled with the same seed
+      auto ga = GenerateGroups(*copied.role, {p}, temperature);
+      auto gb = GenerateGroups(*mapped.role, {p}, temperature);
+      ASSERT_TRUE(ga.ok() && gb.ok()) << ga.status() << gb.status();
+      ASSERT_EQ(ga->size(), 1u);
+      ASSERT_EQ(gb->size(), 1u);
+      for (size_t k = 0; k < ga->at(0).samples.size(); ++k) {
+        EXPECT_EQ(ga->at(0).samples[k].tokens, gb->at(0).samples[k].tokens)
+            << "version " << version << " temperature " << temperature;
+        EXPECT_EQ(ga->at(0).samples[k].logprobs, gb->at(0).samples[k].logprobs);
+      }
     }
   }
   EXPECT_NE(first_param[0], first_param[1]) << "versions 1 and 2 sit in different slots";
