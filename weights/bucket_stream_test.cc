@@ -390,6 +390,37 @@ TEST(ShmMappedTest, EngineThatNeverLetsGoFailsThePublishersWaitByTheDeadlineNami
   EXPECT_NE(blocked.status().message().find("weights.timeout_s"), std::string::npos);
 }
 
+// A version checked but not yet held when a newer one takes its slot is never served.
+TEST(ShmMappedTest, SlotTakenByANewerVersionAfterTheCheckIsRefused) {
+  Model src(1);
+  const proto::WeightManifest m = MakeManifest(src.specs, "float32", 128);
+  auto sink = MappedSink::Create(ShmName("mg"), m, 5);
+  ASSERT_TRUE(sink.ok()) << sink.status();
+  auto engine = MappedSource::Open((*sink)->location(), "rollout-4", 5);
+  ASSERT_TRUE(engine.ok());
+  ASSERT_TRUE(Write(m, src, **sink, 1).ok());
+  ReadStats stats;
+  ASSERT_TRUE((*engine)->Check(m, 1, &stats).ok());
+  ASSERT_TRUE(Write(m, src, **sink, 2).ok());
+  ASSERT_TRUE(Write(m, src, **sink, 3).ok());  // slot 1: nobody holds it yet
+  absl::Status held = (*engine)->Hold(1);
+  EXPECT_EQ(held.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(held.message().find("rollout-4 could not load weight version 1: version 3 took its "
+                                "shared-memory slot after it was checked"),
+            std::string::npos)
+      << held;
+  auto late = (*engine)->Check(m, 1, &stats);
+  ASSERT_FALSE(late.ok());
+  EXPECT_NE(late.status().message().find("bucket 0 of"), std::string::npos) << late.status();
+  EXPECT_NE(late.status().message().find("version 3 took its slot first"), std::string::npos)
+      << late.status();
+  // The failed Hold left nothing held; loads move it from slot to slot, freeing the one left.
+  ASSERT_TRUE(LoadMapped(**engine, m, 3).ok());
+  ASSERT_TRUE(Write(m, src, **sink, 4).ok());
+  ASSERT_TRUE(LoadMapped(**engine, m, 4).ok());
+  EXPECT_TRUE(Write(m, src, **sink, 5).ok());
+}
+
 TEST(ShmMappedTest, KilledEngineHoldsNoSlot) {
   Model src(1);
   const proto::WeightManifest m = MakeManifest(src.specs, "float32", 128);
