@@ -421,6 +421,42 @@ TEST(ShmMappedTest, SlotTakenByANewerVersionAfterTheCheckIsRefused) {
   EXPECT_TRUE(Write(m, src, **sink, 5).ok());
 }
 
+// Another engine killed while it checks buckets for everyone (128 MiB in 4 MiB buckets, killed
+// a few ms in, mid-way in practice) leaves no bucket stuck: this one takes the checks over.
+TEST(ShmMappedTest, EngineKilledWhileCheckingForTheOthersLeavesNoBucketStuck) {
+  const int64_t n = 32 << 20;
+  std::vector<float> big(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) big[static_cast<size_t>(i)] = static_cast<float>(i % 977);
+  const proto::WeightManifest m = MakeManifest({{"big", {n}}}, "float32", 4 << 20);
+  auto sink = MappedSink::Create(ShmName("mh"), m, 5);
+  ASSERT_TRUE(sink.ok()) << sink.status();
+  BucketWriter writer(m, **sink, 1);
+  ASSERT_TRUE(writer.Append("big", big.data(), n).ok());
+  ASSERT_TRUE(writer.Finish().ok());
+  const std::string where = (*sink)->location();
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t child = fork();
+  if (child == 0) {
+    auto e = MappedSource::Open(where, "rollout-5", 5);
+    (void)!write(ready[1], "x", 1);
+    ReadStats stats;
+    if (e.ok()) (*e)->Check(m, 1, &stats).IgnoreError();
+    pause();
+    _exit(0);
+  }
+  char c;
+  ASSERT_EQ(read(ready[0], &c, 1), 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  auto engine = MappedSource::Open(where, "rollout-6", 5);
+  ASSERT_TRUE(engine.ok());
+  auto base = LoadMapped(**engine, m, 1);
+  ASSERT_TRUE(base.ok()) << base.status();
+  EXPECT_EQ(std::memcmp(*base, big.data(), big.size() * 4), 0);
+}
+
 TEST(ShmMappedTest, KilledEngineHoldsNoSlot) {
   Model src(1);
   const proto::WeightManifest m = MakeManifest(src.specs, "float32", 128);

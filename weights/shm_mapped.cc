@@ -291,7 +291,12 @@ std::pair<const char*, const char*> MappedSource::SlotRange(int64_t version) con
 absl::StatusOr<uint64_t> MappedSource::SharedChecksum(BucketState& st, int64_t version,
                                                       const char* data, uint64_t n,
                                                       uint64_t published) {
+  const Stopwatch timer;
   while (true) {
+    if (timer.Seconds() > timeout_s_) {  // a deadline on the whole exchange, too
+      return absl::DeadlineExceededError(absl::StrCat("no checksum could be settled within ",
+                                                      timeout_s_, " s (weights.timeout_s)"));
+    }
     uint64_t v = st.verdict.load(std::memory_order_acquire);
     if (v == Verdict(version, kPassed) || v == Verdict(version, kFailed)) {
       const uint64_t read = st.read.load(std::memory_order_relaxed);
