@@ -1,21 +1,25 @@
 // weight_sync_bench: the weight plane at Qwen2.5-0.5B's size, published by this process to
-// engine processes on this host over the shared-memory ring and over the gloo broadcast group,
-// against memcpy of the same bytes and a bare c10d gloo broadcast, measured in the same run.
+// engine processes on this host over the shared-memory ring, the mapped segment (engines serve
+// from it: weights.apply mapped) and the gloo broadcast group, against memcpy of the same bytes
+// and a bare c10d gloo broadcast, measured in the same run.
 //
 //   build/bench/weight_sync_bench [--dtype float32|bfloat16] [--bucket-mb 256] [--engines 2]
-//                                 [--reps 3]
+//                                 [--reps 3] [--paths shm,mapped,...]
 //
 // The weight set: Qwen2.5-0.5B's config (vocab 151936, hidden 896, 24 layers, 14 heads, 2 KV
 // heads, MLP 4864, tied embeddings, q/k/v biases), random values: 494M parameters, 1.98 GB in
 // fp32 and 0.99 GB in bf16 on the wire. The publisher holds them as fp32 tensors; each engine is
 // this binary re-executed (a fresh process, so no page is shared by fork) holding its own fp32
 // copy to write into. A rep times one version from the first byte packed until every engine
-// has verified and unpacked every bucket; the best of --reps is reported.
+// has verified and unpacked every bucket (mapped: verified every bucket in place and pointed
+// its tensors into the segment, its own copy freed at the first version); the best of --reps.
 //
 // Baselines, in the same run: memcpy of the stream's bytes (one thread, in a process of its
 // own), and a bare gloo broadcast of the same bytes in bucket-sized pieces, two in flight
 // (no packing, no checksum). Peak RSS (VmHWM) of every process is reported against its model
-// plus two buckets, above what the process held before its model (the runtime's own).
+// plus two buckets, above what the process held before its model (the runtime's own). Shared
+// pages a process touched count in its RSS: a mapped engine's RSS holds the segment's slots it
+// read, which every engine shares; its RssAnon (private memory) at the end is reported beside.
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -31,6 +35,7 @@
 #include "dist/communicator.h"
 #include "weights/bucket_stream.h"
 #include "weights/gloo_plane.h"
+#include "weights/shm_mapped.h"
 #include "weights/shm_ring.h"
 
 extern char** environ;
@@ -40,27 +45,31 @@ namespace {
 
 struct Args {
   std::string role = "publisher";  // publisher | engine | memcpy
-  std::string path;                // engine: shm | gloo | bare
+  std::string path;                // engine: shm | mapped | gloo | bare
   std::string where;               // engine: ring location or store address
   std::string dtype = "float32";
   double bucket_mb = 256;
   int engines = 2;
   int rank = 0;
   int reps = 3;
+  std::string paths = "shm,mapped,mapped-windows,bare,gloo";  // publisher: which paths to run
 };
 
 double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-double PeakRssMb() {
+// A field of /proc/self/status in MB: "VmHWM" (peak RSS), "RssAnon", "RssShmem".
+double StatusMb(const std::string& field) {
   std::ifstream in("/proc/self/status");
   std::string line;
   while (std::getline(in, line)) {
-    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024;
+    if (line.rfind(field + ":", 0) == 0) return std::stod(line.substr(field.size() + 1)) / 1024;
   }
   return 0;
 }
+
+double PeakRssMb() { return StatusMb("VmHWM"); }
 
 std::vector<TensorSpec> Qwen05B() {
   const int64_t h = 896, kv = 128, mlp = 4864, vocab = 151936;
@@ -142,6 +151,34 @@ absl::Status BareReceive(dist::Communicator& comm, const proto::WeightManifest& 
   return absl::OkStatus();
 }
 
+// An engine serving from the mapped segment: each version checked in place, then its tensors
+// pointed at it; its own copy (what it served before the first version) freed then.
+void RunMappedEngine(const Args& a, const proto::WeightManifest& m, Weights& mine, double before) {
+  auto source = MappedSource::Open(a.where, "engine-" + std::to_string(a.rank), 600);
+  Check(source.status(), "mapped");
+  std::vector<const float*> serving;
+  for (const Destination& d : mine.dest) serving.push_back(d.data);
+  for (int r = 1; r <= a.reps; ++r) {
+    ReadStats stats;
+    auto base = (*source)->Check(m, r, &stats);
+    Check(base.status(), "check");
+    Check((*source)->Hold(r), "hold");
+    for (int i = 0; i < m.tensors_size(); ++i) {
+      serving[static_cast<size_t>(i)] =
+          reinterpret_cast<const float*>(*base + m.tensors(i).offset());
+    }
+    (*source)->Serve(r);
+    if (!mine.flat.empty()) std::vector<float>().swap(mine.flat);
+    std::printf("done %d\n", r);
+    std::fflush(stdout);
+  }
+  std::printf("served %g\n", static_cast<double>(serving.back()[0]));  // keep them observable
+  // While the segment is still mapped: its pages count in RssShmem.
+  std::printf("rss %.0f %.0f %.0f %.0f\n", before, PeakRssMb(), StatusMb("RssAnon"),
+              StatusMb("RssShmem"));
+  std::fflush(stdout);
+}
+
 int RunEngine(const Args& a) {
   const double before = PeakRssMb();
   const proto::WeightManifest m = Manifest(a);
@@ -150,6 +187,10 @@ int RunEngine(const Args& a) {
   Check(dest.status(), "manifest");
   std::unique_ptr<BucketSource> source;
   std::unique_ptr<dist::Communicator> comm;
+  if (a.path.rfind("mapped", 0) == 0) {
+    RunMappedEngine(a, m, mine, before);
+    return 0;
+  }
   if (a.path == "shm") {
     auto s = ShmRingSource::Open(a.where, 600);
     Check(s.status(), "ring");
@@ -171,7 +212,8 @@ int RunEngine(const Args& a) {
     std::printf("done %d\n", r);
     std::fflush(stdout);
   }
-  std::printf("rss %.0f %.0f\n", before, PeakRssMb());
+  std::printf("rss %.0f %.0f %.0f %.0f\n", before, PeakRssMb(), StatusMb("RssAnon"),
+              StatusMb("RssShmem"));
   std::fflush(stdout);
   return 0;
 }
@@ -192,7 +234,7 @@ int RunMemcpy(const Args& a) {
   Weights w(Qwen05B(), 7), engine(Qwen05B(), 8);
   auto dest = MatchDestinations(m, engine.dest, "engine");
   Check(dest.status(), "manifest");
-  double pack = 1e30, unpack = 1e30;
+  double pack = 1e30, unpack = 1e30, check = 1e30;
   for (int r = 1; r <= a.reps; ++r) {
     MemorySink sink(m, dst.data());
     BucketWriter writer(m, sink, r);
@@ -209,8 +251,15 @@ int RunMemcpy(const Args& a) {
     t0 = Now();
     Check(ReadVersion(m, r, source, *dest, "engine").status(), "read");
     unpack = std::min(unpack, Now() - t0);
+    t0 = Now();  // what a mapped engine does: every bucket's checksum, in place
+    for (int64_t b = 0; b < BucketCount(m); ++b) {
+      const uint64_t got = BucketChecksum(dst.data() + static_cast<uint64_t>(b) * m.bucket_bytes(),
+                                          BucketBytes(m, b));
+      if (got != (*sums)[static_cast<size_t>(b)]) Check(absl::DataLossError("checksum"), "check");
+    }
+    check = std::min(check, Now() - t0);
   }
-  std::printf("best %.6f %.6f %.6f\n", best, pack, unpack);
+  std::printf("best %.6f %.6f %.6f %.6f\n", best, pack, unpack, check);
   return 0;
 }
 
@@ -269,8 +318,9 @@ std::string ReadLine(Child& c) {
 
 struct PathResult {
   double seconds = 1e30;
-  double rss_before = 0, rss_peak = 0;  // the publisher's, MB
-  std::vector<double> engine_rss;       // each engine's peak above its start, MB
+  double rss_before = 0, rss_peak = 0;            // the publisher's, MB
+  std::vector<double> engine_rss;                 // each engine's peak above its start, MB
+  std::vector<double> engine_anon, engine_shmem;  // each engine's RssAnon, RssShmem at the end
 };
 
 // One path: spawn the engines, publish --reps versions, time each until all engines are done.
@@ -278,9 +328,17 @@ PathResult RunPath(const Args& a, const std::string& path, Weights& w,
                    const proto::WeightManifest& m) {
   PathResult out;
   std::unique_ptr<ShmRingSink> ring;
+  std::unique_ptr<MappedSink> mapped;
   std::unique_ptr<dist::StoreServer> store;
   std::string where;
-  if (path == "shm") {
+  if (path.rfind("mapped", 0) == 0) {
+    auto s = MappedSink::Create("/rlforge-bench-m-" + std::to_string(getpid()), m, 600,
+                                path == "mapped" ? MappedSink::Mapping::kWholeSegment
+                                                 : MappedSink::Mapping::kBucketWindows);
+    Check(s.status(), "mapped");
+    mapped = std::move(*s);
+    where = mapped->location();
+  } else if (path == "shm") {
     auto r =
         ShmRingSink::Create("/rlforge-bench-" + std::to_string(getpid()), m.bucket_bytes(), 600);
     Check(r.status(), "ring");
@@ -297,7 +355,7 @@ PathResult RunPath(const Args& a, const std::string& path, Weights& w,
   for (int e = 1; e <= a.engines; ++e) engines.push_back(Spawn(a, "engine", path, where, e));
   std::unique_ptr<dist::Communicator> comm;
   std::unique_ptr<GlooBroadcastSink> gloo;
-  if (path != "shm") {
+  if (path == "bare" || path == "gloo") {
     auto c = dist::ConnectGroup({where, kWeightGroup, 0, a.engines + 1, 600});
     Check(c.status(), "group");
     comm = std::move(*c);
@@ -317,7 +375,9 @@ PathResult RunPath(const Args& a, const std::string& path, Weights& w,
       }
       for (auto& q : p) Check(q->Wait(), "bare");
     } else {
-      BucketSink& sink = ring ? static_cast<BucketSink&>(*ring) : *gloo;
+      BucketSink& sink = ring     ? static_cast<BucketSink&>(*ring)
+                         : mapped ? static_cast<BucketSink&>(*mapped)
+                                  : *gloo;
       BucketWriter writer(m, sink, r);
       for (const Destination& d : w.dest) {
         int64_t n = 1;
@@ -330,9 +390,13 @@ PathResult RunPath(const Args& a, const std::string& path, Weights& w,
     out.seconds = std::min(out.seconds, Now() - t0);
   }
   for (Child& c : engines) {
-    double before = 0, peak = 0;
-    std::sscanf(ReadLine(c).c_str(), "rss %lf %lf", &before, &peak);
+    double before = 0, peak = 0, anon = 0, shmem = 0;
+    std::string line = ReadLine(c);
+    if (line.rfind("served", 0) == 0) line = ReadLine(c);
+    std::sscanf(line.c_str(), "rss %lf %lf %lf %lf", &before, &peak, &anon, &shmem);
     out.engine_rss.push_back(peak - before);
+    out.engine_anon.push_back(anon);
+    out.engine_shmem.push_back(shmem);
     waitpid(c.pid, nullptr, 0);
   }
   return out;
@@ -350,25 +414,42 @@ int RunPublisher(const Args& a) {
       w.flat.size(), gb, a.dtype.c_str(), static_cast<long long>(BucketCount(m)),
       static_cast<double>(m.bucket_bytes()) / 1048576, a.engines);
   Child mc = Spawn(a, "memcpy", "-", "-", 0);
-  double memcpy_s = 0, pack_s = 0, unpack_s = 0;
-  std::sscanf(ReadLine(mc).c_str(), "best %lf %lf %lf", &memcpy_s, &pack_s, &unpack_s);
+  double memcpy_s = 0, pack_s = 0, unpack_s = 0, check_s = 0;
+  std::sscanf(ReadLine(mc).c_str(), "best %lf %lf %lf %lf", &memcpy_s, &pack_s, &unpack_s,
+              &check_s);
   waitpid(mc.pid, nullptr, 0);
   std::printf("%-22s %8.3f s %7.2f GB/s\n", "memcpy (baseline)", memcpy_s, gb / memcpy_s);
   std::printf("%-22s %8.3f s %7.2f GB/s\n", "pack alone", pack_s, gb / pack_s);
   std::printf("%-22s %8.3f s %7.2f GB/s\n", "check+unpack alone", unpack_s, gb / unpack_s);
+  std::printf("%-22s %8.3f s %7.2f GB/s\n", "check alone", check_s, gb / check_s);
   double bare_s = 0;
-  for (const std::string path : {"shm", "bare", "gloo"}) {
+  for (const std::string path : {"shm", "mapped", "mapped-windows", "bare", "gloo"}) {
+    if (("," + a.paths + ",").find("," + path + ",") == std::string::npos) continue;
+    if (path.rfind("mapped", 0) == 0 && a.dtype != "float32") {
+      std::printf("%-22s fp32 on the wire only (weights.apply mapped)\n", "mapped segment");
+      continue;
+    }
     PathResult r = RunPath(a, path, w, m);
-    const char* name = path == "shm"    ? "shm ring"
-                       : path == "bare" ? "bare gloo broadcast"
-                                        : "gloo plane";
+    const char* name = path == "shm"              ? "shm ring"
+                       : path == "mapped"         ? "mapped segment"
+                       : path == "mapped-windows" ? "mapped, bucket windows"
+                       : path == "bare"           ? "bare gloo broadcast"
+                                                  : "gloo plane";
     std::printf("%-22s %8.3f s %7.2f GB/s", name, r.seconds, gb / r.seconds);
-    if (path == "shm") std::printf("  %.2fx memcpy", memcpy_s / r.seconds);
+    if (path == "shm" || path.rfind("mapped", 0) == 0)
+      std::printf("  %.2fx memcpy", memcpy_s / r.seconds);
     if (path == "bare") bare_s = r.seconds;
     if (path == "gloo") std::printf("  %.2fx bare broadcast", bare_s / r.seconds);
     std::printf("  engine peak RSS above start:");
     for (double e : r.engine_rss) std::printf(" %.0f", e);
     std::printf(" MB (model + 2 buckets = %.0f MB)\n", model_mb + buckets_mb);
+    if (path.rfind("mapped", 0) == 0) {
+      std::printf("%-22s engines at the end, RssAnon / RssShmem:", "");
+      for (size_t e = 0; e < r.engine_anon.size(); ++e) {
+        std::printf(" %.0f / %.0f", r.engine_anon[e], r.engine_shmem[e]);
+      }
+      std::printf(" MB (the segment: 2 versions, shared by every engine)\n");
+    }
   }
   std::printf("publisher peak RSS above start: %.0f MB (model + 2 buckets = %.0f MB)\n",
               PeakRssMb() - rss0, model_mb + buckets_mb);
@@ -395,6 +476,8 @@ Args Parse(int argc, char** argv) {
       a.rank = std::stoi(v);
     else if (k == "--reps")
       a.reps = std::stoi(v);
+    else if (k == "--paths")
+      a.paths = v;
     else {
       std::fprintf(stderr, "unknown flag %s\n", k.c_str());
       std::exit(2);

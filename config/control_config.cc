@@ -192,11 +192,15 @@ std::shared_ptr<const Schema> WeightsSection() {
   b.Choice("dtype", &WeightsOptions::dtype, {"float32", "bfloat16"},
            "Language models: the dtype weights travel in (bfloat16 halves the bytes; the engine "
            "widens them back to its fp32 parameters).");
-  b.Choice("apply", &WeightsOptions::apply, {"in_place", "staged"},
+  b.Choice("apply", &WeightsOptions::apply, {"in_place", "staged", "mapped"},
            "Language models: in_place writes each bucket into the engine's parameters as it "
            "arrives (memory: model + 2 buckets; a failed load leaves it torn, serving nothing); "
            "staged loads a whole version beside the model first (memory: 2 models; a failed "
-           "load leaves it serving the previous version).");
+           "load leaves it serving the previous version); mapped (weights.transport shm, "
+           "weights.dtype float32) checks each version in a shared segment of two versions and "
+           "serves straight from it, with no copy (memory: that segment, shared by every engine "
+           "on the host, and no private model; a failed load leaves it serving the previous "
+           "version).");
   b.Double("timeout_s", &WeightsOptions::timeout_s,
            "Language models: the longest wait for one bucket, publisher or engine.")
       .Min(0.1);

@@ -77,7 +77,7 @@ struct WeightsOptions {
   // Language models' bucketed stream (weights/bucket_stream.h).
   double bucket_mb = 256;
   std::string dtype = "float32";   // float32 | bfloat16 on the wire
-  std::string apply = "in_place";  // in_place | staged (the engine's side)
+  std::string apply = "in_place";  // in_place | staged | mapped (the engine's side)
   double timeout_s = 120;          // longest wait for one bucket, either side
 };
 

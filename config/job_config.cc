@@ -477,6 +477,24 @@ void CheckEveryRoleJoins(const JobConfig& c, config::CheckContext& ctx) {
   }
 }
 
+// weights.apply: mapped serves the engines' fp32 parameters from a segment on the trainer's host.
+void CheckMappedWeights(const JobConfig& c, config::CheckContext& ctx) {
+  if (c.weights.apply != "mapped") return;
+  if (c.weights.dtype != "float32") {
+    ctx.Error("weights.dtype",
+              absl::StrCat("weights.apply mapped serves the engines' fp32 parameters from the "
+                           "stream's own bytes; got ",
+                           c.weights.dtype, " (use float32, or weights.apply in_place)"));
+  }
+  const std::string transport = LmWeightTransport(c);
+  if (transport != "shm") {
+    ctx.Error("weights.transport",
+              absl::StrCat("weights.apply mapped needs the engines on the trainer's host, through "
+                           "shared memory (shm); this job's transport is ",
+                           transport, " (set weights.transport: shm, or another weights.apply)"));
+  }
+}
+
 std::shared_ptr<const Schema> BuildJobSchema() {
   SchemaBuilder<JobConfig> b("An rlforge job.");
   b.Section("job", &JobConfig::job, JobSection());
@@ -524,6 +542,7 @@ std::shared_ptr<const Schema> BuildJobSchema() {
     const bool lm =
         c.job.algorithm != nullptr && (c.job.algorithm->family == AlgorithmFamily::kLmRl ||
                                        c.job.algorithm->family == AlgorithmFamily::kDpo);
+    if (lm) CheckMappedWeights(c, ctx);
     if (lm && c.rollout.workers > kMaxLmEngines) {
       ctx.Error("rollout.workers",
                 absl::StrCat("language-model jobs run at most ", kMaxLmEngines,

@@ -107,6 +107,29 @@ TEST(JobConfigTest, WeightKeysThatWouldDoNothingAreErrors) {
   EXPECT_NE(all.find("weights.bucket_mb"), std::string::npos) << all;
 }
 
+TEST(JobConfigTest, MappedWeightsNeedFloat32OverSharedMemory) {
+  LoadedJob ok = LoadJobText("job: {algorithm: grpo}\nweights: {apply: mapped}\n", "t.yaml");
+  EXPECT_TRUE(ok.ok()) << config::FormatErrors(ok.errors);
+  LoadedJob bad = LoadJobText(
+      "job: {algorithm: grpo}\nweights: {apply: mapped, dtype: bfloat16, transport: gloo}\n",
+      "t.yaml");
+  const std::string all = config::FormatErrors(bad.errors);
+  EXPECT_NE(all.find("weights.dtype: weights.apply mapped serves the engines' fp32 parameters"),
+            std::string::npos)
+      << all;
+  EXPECT_NE(all.find("weights.transport: weights.apply mapped needs the engines on the trainer's "
+                     "host, through shared memory (shm); this job's transport is gloo"),
+            std::string::npos)
+      << all;
+  // auto that resolves elsewhere (engines that may join get inline weights) is refused too.
+  LoadedJob elastic = LoadJobText(
+      "job: {algorithm: grpo}\nrollout: {workers: 1, max_workers: 2}\nweights: {apply: mapped}\n",
+      "t.yaml");
+  EXPECT_NE(config::FormatErrors(elastic.errors).find("this job's transport is zmq"),
+            std::string::npos)
+      << config::FormatErrors(elastic.errors);
+}
+
 TEST(JobConfigTest, PlacementIsAnErrorUnderTheLocalBackend) {
   LoadedJob j = LoadJobText(
       "job: {algorithm: ppo}\nlaunch:\n  nodes: 2\n  placement:\n    rollout: {per_node: 1}\n",

@@ -549,37 +549,41 @@ TEST_F(EngineFleetLoopTest, AnEngineJoinedMidRunLoadsTheWeightsAndIsDealtGroupsI
   EXPECT_TRUE(c.actors().Find(extra)->elastic);
 }
 
-// The shared-memory ring carries each version once: a joiner is not sent the current version
-// again (the trainer would refuse it) but loads the next one with the other engine.
+// The shared-memory ring and the mapped segment (weights.apply mapped) carry each version once:
+// a joiner is not sent the current version again (the trainer would refuse it) but loads the
+// next one, whole, with the other engine.
 TEST_F(EngineFleetLoopTest, AnEngineJoinedOnTheShmRingLoadsTheNextVersionWithTheOthers) {
   rollout_extra_ = ", max_workers: 2";
-  auto joined = Run("grpo", 1, [](Job& j) {
-    j.actors->On("trainer", Task::kGrpoTrain, [](const FakeWork& w) {
-      return WeightsReply(w.request.grpo_train().step(), "shm-ring:/fake");
+  for (const std::string where : {"shm-ring:/fake", "shm-mapped:/fake"}) {
+    SCOPED_TRACE(where);
+    auto joined = Run("grpo", 1, [where](Job& j) {
+      j.actors->On("trainer", Task::kGrpoTrain, [where](const FakeWork& w) {
+        return WeightsReply(w.request.grpo_train().step(), where);
+      });
+      // It joins while version 1 streams to rollout-0: after that version was dealt out.
+      auto load = j.rollout->LoadWeights();
+      j.actors->On("rollout", Task::kLoadWeights, [load, &j](const FakeWork& w) {
+        if (w.request.load_weights().weights().version() == 1) j.actors->Join("rollout");
+        return load(w);
+      });
     });
-    // It joins while version 1 streams to rollout-0: after that version was dealt out.
-    auto load = j.rollout->LoadWeights();
-    j.actors->On("rollout", Task::kLoadWeights, [load, &j](const FakeWork& w) {
-      if (w.request.load_weights().weights().version() == 1) j.actors->Join("rollout");
-      return load(w);
-    });
-  });
-  ASSERT_TRUE(joined->status.ok()) << joined->status;
-  EXPECT_EQ(joined->actors->Received(Task::kPublishWeights).size(), 3u) << "once per version";
-  std::vector<std::pair<std::string, int64_t>> loads;
-  for (const FakeWork* w : joined->actors->Received(Task::kLoadWeights)) {
-    loads.emplace_back(w->actor_id, w->request.load_weights().weights().version());
+    ASSERT_TRUE(joined->status.ok()) << joined->status;
+    EXPECT_EQ(joined->actors->Received(Task::kPublishWeights).size(), 3u) << "once per version";
+    std::vector<std::pair<std::string, int64_t>> loads;
+    for (const FakeWork* w : joined->actors->Received(Task::kLoadWeights)) {
+      loads.emplace_back(w->actor_id, w->request.load_weights().weights().version());
+    }
+    // Version 1 reached rollout-0 alone; rollout-1 sat out until version 2 came to both.
+    EXPECT_EQ(loads, (std::vector<std::pair<std::string, int64_t>>{{"rollout-0", 1},
+                                                                   {"rollout-0", 2},
+                                                                   {"rollout-1", 2},
+                                                                   {"rollout-0", 3},
+                                                                   {"rollout-1", 3}}));
+    const auto& records = joined->ctx->records;
+    ASSERT_EQ(records.size(), 4u);
+    EXPECT_EQ(records[2].metrics.at("rollout/1/groups"), 0) << "version 1: it sat out";
+    EXPECT_GT(records[3].metrics.at("rollout/1/groups"), 0);
   }
-  // Version 1 reached rollout-0 alone; rollout-1 sat out until version 2 came to both.
-  EXPECT_EQ(loads, (std::vector<std::pair<std::string, int64_t>>{{"rollout-0", 1},
-                                                                 {"rollout-0", 2},
-                                                                 {"rollout-1", 2},
-                                                                 {"rollout-0", 3},
-                                                                 {"rollout-1", 3}}));
-  const auto& records = joined->ctx->records;
-  ASSERT_EQ(records.size(), 4u);
-  EXPECT_EQ(records[2].metrics.at("rollout/1/groups"), 0) << "version 1: it sat out";
-  EXPECT_GT(records[3].metrics.at("rollout/1/groups"), 0);
 }
 
 // On the ring, an engine that replaces the only one cannot be sent the current version, and

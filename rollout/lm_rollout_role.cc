@@ -1,6 +1,7 @@
 #include "rollout/lm_rollout_role.h"
 
 #include <algorithm>
+#include <unordered_map>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -141,6 +142,17 @@ std::vector<Destination> ParameterDestinations(torch::nn::Module& model, float* 
   return out;
 }
 
+void PointParametersAt(torch::nn::Module& model, const proto::WeightManifest& m, const char* base) {
+  std::unordered_map<std::string, uint64_t> offset;
+  for (const proto::WeightTensor& t : m.tensors()) offset[t.name()] = t.offset();
+  for (const auto& p : model.named_parameters()) {
+    torch::Tensor t = p.value();
+    // set_data swaps the storage under every handle to the parameter (a layer's, a tied head's).
+    t.set_data(
+        torch::from_blob(const_cast<char*>(base + offset.at(p.key())), t.sizes(), torch::kFloat32));
+  }
+}
+
 absl::StatusOr<BucketSource*> LmRolloutRole::SourceFor(const proto::LoadWeights& load,
                                                        const std::vector<TensorFrame>& tensors) {
   const proto::WeightsReady& w = load.weights();
@@ -199,6 +211,35 @@ absl::StatusOr<ReadStats> LmRolloutRole::ReadInto(const proto::WeightsReady& w,
   return ReadVersion(w.manifest(), w.version(), source, dest, who);
 }
 
+absl::StatusOr<ReadStats> LmRolloutRole::LoadMapped(const proto::WeightsReady& w) {
+  const std::string& who = assignment_.actor_id();
+  const std::string& where = w.location();
+  if (mapped_ == nullptr) {
+    ASSIGN_OR_RETURN(mapped_, MappedSource::Open(where, who, config_->weights.timeout_s));
+    mapped_location_ = where;
+  } else if (where != mapped_location_) {
+    // The parameters point into the first segment: it cannot be let go of.
+    return absl::FailedPreconditionError(
+        absl::StrCat(who, " serves from ", mapped_location_, " and was asked to load version ",
+                     w.version(), " from ", where, " (a new trainer needs new engines)"));
+  }
+  // Names and shapes first: another model's manifest is refused before any wait.
+  RETURN_IF_ERROR(
+      MatchDestinations(w.manifest(), ParameterDestinations(*engine_->model()), who).status());
+  ReadStats stats;
+  ASSIGN_OR_RETURN(const char* base, mapped_->Check(w.manifest(), w.version(), &stats));
+  RETURN_IF_ERROR(mapped_->Hold(w.version()));
+  const int64_t version = w.version();
+  engine_->RequestWeightUpdate(
+      [this, manifest = w.manifest(), base, version](models::Transformer& model) {
+        PointParametersAt(*model, manifest, base);
+        mapped_->Serve(version);  // the previous version's slot is free for the publisher
+        return absl::OkStatus();
+      },
+      version);
+  return stats;
+}
+
 absl::StatusOr<WorkReply> LmRolloutRole::Load(const proto::LoadWeights& load,
                                               const std::vector<TensorFrame>& tensors) {
   const Stopwatch timer;
@@ -208,9 +249,12 @@ absl::StatusOr<WorkReply> LmRolloutRole::Load(const proto::LoadWeights& load,
         absl::StrCat(assignment_.actor_id(), ": weight version ", w.version(),
                      " is for another model layout (trainer and rollout configs differ)"));
   }
-  ASSIGN_OR_RETURN(BucketSource * source, SourceFor(load, tensors));
   ReadStats stats;
-  if (!staged_.empty()) {
+  if (config_->weights.apply == "mapped") {
+    // Whole and verified in the segment before the engine sees it, like staged.
+    ASSIGN_OR_RETURN(stats, LoadMapped(w));
+  } else if (!staged_.empty()) {
+    ASSIGN_OR_RETURN(BucketSource * source, SourceFor(load, tensors));
     // Whole and verified before the engine sees it: a failure leaves the previous version.
     ASSIGN_OR_RETURN(
         stats, ReadInto(w, *source, ParameterDestinations(*engine_->model(), staged_.data())));
@@ -221,8 +265,9 @@ absl::StatusOr<WorkReply> LmRolloutRole::Load(const proto::LoadWeights& load,
         },
         w.version());
   } else {
+    ASSIGN_OR_RETURN(BucketSource * source, SourceFor(load, tensors));
     engine_->RequestWeightUpdate(
-        [&](models::Transformer& model) -> absl::Status {
+        [&, source](models::Transformer& model) -> absl::Status {
           ASSIGN_OR_RETURN(stats, ReadInto(w, *source, ParameterDestinations(*model)));
           return absl::OkStatus();
         },
@@ -232,7 +277,7 @@ absl::StatusOr<WorkReply> LmRolloutRole::Load(const proto::LoadWeights& load,
   // groups on the old weights first (they stay queued for the next lm_generate).
   while (engine_->weight_update_pending()) {
     absl::Status s = engine_->Step();
-    if (!s.ok() && staged_.empty() && !engine_->torn().empty()) {
+    if (!s.ok() && config_->weights.apply == "in_place" && !engine_->torn().empty()) {
       return absl::Status(s.code(), absl::StrCat(s.message(), "; ", assignment_.actor_id(),
                                                  "'s weights are torn (weights.apply: in_place): "
                                                  "it serves nothing until a whole version loads"));

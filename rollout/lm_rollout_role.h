@@ -4,8 +4,10 @@
 // in chunks of at least min_groups as they complete; LoadWeights -> the weight stream
 // (weights/bucket_stream.h: shm ring, gloo broadcast or an inline frame), read bucket by bucket
 // between engine steps: in place into the parameters (weights.apply: in_place; a failed load
-// leaves the engine torn, serving nothing) or into a staged copy applied once whole (staged;
-// a failed load leaves it on the previous version).
+// leaves the engine torn, serving nothing), into a staged copy applied once whole (staged;
+// a failed load leaves it on the previous version), or checked in the trainer's mapped segment
+// and served from there, the parameters pointed at it (mapped; no copy; a failed load leaves it
+// on the previous version).
 //
 // The tokenizer and model come from model.path (a Hugging Face checkpoint, e.g. the SFT
 // stage's output); the engine from the `engine:` section. Stop: the tokenizer's eos.
@@ -19,6 +21,7 @@
 #include "rollout/llm_engine.h"
 #include "weights/bucket_stream.h"
 #include "weights/gloo_plane.h"
+#include "weights/shm_mapped.h"
 #include "weights/shm_ring.h"
 
 namespace rlforge {
@@ -43,6 +46,9 @@ class LmRolloutRole final : public Role {
   // on first use and whenever the load names another one).
   absl::StatusOr<BucketSource*> SourceFor(const proto::LoadWeights& load,
                                           const std::vector<TensorFrame>& tensors);
+  // weights.apply mapped: checks w in the mapped segment (opened on first use), then has the
+  // engine point its parameters at it between steps.
+  absl::StatusOr<ReadStats> LoadMapped(const proto::WeightsReady& w);
   // Reads w into the parameters (or the staged copy) the manifest names.
   absl::StatusOr<ReadStats> ReadInto(const proto::WeightsReady& w, BucketSource& source,
                                      std::vector<Destination> targets);
@@ -50,6 +56,9 @@ class LmRolloutRole final : public Role {
   const JobConfig* config_ = nullptr;
   proto::Assignment assignment_;
   std::unique_ptr<models::Tokenizer> tokenizer_;
+  // Declared before engine_: it outlives every parameter pointing into it (weights.apply mapped).
+  std::unique_ptr<MappedSource> mapped_;
+  std::string mapped_location_;
   std::unique_ptr<LlmEngine> engine_;
   uint64_t layout_hash_ = 0;
   std::vector<float> staged_;  // weights.apply: staged only
@@ -64,6 +73,11 @@ class LmRolloutRole final : public Role {
 // The fp32 parameters of `model` (or views of `staged`, laid out in the same order) as the
 // weight stream's destinations.
 std::vector<Destination> ParameterDestinations(torch::nn::Module& model, float* staged = nullptr);
+
+// Points every parameter of `model` at its bytes in `base`, a version laid out as manifest `m`
+// (float32) in read-only shared memory: nothing is copied, and the parameters' own memory is
+// freed. `model` must match `m` (MatchDestinations). Nothing may write the parameters after.
+void PointParametersAt(torch::nn::Module& model, const proto::WeightManifest& m, const char* base);
 
 // Engine settings from the `engine:` section, the pool sized for `model`.
 EngineSettings EngineSettingsFor(const EngineOptions& options,

@@ -1,7 +1,8 @@
 // The LM rollout worker's side of the weight plane: a version streamed through the shm ring
-// lands in the engine; a publisher killed mid-transfer leaves a staged engine on the previous
-// version (and serving) and an in-place one torn (and refusing work); a corrupted bucket is
-// refused naming the engine, the version and the bucket.
+// lands in the engine; one checked in the mapped segment is served from it, as in place; a
+// publisher killed mid-transfer leaves a staged engine on the previous version (and serving) and an
+// in-place one torn (and refusing work); a corrupted bucket is refused naming the engine, the
+// version and the bucket.
 #include "rollout/lm_rollout_role.h"
 
 #include <gtest/gtest.h>
@@ -20,6 +21,7 @@
 #include "models/hf_checkpoint.h"
 #include "models/tokenizer.h"
 #include "proto/lm_groups.h"
+#include "weights/shm_mapped.h"
 #include "weights/shm_ring.h"
 
 namespace rlforge {
@@ -254,12 +256,12 @@ std::vector<TensorFrame> InlineWeights(const std::vector<std::pair<std::string, 
   return frames;
 }
 
-absl::StatusOr<std::vector<LmGroup>> GenerateGroups(Role& role,
-                                                    const std::vector<LmGroup>& prompts) {
+absl::StatusOr<std::vector<LmGroup>> GenerateGroups(Role& role, const std::vector<LmGroup>& prompts,
+                                                    double temperature = 1) {
   proto::WorkRequest req;
   proto::LmGenerate* g = req.mutable_lm_generate();
   g->set_n(2);
-  g->set_temperature(1);
+  g->set_temperature(temperature);
   g->set_top_p(1);
   g->set_max_tokens(4);
   g->set_min_groups(1);
@@ -359,6 +361,121 @@ TEST(LmRolloutRoleTest, CorruptedInlineBucketIsRefusedNamingEngineVersionAndBuck
             std::string::npos)
       << reply.status();
   EXPECT_EQ(e.role->policy_version(), 0);
+}
+
+std::vector<torch::Tensor> Parameters(Engine& e) {
+  std::vector<torch::Tensor> out;
+  for (const auto& p : static_cast<LmRolloutRole&>(*e.role).engine().model()->named_parameters())
+    out.push_back(p.value());
+  return out;
+}
+
+// weights.apply mapped against in_place, three versions: the same parameters and the same
+// greedy and sampled outputs. The mapped engine's parameters lie where the manifest puts them in
+// the segment (no private copy), in slot version % 2.
+TEST(LmRolloutRoleTest, MappedVersionServesTheSameParametersAndSamplesAsInPlace) {
+  Engine copied = MakeEngine("in_place");
+  Engine mapped = MakeEngine("mapped");
+  ASSERT_TRUE(copied.role && mapped.role);
+  auto ring = ShmRingSink::Create(RingName("m1"), 1024, 20);
+  ASSERT_TRUE(ring.ok());
+  (*ring)->set_readers(1);
+  const auto start = TrainerWeights(0);
+  const proto::WeightManifest m = Announce(start, 0, "-").manifest();
+  auto segment = MappedSink::Create(RingName("m2"), m, 20);
+  ASSERT_TRUE(segment.ok()) << segment.status();
+  LmGroup p;
+  p.request_id = 1;
+  p.prompt = {3, 4, 5};
+  std::vector<const void*> first_param;
+  for (int64_t version = 1; version <= 3; ++version) {
+    const auto w = TrainerWeights(0.125f * static_cast<float>(version));
+    const proto::WeightsReady r = Announce(w, version, (*ring)->location());
+    absl::Status written;
+    std::thread publisher([&] { written = Write(r, w, **ring); });
+    auto a = Load(*copied.role, r);
+    publisher.join();
+    ASSERT_TRUE(written.ok() && a.ok()) << written << a.status();
+    const proto::WeightsReady rm = Announce(w, version, (*segment)->location());
+    ASSERT_TRUE(Write(rm, w, **segment).ok());
+    auto b = Load(*mapped.role, rm);
+    ASSERT_TRUE(b.ok()) << b.status();
+    EXPECT_EQ(mapped.role->policy_version(), version);
+    EXPECT_EQ(b->result.metrics().at("weight_bytes"), m.total_bytes());
+    const auto x = Parameters(copied), y = Parameters(mapped);
+    ASSERT_EQ(x.size(), y.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      EXPECT_TRUE(torch::equal(x[i], y[i])) << m.tensors(static_cast<int>(i)).name();
+      EXPECT_EQ(
+          static_cast<const char*>(y[i].data_ptr()) - static_cast<const char*>(y[0].data_ptr()),
+          static_cast<ptrdiff_t>(m.tensors(static_cast<int>(i)).offset()));
+    }
+    first_param.push_back(y[0].data_ptr());
+    for (double temperature : {0.0, 1.0}) {  // greedy, then sampled with the same seed
+      auto ga = GenerateGroups(*copied.role, {p}, temperature);
+      auto gb = GenerateGroups(*mapped.role, {p}, temperature);
+      ASSERT_TRUE(ga.ok() && gb.ok()) << ga.status() << gb.status();
+      ASSERT_EQ(ga->size(), 1u);
+      ASSERT_EQ(gb->size(), 1u);
+      for (size_t k = 0; k < ga->at(0).samples.size(); ++k) {
+        EXPECT_EQ(ga->at(0).samples[k].tokens, gb->at(0).samples[k].tokens)
+            << "version " << version << " temperature " << temperature;
+        EXPECT_EQ(ga->at(0).samples[k].logprobs, gb->at(0).samples[k].logprobs);
+      }
+    }
+  }
+  EXPECT_NE(first_param[0], first_param[1]) << "versions 1 and 2 sit in different slots";
+  EXPECT_EQ(first_param[0], first_param[2]) << "version 3 reuses version 1's slot";
+}
+
+// The publisher dies while writing version 2: the mapped engine stays on version 1, untouched,
+// and keeps generating.
+TEST(LmRolloutRoleTest, MappedEngineStaysOnThePreviousVersionWhenThePublisherDies) {
+  Engine e = MakeEngine("mapped");
+  ASSERT_TRUE(e.role);
+  const std::string name = RingName("m3");
+  const auto w1 = TrainerWeights(0.5f);
+  const proto::WeightsReady r1 = Announce(w1, 1, "shm-mapped:" + name);
+  const proto::WeightsReady r2 = Announce(w1, 2, "shm-mapped:" + name);
+  const proto::WeightManifest& m = r1.manifest();
+  int up[2], down[2];
+  ASSERT_EQ(pipe(up), 0);
+  ASSERT_EQ(pipe(down), 0);
+  const pid_t child = fork();
+  if (child == 0) {  // version 1 whole; then bucket 0 of version 2, and wait to be killed
+    auto sink = MappedSink::Create(name, m, 20);
+    if (!sink.ok() || !Write(r1, w1, **sink).ok()) _exit(2);
+    (void)!write(up[1], "a", 1);
+    char x;
+    if (read(down[0], &x, 1) != 1) _exit(3);
+    auto buf = (*sink)->Acquire(2, 0);
+    if (!buf.ok()) _exit(4);
+    std::memset(*buf, 0, m.bucket_bytes());
+    (*sink)->Commit(2, 0, m.bucket_bytes(), BucketChecksum(*buf, m.bucket_bytes())).IgnoreError();
+    (void)!write(up[1], "c", 1);
+    pause();
+    _exit(0);
+  }
+  char c;
+  ASSERT_EQ(read(up[0], &c, 1), 1);
+  auto first = Load(*e.role, r1);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_EQ(write(down[1], "b", 1), 1);
+  ASSERT_EQ(read(up[0], &c, 1), 1);
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  auto second = Load(*e.role, r2);
+  shm_unlink(name.c_str());
+  ASSERT_FALSE(second.ok());
+  EXPECT_NE(second.status().message().find("rollout-1 could not load weight version 2: bucket 1"),
+            std::string::npos)
+      << second.status();
+  EXPECT_NE(second.status().message().find("exited mid-transfer"), std::string::npos);
+  EXPECT_EQ(e.role->policy_version(), 1);
+  const auto now = Parameters(e);
+  for (size_t i = 0; i < now.size(); ++i) EXPECT_TRUE(torch::equal(now[i], w1[i].second));
+  auto after = Generate(*e.role);
+  ASSERT_TRUE(after.ok()) << "a mapped engine keeps serving version 1: " << after.status();
 }
 
 }  // namespace

@@ -148,9 +148,14 @@ absl::StatusOr<std::unique_ptr<LmPolicyState>> LmPolicyState::Create(
       s->location_ = absl::StrCat("gloo:", kWeightGroup);
     } else if (s->comm_->rank() == 0) {
       std::string name = absl::StrCat("/rlforge-w-", getpid(), "-", assignment.actor_id());
-      ASSIGN_OR_RETURN(s->ring_,
-                       ShmRingSink::Create(name, s->manifest_.bucket_bytes(), w.timeout_s));
-      s->location_ = s->ring_->location();
+      if (w.apply == "mapped") {
+        ASSIGN_OR_RETURN(s->mapped_, MappedSink::Create(name, s->manifest_, w.timeout_s));
+        s->location_ = s->mapped_->location();
+      } else {
+        ASSIGN_OR_RETURN(s->ring_,
+                         ShmRingSink::Create(name, s->manifest_.bucket_bytes(), w.timeout_s));
+        s->location_ = s->ring_->location();
+      }
     }
     return std::move(s);
   });
@@ -253,6 +258,7 @@ absl::StatusOr<BucketSink*> LmPolicyState::Sink(int readers, const std::string& 
     ring_->set_readers(readers);
     return ring_.get();
   }
+  if (mapped_ != nullptr) return mapped_.get();  // every engine on the host may read it
   const std::string name = group.empty() ? kWeightGroup : group;
   if (broadcast_ != nullptr && name != weight_group_name_) {  // the engines changed
     broadcast_.reset();                                       // drains its broadcasts first

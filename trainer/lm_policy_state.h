@@ -5,8 +5,9 @@
 // model.path -> sharded policy (version 0) -> [role's updates] -> ++version -> Announce():
 //   the step's reply names the version, where it will stream and its manifest ->
 //   PublishWeights -> Stream(readers): gathered unit by unit, rank 0 packs each tensor into
-//   the bucket stream (shm ring or gloo broadcast) while the engines load it; never a second
-//   full copy. weights.transport zmq: Announce packs the stream into an inline frame itself.
+//   the bucket stream (shm ring, mapped segment or gloo broadcast) while the engines load it;
+//   never a second full copy. weights.transport zmq: Announce packs the stream into an inline frame
+//   itself.
 //
 // Also the padded [B, T] batch the learners score sequences with. One thread; owned by its role.
 #pragma once
@@ -29,6 +30,7 @@
 #include "trainer/sharded_model.h"
 #include "weights/bucket_stream.h"
 #include "weights/gloo_plane.h"
+#include "weights/shm_mapped.h"
 #include "weights/shm_ring.h"
 
 namespace rlforge {
@@ -121,10 +123,11 @@ class LmPolicyState {
   // Rank 0's, made on first use and again for each new gloo `group` ("": kWeightGroup).
   absl::StatusOr<BucketSink*> Sink(int readers, const std::string& group);
 
-  std::string location_;  // "shm-ring:/...", "gloo:weights" or "inline"
+  std::string location_;  // "shm-ring:/...", "shm-mapped:/...", "gloo:weights" or "inline"
   std::string store_address_;
   proto::WeightManifest manifest_;
   std::unique_ptr<ShmRingSink> ring_;
+  std::unique_ptr<MappedSink> mapped_;                // weights.apply: mapped
   std::unique_ptr<dist::Communicator> weight_group_;  // rank 0 of the weight group (gloo)
   std::string weight_group_name_;
   std::unique_ptr<GlooBroadcastSink> broadcast_;

@@ -12,6 +12,7 @@
 
 #include "dist/local_group.h"
 #include "weights/gloo_plane.h"
+#include "weights/shm_mapped.h"
 #include "weights/shm_ring.h"
 
 namespace rlforge {
@@ -243,6 +244,294 @@ TEST(ShmRingTest, PublisherWaitsForAMissingReaderOnlyUntilItsDeadline) {
   EXPECT_NE(sums.status().message().find("did not take bucket 0 of weight version 1 (0 of 1"),
             std::string::npos)
       << sums.status();
+}
+
+// --- weights.apply: mapped
+
+// The tensors an engine serving from `base` sees, as the model's values.
+bool Serves(const proto::WeightManifest& m, const char* base, const Model& model) {
+  for (int i = 0; i < m.tensors_size(); ++i) {
+    const auto& v = model.values[static_cast<size_t>(i)];
+    if (std::memcmp(base + m.tensors(i).offset(), v.data(), v.size() * 4) != 0) return false;
+  }
+  return true;
+}
+
+// An engine's load: check every bucket in place, hold the slot, point at it, serve it.
+absl::StatusOr<const char*> LoadMapped(MappedSource& e, const proto::WeightManifest& m,
+                                       int64_t version) {
+  ReadStats stats;
+  absl::StatusOr<const char*> base = e.Check(m, version, &stats);
+  if (!base.ok()) return base;
+  if (absl::Status s = e.Hold(version); !s.ok()) return s;
+  e.Serve(version);
+  return base;
+}
+
+void Bump(Model& model) {
+  for (auto& v : model.values) {
+    for (float& f : v) f += 1;
+  }
+}
+
+// Flips one bit of `bucket` after the writer checksummed it.
+class CorruptingSink final : public BucketSink {
+ public:
+  CorruptingSink(BucketSink& inner, int64_t bucket) : inner_(inner), bucket_(bucket) {}
+  absl::StatusOr<char*> Acquire(int64_t version, int64_t bucket) override {
+    auto buf = inner_.Acquire(version, bucket);
+    if (buf.ok()) buf_ = *buf;
+    return buf;
+  }
+  absl::Status Commit(int64_t version, int64_t bucket, uint64_t nbytes, uint64_t sum) override {
+    if (bucket == bucket_) buf_[5] ^= 0x10;
+    return inner_.Commit(version, bucket, nbytes, sum);
+  }
+  absl::Status Drain() override { return inner_.Drain(); }
+
+ private:
+  BucketSink& inner_;
+  int64_t bucket_;
+  char* buf_ = nullptr;
+};
+
+class ShmMappedMappingTest : public ::testing::TestWithParam<MappedSink::Mapping> {};
+
+TEST_P(ShmMappedMappingTest, TwoReadersServeThreeVersionsThroughTwoSlotsWithoutACopy) {
+  Model src(1);
+  const proto::WeightManifest m = MakeManifest(src.specs, "float32", 192);  // not page-aligned
+  ASSERT_GT(BucketCount(m), 4);
+  auto sink = MappedSink::Create(ShmName("ma"), m, 20, GetParam());
+  ASSERT_TRUE(sink.ok()) << sink.status();
+  std::vector<std::unique_ptr<MappedSource>> engines;
+  for (const char* who : {"rollout-0", "rollout-1"}) {
+    auto e = MappedSource::Open((*sink)->location(), who, 20);
+    ASSERT_TRUE(e.ok()) << e.status();
+    engines.push_back(std::move(*e));
+  }
+  for (int64_t version = 1; version <= 3; ++version) {
+    Bump(src);
+    std::vector<absl::StatusOr<const char*>> got(2, absl::UnknownError("not run"));
+    std::vector<std::thread> readers;
+    for (int e = 0; e < 2; ++e) {
+      readers.emplace_back([&, e] { got[e] = LoadMapped(*engines[e], m, version); });
+    }
+    auto sums = Write(m, src, **sink, version);  // the readers check bucket b while b+1 is written
+    for (auto& t : readers) t.join();
+    ASSERT_TRUE(sums.ok()) << sums.status();
+    for (int e = 0; e < 2; ++e) {
+      ASSERT_TRUE(got[e].ok()) << got[e].status();
+      EXPECT_EQ(*got[e], engines[e]->SlotRange(version).first) << "slot " << version % 2;
+      EXPECT_TRUE(Serves(m, *got[e], src)) << "engine " << e << " version " << version;
+    }
+  }
+  // Versions go through once each, in order.
+  EXPECT_FALSE(Write(m, src, **sink, 3).ok());
+}
+
+INSTANTIATE_TEST_SUITE_P(PublisherMaps, ShmMappedMappingTest,
+                         ::testing::Values(MappedSink::Mapping::kWholeSegment,
+                                           MappedSink::Mapping::kBucketWindows));
+
+TEST(ShmMappedTest, FlippedBitIsRefusedNamingEngineVersionAndBucketAndTheEngineKeepsServing) {
+  Model src(1), v1(1);
+  const proto::WeightManifest m = MakeManifest(src.specs, "float32", 128);
+  auto sink = MappedSink::Create(ShmName("mb"), m, 20);
+  ASSERT_TRUE(sink.ok()) << sink.status();
+  auto engine = MappedSource::Open((*sink)->location(), "rollout-1", 20);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  Bump(v1);
+  ASSERT_TRUE(Write(m, v1, **sink, 1).ok());
+  auto served = LoadMapped(**engine, m, 1);
+  ASSERT_TRUE(served.ok()) << served.status();
+  src = v1;
+  Bump(src);
+  CorruptingSink corrupt(**sink, 2);
+  ASSERT_TRUE(Write(m, src, corrupt, 2).ok());
+  auto refused = LoadMapped(**engine, m, 2);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(refused.status().message().find("rollout-1 refused weight version 2: bucket 2 of "),
+            std::string::npos)
+      << refused.status();
+  EXPECT_NE(refused.status().message().find("failed its checksum"), std::string::npos);
+  // A second engine takes the first one's verdict on the same pages, and refuses too.
+  auto other = MappedSource::Open((*sink)->location(), "rollout-2", 20);
+  ASSERT_TRUE(other.ok());
+  auto also = LoadMapped(**other, m, 2);
+  ASSERT_FALSE(also.ok());
+  EXPECT_NE(also.status().message().find("rollout-2 refused weight version 2: bucket 2 of "),
+            std::string::npos)
+      << also.status();
+  // Still on version 1, untouched, and still holding its slot.
+  EXPECT_TRUE(Serves(m, *served, v1));
+  auto again = Write(m, src, **sink, 2);
+  EXPECT_FALSE(again.ok());  // once each
+}
+
+TEST(ShmMappedTest, EngineThatNeverLetsGoFailsThePublishersWaitByTheDeadlineNamingIt) {
+  Model src(1);
+  const proto::WeightManifest m = MakeManifest(src.specs, "float32", 128);
+  auto sink = MappedSink::Create(ShmName("mc"), m, 0.3);
+  ASSERT_TRUE(sink.ok()) << sink.status();
+  auto engine = MappedSource::Open((*sink)->location(), "rollout-7", 20);
+  ASSERT_TRUE(engine.ok());
+  ASSERT_TRUE(Write(m, src, **sink, 1).ok());
+  ASSERT_TRUE(LoadMapped(**engine, m, 1).ok());
+  ASSERT_TRUE(Write(m, src, **sink, 2).ok());  // the other slot: no wait
+  auto blocked = Write(m, src, **sink, 3);     // slot 1, which rollout-7 still serves
+  ASSERT_FALSE(blocked.ok());
+  EXPECT_EQ(blocked.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(blocked.status().message().find("weight version 3 cannot be written into its "
+                                            "shared-memory slot 1: engine(s) rollout-7 (pid " +
+                                            std::to_string(getpid()) + ")"),
+            std::string::npos)
+      << blocked.status();
+  EXPECT_NE(blocked.status().message().find("weights.timeout_s"), std::string::npos);
+}
+
+// A version checked but not yet held when a newer one takes its slot is never served.
+TEST(ShmMappedTest, SlotTakenByANewerVersionAfterTheCheckIsRefused) {
+  Model src(1);
+  const proto::WeightManifest m = MakeManifest(src.specs, "float32", 128);
+  auto sink = MappedSink::Create(ShmName("mg"), m, 5);
+  ASSERT_TRUE(sink.ok()) << sink.status();
+  auto engine = MappedSource::Open((*sink)->location(), "rollout-4", 5);
+  ASSERT_TRUE(engine.ok());
+  ASSERT_TRUE(Write(m, src, **sink, 1).ok());
+  ReadStats stats;
+  ASSERT_TRUE((*engine)->Check(m, 1, &stats).ok());
+  ASSERT_TRUE(Write(m, src, **sink, 2).ok());
+  ASSERT_TRUE(Write(m, src, **sink, 3).ok());  // slot 1: nobody holds it yet
+  absl::Status held = (*engine)->Hold(1);
+  EXPECT_EQ(held.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(held.message().find("rollout-4 could not load weight version 1: version 3 took its "
+                                "shared-memory slot after it was checked"),
+            std::string::npos)
+      << held;
+  auto late = (*engine)->Check(m, 1, &stats);
+  ASSERT_FALSE(late.ok());
+  EXPECT_NE(late.status().message().find("bucket 0 of"), std::string::npos) << late.status();
+  EXPECT_NE(late.status().message().find("version 3 took its slot first"), std::string::npos)
+      << late.status();
+  // The failed Hold left nothing held; loads move it from slot to slot, freeing the one left.
+  ASSERT_TRUE(LoadMapped(**engine, m, 3).ok());
+  ASSERT_TRUE(Write(m, src, **sink, 4).ok());
+  ASSERT_TRUE(LoadMapped(**engine, m, 4).ok());
+  EXPECT_TRUE(Write(m, src, **sink, 5).ok());
+}
+
+// Another engine killed while it checks buckets for everyone (128 MiB in 4 MiB buckets, killed
+// a few ms in, mid-way in practice) leaves no bucket stuck: this one takes the checks over.
+TEST(ShmMappedTest, EngineKilledWhileCheckingForTheOthersLeavesNoBucketStuck) {
+  const int64_t n = 32 << 20;
+  std::vector<float> big(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) big[static_cast<size_t>(i)] = static_cast<float>(i % 977);
+  const proto::WeightManifest m = MakeManifest({{"big", {n}}}, "float32", 4 << 20);
+  auto sink = MappedSink::Create(ShmName("mh"), m, 5);
+  ASSERT_TRUE(sink.ok()) << sink.status();
+  BucketWriter writer(m, **sink, 1);
+  ASSERT_TRUE(writer.Append("big", big.data(), n).ok());
+  ASSERT_TRUE(writer.Finish().ok());
+  const std::string where = (*sink)->location();
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t child = fork();
+  if (child == 0) {
+    auto e = MappedSource::Open(where, "rollout-5", 5);
+    (void)!write(ready[1], "x", 1);
+    ReadStats stats;
+    if (e.ok()) (*e)->Check(m, 1, &stats).IgnoreError();
+    pause();
+    _exit(0);
+  }
+  char c;
+  ASSERT_EQ(read(ready[0], &c, 1), 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  auto engine = MappedSource::Open(where, "rollout-6", 5);
+  ASSERT_TRUE(engine.ok());
+  auto base = LoadMapped(**engine, m, 1);
+  ASSERT_TRUE(base.ok()) << base.status();
+  EXPECT_EQ(std::memcmp(*base, big.data(), big.size() * 4), 0);
+}
+
+TEST(ShmMappedTest, KilledEngineHoldsNoSlot) {
+  Model src(1);
+  const proto::WeightManifest m = MakeManifest(src.specs, "float32", 128);
+  auto sink = MappedSink::Create(ShmName("md"), m, 5);
+  ASSERT_TRUE(sink.ok()) << sink.status();
+  ASSERT_TRUE(Write(m, src, **sink, 1).ok());
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const std::string where = (*sink)->location();
+  const pid_t child = fork();
+  if (child == 0) {  // an engine that serves version 1, then is killed
+    auto e = MappedSource::Open(where, "rollout-3", 5);
+    if (!e.ok() || !LoadMapped(**e, m, 1).ok()) _exit(2);
+    (void)!write(ready[1], "x", 1);
+    pause();
+    _exit(0);
+  }
+  char c;
+  ASSERT_EQ(read(ready[0], &c, 1), 1);
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  ASSERT_TRUE(Write(m, src, **sink, 2).ok());
+  auto sums = Write(m, src, **sink, 3);  // slot 1: held by nobody alive
+  EXPECT_TRUE(sums.ok()) << sums.status();
+}
+
+TEST(ShmMappedTest, PublisherKilledMidTransferLeavesTheEngineOnItsVersion) {
+  Model v1(1), v2(2);
+  const proto::WeightManifest m = MakeManifest(v1.specs, "float32", 128);
+  const std::string name = ShmName("me");
+  int up[2], down[2];
+  ASSERT_EQ(pipe(up), 0);
+  ASSERT_EQ(pipe(down), 0);
+  const pid_t child = fork();
+  if (child == 0) {  // the publisher: version 1 whole, then bucket 0 of version 2
+    auto sink = MappedSink::Create(name, m, 20);
+    if (!sink.ok() || !Write(m, v1, **sink, 1).ok()) _exit(2);
+    (void)!write(up[1], "a", 1);
+    char x;
+    if (read(down[0], &x, 1) != 1) _exit(3);
+    auto buf = (*sink)->Acquire(2, 0);
+    if (!buf.ok()) _exit(4);
+    std::memset(*buf, 0, m.bucket_bytes());
+    (*sink)->Commit(2, 0, m.bucket_bytes(), BucketChecksum(*buf, m.bucket_bytes())).IgnoreError();
+    (void)!write(up[1], "c", 1);
+    pause();
+    _exit(0);
+  }
+  char c;
+  ASSERT_EQ(read(up[0], &c, 1), 1);
+  auto engine = MappedSource::Open("shm-mapped:" + name, "rollout-0", 20);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  auto served = LoadMapped(**engine, m, 1);
+  ASSERT_TRUE(served.ok()) << served.status();
+  ASSERT_EQ(write(down[1], "b", 1), 1);
+  ASSERT_EQ(read(up[0], &c, 1), 1);
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  auto failed = LoadMapped(**engine, m, 2);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_NE(
+      failed.status().message().find("rollout-0 could not load weight version 2: bucket 1 of"),
+      std::string::npos)
+      << failed.status();
+  EXPECT_NE(failed.status().message().find("exited mid-transfer"), std::string::npos);
+  EXPECT_TRUE(Serves(m, *served, v1));
+  shm_unlink(name.c_str());
+}
+
+TEST(ShmMappedTest, RefusesBfloat16OnTheWire) {
+  Model src(1);
+  auto sink = MappedSink::Create(ShmName("mf"), MakeManifest(src.specs, "bfloat16", 128), 1);
+  ASSERT_FALSE(sink.ok());
+  EXPECT_NE(sink.status().message().find("weights.dtype is bfloat16"), std::string::npos)
+      << sink.status();
 }
 
 TEST(GlooPlaneTest, BroadcastGroupDeliversEveryBucketToEveryEngine) {

@@ -52,36 +52,6 @@ char* SlotData(void* base, int slot) {
          static_cast<size_t>(slot) * HeaderOf(base)->bucket_bytes;
 }
 
-// Polls `done` with a growing sleep (a bucket takes milliseconds to fill, a spin would steal
-// the core the other side needs). `failed` (checked every few ms) returns why waiting is
-// pointless, or "".
-absl::Status AwaitCondition(const std::function<bool()>& done,
-                            const std::function<std::string()>& failed, double timeout_s,
-                            const std::string& what) {
-  const Stopwatch timer;
-  int64_t sleep_us = 0;
-  double next_check = 0;
-  while (!done()) {
-    const double t = timer.Seconds();
-    if (t >= next_check) {
-      if (std::string why = failed(); !why.empty()) return absl::AbortedError(why);
-      next_check = t + 0.005;
-    }
-    if (t > timeout_s) {
-      return absl::DeadlineExceededError(
-          absl::StrCat(what, " within ", timeout_s, " s (weights.timeout_s)"));
-    }
-    if (sleep_us == 0) {
-      std::this_thread::yield();
-      sleep_us = 1;
-    } else {
-      std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
-      sleep_us = std::min<int64_t>(sleep_us * 2, 200);
-    }
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ShmRingSink>> ShmRingSink::Create(const std::string& name,

@@ -5,10 +5,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/clock.h"
 
 namespace rlforge {
 
@@ -51,6 +55,33 @@ absl::StatusOr<MappedSegment> OpenSegment(const std::string& shm_name, bool writ
     return absl::UnavailableError(absl::StrCat("mmap ", shm_name, ": ", std::strerror(errno)));
   }
   return MappedSegment{base, size};
+}
+
+absl::Status AwaitCondition(const std::function<bool()>& done,
+                            const std::function<std::string()>& failed, double timeout_s,
+                            const std::string& what) {
+  const Stopwatch timer;
+  int64_t sleep_us = 0;
+  double next_check = 0;
+  while (!done()) {
+    const double t = timer.Seconds();
+    if (t >= next_check) {
+      if (std::string why = failed(); !why.empty()) return absl::AbortedError(why);
+      next_check = t + 0.005;
+    }
+    if (t > timeout_s) {
+      return absl::DeadlineExceededError(
+          absl::StrCat(what, " within ", timeout_s, " s (weights.timeout_s)"));
+    }
+    if (sleep_us == 0) {
+      std::this_thread::yield();
+      sleep_us = 1;
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
+      sleep_us = std::min<int64_t>(sleep_us * 2, 200);
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace rlforge

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -23,5 +24,13 @@ absl::StatusOr<MappedSegment> CreateSegment(const std::string& shm_name, size_t 
 // segment that cannot be opened (e.g. which transport to use across hosts).
 absl::StatusOr<MappedSegment> OpenSegment(const std::string& shm_name, bool writable,
                                           const std::string& hint);
+
+// Polls `done` with a growing sleep (a bucket takes milliseconds to fill, a spin would steal
+// the core the other side needs). `failed` (checked every few ms) returns why waiting is
+// pointless, or "" (an Aborted error with it). Past timeout_s: DeadlineExceeded, "<what> within
+// <timeout_s> s (weights.timeout_s)".
+absl::Status AwaitCondition(const std::function<bool()>& done,
+                            const std::function<std::string()>& failed, double timeout_s,
+                            const std::string& what);
 
 }  // namespace rlforge
