@@ -19,6 +19,7 @@
 #include "trainer/lr_schedule.h"
 #include "trainer/sharded_checkpoint.h"
 #include "trainer/trainer_ranks.h"
+#include "weights/shm_segment.h"
 
 namespace rlforge {
 
@@ -147,7 +148,7 @@ absl::StatusOr<std::unique_ptr<LmPolicyState>> LmPolicyState::Create(
     } else if (transport == "gloo") {
       s->location_ = absl::StrCat("gloo:", kWeightGroup);
     } else if (s->comm_->rank() == 0) {
-      std::string name = absl::StrCat("/rlforge-w-", getpid(), "-", assignment.actor_id());
+      const std::string name = PublisherSegmentName(assignment.actor_id());
       if (w.apply == "mapped") {
         ASSIGN_OR_RETURN(s->mapped_, MappedSink::Create(name, s->manifest_, w.timeout_s));
         s->location_ = s->mapped_->location();

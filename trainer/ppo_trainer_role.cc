@@ -9,6 +9,7 @@
 #include "common/exceptions.h"
 #include "common/status.h"
 #include "models/compute_threads.h"
+#include "weights/shm_segment.h"
 
 namespace rlforge {
 
@@ -60,7 +61,7 @@ absl::StatusOr<WorkReply> PpoTrainerRole::Init(const proto::TrainInit& init) {
   learner_ = std::make_unique<PpoLearner>(config_, spec_);
   flat_.resize(static_cast<size_t>(FlatSize(*learner_->model())));
   if (transport_ == "shm") {
-    std::string name = absl::StrCat("rlforge-w-", getpid(), "-", assignment_.actor_id());
+    const std::string name = PublisherSegmentName(assignment_.actor_id());
     ASSIGN_OR_RETURN(WeightPublisher p, WeightPublisher::Create(name, flat_.size() * sizeof(float),
                                                                 LayoutHash(*learner_->model())));
     publisher_.emplace(std::move(p));

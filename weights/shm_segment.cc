@@ -1,6 +1,8 @@
 #include "weights/shm_segment.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -11,6 +13,8 @@
 #include <cstring>
 #include <thread>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
 
@@ -55,6 +59,36 @@ absl::StatusOr<MappedSegment> OpenSegment(const std::string& shm_name, bool writ
     return absl::UnavailableError(absl::StrCat("mmap ", shm_name, ": ", std::strerror(errno)));
   }
   return MappedSegment{base, size};
+}
+
+namespace {
+
+constexpr char kPublisherPrefix[] = "rlforge-w-";
+
+// Unlinks /dev/shm/rlforge-w-<pid>-* of every pid that no longer exists.
+void RemoveOrphanedPublisherSegments() {
+  DIR* dir = opendir("/dev/shm");
+  if (dir == nullptr) return;
+  while (const dirent* e = readdir(dir)) {
+    const std::string name = e->d_name;
+    if (!absl::StartsWith(name, kPublisherPrefix)) continue;
+    const size_t from = sizeof(kPublisherPrefix) - 1;
+    const size_t dash = name.find('-', from);
+    int pid = 0;
+    if (dash == std::string::npos || !absl::SimpleAtoi(name.substr(from, dash - from), &pid) ||
+        pid <= 0) {
+      continue;
+    }
+    if (kill(pid, 0) != 0 && errno == ESRCH) shm_unlink(("/" + name).c_str());
+  }
+  closedir(dir);
+}
+
+}  // namespace
+
+std::string PublisherSegmentName(const std::string& actor_id) {
+  RemoveOrphanedPublisherSegments();
+  return absl::StrCat("/", kPublisherPrefix, getpid(), "-", actor_id);
 }
 
 absl::Status AwaitCondition(const std::function<bool()>& done,

@@ -25,6 +25,13 @@ absl::StatusOr<MappedSegment> CreateSegment(const std::string& shm_name, size_t 
 absl::StatusOr<MappedSegment> OpenSegment(const std::string& shm_name, bool writable,
                                           const std::string& hint);
 
+// The segment name of this process's weight publisher for `actor_id`:
+// "/rlforge-w-<pid>-<actor_id>". First it unlinks every /dev/shm/rlforge-w-<pid>-* whose pid is
+// gone: a publisher killed with SIGKILL cannot unlink its own, and each would hold its slots
+// until reboot. (Pids are this pid namespace's: hosts whose containers share /dev/shm but not
+// pids must not run publishers in both.)
+std::string PublisherSegmentName(const std::string& actor_id);
+
 // Polls `done` with a growing sleep (a bucket takes milliseconds to fill, a spin would steal
 // the core the other side needs). `failed` (checked every few ms) returns why waiting is
 // pointless, or "" (an Aborted error with it). Past timeout_s: DeadlineExceeded, "<what> within

@@ -1,12 +1,23 @@
 #include "weights/weight_sync.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <numeric>
 
+#include "weights/shm_segment.h"
+
 namespace rlforge {
 namespace {
+
+bool SegmentExists(const std::string& name) {
+  const int fd = shm_open(name.c_str(), O_RDONLY, 0);
+  if (fd >= 0) close(fd);
+  return fd >= 0;
+}
 
 std::string Name(const char* tag) { return "rlforge-test-" + std::to_string(getpid()) + tag; }
 
@@ -60,6 +71,27 @@ TEST(WeightSyncTest, PublisherUnlinksItsSegment) {
   WeightReader reader;
   float x[4];
   EXPECT_FALSE(reader.Read(r, 0, x).ok());
+}
+
+TEST(WeightSyncTest, APublisherKilledWithoutUnlinkingIsSweptByTheNextOne) {
+  // A child that exited plays the killed publisher: its pid is gone, its segment is not.
+  const pid_t child = fork();
+  if (child == 0) _exit(0);
+  ASSERT_GT(child, 0);
+  ASSERT_EQ(waitpid(child, nullptr, 0), child);
+  const std::string dead = "/rlforge-w-" + std::to_string(child) + "-trainer-test";
+  auto orphan = CreateSegment(dead, 4096);
+  ASSERT_TRUE(orphan.ok()) << orphan.status();
+  munmap(orphan->base, orphan->size);
+  const std::string mine = PublisherSegmentName("trainer-test");
+  EXPECT_EQ(mine, "/rlforge-w-" + std::to_string(getpid()) + "-trainer-test");
+  auto live = CreateSegment(mine, 4096);
+  ASSERT_TRUE(live.ok()) << live.status();
+  EXPECT_FALSE(SegmentExists(dead)) << "the dead publisher's segment was left";
+  PublisherSegmentName("other");  // a live publisher's segment is never swept
+  EXPECT_TRUE(SegmentExists(mine));
+  munmap(live->base, live->size);
+  shm_unlink(mine.c_str());
 }
 
 }  // namespace
