@@ -21,6 +21,7 @@
 #include "models/hf_checkpoint.h"
 #include "models/tokenizer.h"
 #include "proto/lm_groups.h"
+#include "weights/dying_publisher_testing.h"
 #include "weights/shm_mapped.h"
 #include "weights/shm_ring.h"
 
@@ -438,32 +439,11 @@ TEST(LmRolloutRoleTest, MappedEngineStaysOnThePreviousVersionWhenThePublisherDie
   const proto::WeightsReady r1 = Announce(w1, 1, "shm-mapped:" + name);
   const proto::WeightsReady r2 = Announce(w1, 2, "shm-mapped:" + name);
   const proto::WeightManifest& m = r1.manifest();
-  int up[2], down[2];
-  ASSERT_EQ(pipe(up), 0);
-  ASSERT_EQ(pipe(down), 0);
-  const pid_t child = fork();
-  if (child == 0) {  // version 1 whole; then bucket 0 of version 2, and wait to be killed
-    auto sink = MappedSink::Create(name, m, 20);
-    if (!sink.ok() || !Write(r1, w1, **sink).ok()) _exit(2);
-    (void)!write(up[1], "a", 1);
-    char x;
-    if (read(down[0], &x, 1) != 1) _exit(3);
-    auto buf = (*sink)->Acquire(2, 0);
-    if (!buf.ok()) _exit(4);
-    std::memset(*buf, 0, m.bucket_bytes());
-    (*sink)->Commit(2, 0, m.bucket_bytes(), BucketChecksum(*buf, m.bucket_bytes())).IgnoreError();
-    (void)!write(up[1], "c", 1);
-    pause();
-    _exit(0);
-  }
-  char c;
-  ASSERT_EQ(read(up[0], &c, 1), 1);
+  DyingMappedPublisher publisher(name, m, [&](MappedSink& sink) { return Write(r1, w1, sink); });
+  ASSERT_TRUE(publisher.started());
   auto first = Load(*e.role, r1);
   ASSERT_TRUE(first.ok()) << first.status();
-  ASSERT_EQ(write(down[1], "b", 1), 1);
-  ASSERT_EQ(read(up[0], &c, 1), 1);
-  kill(child, SIGKILL);
-  waitpid(child, nullptr, 0);
+  ASSERT_TRUE(publisher.CutVersion2());
   auto second = Load(*e.role, r2);
   shm_unlink(name.c_str());
   ASSERT_FALSE(second.ok());

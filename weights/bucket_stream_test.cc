@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "dist/local_group.h"
+#include "weights/dying_publisher_testing.h"
 #include "weights/gloo_plane.h"
 #include "weights/shm_mapped.h"
 #include "weights/shm_ring.h"
@@ -487,34 +488,14 @@ TEST(ShmMappedTest, PublisherKilledMidTransferLeavesTheEngineOnItsVersion) {
   Model v1(1), v2(2);
   const proto::WeightManifest m = MakeManifest(v1.specs, "float32", 128);
   const std::string name = ShmName("me");
-  int up[2], down[2];
-  ASSERT_EQ(pipe(up), 0);
-  ASSERT_EQ(pipe(down), 0);
-  const pid_t child = fork();
-  if (child == 0) {  // the publisher: version 1 whole, then bucket 0 of version 2
-    auto sink = MappedSink::Create(name, m, 20);
-    if (!sink.ok() || !Write(m, v1, **sink, 1).ok()) _exit(2);
-    (void)!write(up[1], "a", 1);
-    char x;
-    if (read(down[0], &x, 1) != 1) _exit(3);
-    auto buf = (*sink)->Acquire(2, 0);
-    if (!buf.ok()) _exit(4);
-    std::memset(*buf, 0, m.bucket_bytes());
-    (*sink)->Commit(2, 0, m.bucket_bytes(), BucketChecksum(*buf, m.bucket_bytes())).IgnoreError();
-    (void)!write(up[1], "c", 1);
-    pause();
-    _exit(0);
-  }
-  char c;
-  ASSERT_EQ(read(up[0], &c, 1), 1);
+  DyingMappedPublisher publisher(name, m,
+                                 [&](MappedSink& sink) { return Write(m, v1, sink, 1).status(); });
+  ASSERT_TRUE(publisher.started());
   auto engine = MappedSource::Open("shm-mapped:" + name, "rollout-0", 20);
   ASSERT_TRUE(engine.ok()) << engine.status();
   auto served = LoadMapped(**engine, m, 1);
   ASSERT_TRUE(served.ok()) << served.status();
-  ASSERT_EQ(write(down[1], "b", 1), 1);
-  ASSERT_EQ(read(up[0], &c, 1), 1);
-  kill(child, SIGKILL);
-  waitpid(child, nullptr, 0);
+  ASSERT_TRUE(publisher.CutVersion2());
   auto failed = LoadMapped(**engine, m, 2);
   ASSERT_FALSE(failed.ok());
   EXPECT_NE(
