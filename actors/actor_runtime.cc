@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <optional>
 #include <random>
@@ -43,16 +44,26 @@ struct Registration {
   std::string job_id;
 };
 
+// How long a stopped actor still waits for the answer to a Register it sent.
+constexpr int64_t kStoppedRegisterGraceUs = 5'000'000;
+
 // Sends Register until an Assignment or a Reject arrives. Resending is safe:
-// the controller matches retries by instance id.
+// the controller matches retries by instance id. A stop before any Register went out ends it;
+// after one, the controller may already count this actor, so the answer is still awaited (a
+// little while, no more Registers): an elastic actor then leaves properly instead of vanishing.
 absl::StatusOr<Registration> Register(ZmqClientTransport& t, const ActorOptions& o,
                                       const std::string& instance_id) {
   const Clock* clock = RealClock::Get();
   int64_t deadline = clock->NowMicros() + static_cast<int64_t>(o.register_timeout_s * 1e6);
   int64_t next_send = 0;
+  bool sent = false, stopping = false;
   while (clock->NowMicros() < deadline) {
-    if (Stopped(o)) return absl::CancelledError("stopped before registration");
-    if (clock->NowMicros() >= next_send) {
+    if (Stopped(o) && !stopping) {
+      if (!sent) return absl::CancelledError("stopped before registration");
+      deadline = std::min(deadline, clock->NowMicros() + kStoppedRegisterGraceUs);
+      stopping = true;
+    }
+    if (!stopping && clock->NowMicros() >= next_send) {
       Message m;
       m.envelope.set_sender(instance_id);
       proto::Register* r = m.envelope.mutable_register_();
@@ -64,6 +75,7 @@ absl::StatusOr<Registration> Register(ZmqClientTransport& t, const ActorOptions&
       r->set_launch_token(o.launch_token);
       RETURN_IF_ERROR(t.Send(std::move(m)));
       next_send = clock->NowMicros() + 1'000'000;
+      sent = true;
     }
     auto got = t.Receive(100);
     RETURN_IF_ERROR(t.HandshakeError());
@@ -79,6 +91,7 @@ absl::StatusOr<Registration> Register(ZmqClientTransport& t, const ActorOptions&
           absl::StrCat("the controller refused this actor: ", env.reject().reason()));
     }
   }
+  if (stopping) return absl::CancelledError("stopped while registering (no answer came)");
   return absl::DeadlineExceededError(absl::StrCat("no answer from a controller at ", o.connect,
                                                   " within ", o.register_timeout_s, " s"));
 }
