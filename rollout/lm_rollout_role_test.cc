@@ -175,32 +175,18 @@ TEST(LmRolloutRoleTest, VersionStreamedThroughTheRingLandsInTheEngine) {
 absl::StatusOr<WorkReply> LoadFromDyingPublisher(Role& role, const std::string& name) {
   const auto w = TrainerWeights(0.5f);
   const proto::WeightsReady r = Announce(w, 1, "shm-ring:" + name);
-  int ready[2];
-  if (pipe(ready) != 0) return absl::InternalError("pipe");
-  const pid_t child = fork();
-  if (child == 0) {
-    auto sink = ShmRingSink::Create(name, r.manifest().bucket_bytes(), 20);
-    if (!sink.ok()) _exit(2);
-    (*sink)->set_readers(1);
-    auto buf = (*sink)->Acquire(1, 0);
-    std::memset(*buf, 0, r.manifest().bucket_bytes());
-    (*sink)
-        ->Commit(1, 0, r.manifest().bucket_bytes(),
-                 BucketChecksum(*buf, r.manifest().bucket_bytes()))
-        .IgnoreError();
-    (void)!write(ready[1], "x", 1);
-    pause();
-    _exit(0);
-  }
-  char c;
-  if (read(ready[0], &c, 1) != 1) return absl::InternalError("child publisher failed");
-  std::thread killer([child] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    kill(child, SIGKILL);
-    waitpid(child, nullptr, 0);
-  });
+  const proto::WeightManifest& m = r.manifest();
+  DyingPublisher publisher(
+      [&]() -> absl::StatusOr<std::unique_ptr<BucketSink>> {
+        auto sink = ShmRingSink::Create(name, m.bucket_bytes(), 20);
+        if (!sink.ok()) return sink.status();
+        (*sink)->set_readers(1);
+        return std::unique_ptr<BucketSink>(std::move(*sink));
+      },
+      m, [](BucketSink&) { return absl::OkStatus(); }, 1);
+  if (!publisher.started() || !publisher.Cut())
+    return absl::InternalError("child publisher failed");
   auto reply = Load(role, r);
-  killer.join();
   shm_unlink(name.c_str());
   return reply;
 }
@@ -439,11 +425,12 @@ TEST(LmRolloutRoleTest, MappedEngineStaysOnThePreviousVersionWhenThePublisherDie
   const proto::WeightsReady r1 = Announce(w1, 1, "shm-mapped:" + name);
   const proto::WeightsReady r2 = Announce(w1, 2, "shm-mapped:" + name);
   const proto::WeightManifest& m = r1.manifest();
-  DyingMappedPublisher publisher(name, m, [&](MappedSink& sink) { return Write(r1, w1, sink); });
+  DyingPublisher publisher([&] { return MappedSink::Create(name, m, 20); }, m,
+                           [&](BucketSink& sink) { return Write(r1, w1, sink); }, 2);
   ASSERT_TRUE(publisher.started());
   auto first = Load(*e.role, r1);
   ASSERT_TRUE(first.ok()) << first.status();
-  ASSERT_TRUE(publisher.CutVersion2());
+  ASSERT_TRUE(publisher.Cut());
   auto second = Load(*e.role, r2);
   shm_unlink(name.c_str());
   ASSERT_FALSE(second.ok());

@@ -488,14 +488,14 @@ TEST(ShmMappedTest, PublisherKilledMidTransferLeavesTheEngineOnItsVersion) {
   Model v1(1), v2(2);
   const proto::WeightManifest m = MakeManifest(v1.specs, "float32", 128);
   const std::string name = ShmName("me");
-  DyingMappedPublisher publisher(name, m,
-                                 [&](MappedSink& sink) { return Write(m, v1, sink, 1).status(); });
+  DyingPublisher publisher([&] { return MappedSink::Create(name, m, 20); }, m,
+                           [&](BucketSink& sink) { return Write(m, v1, sink, 1).status(); }, 2);
   ASSERT_TRUE(publisher.started());
   auto engine = MappedSource::Open("shm-mapped:" + name, "rollout-0", 20);
   ASSERT_TRUE(engine.ok()) << engine.status();
   auto served = LoadMapped(**engine, m, 1);
   ASSERT_TRUE(served.ok()) << served.status();
-  ASSERT_TRUE(publisher.CutVersion2());
+  ASSERT_TRUE(publisher.Cut());
   auto failed = LoadMapped(**engine, m, 2);
   ASSERT_FALSE(failed.ok());
   EXPECT_NE(
