@@ -97,7 +97,12 @@ def grpo(args):
 def grpo_async(args, overrides):
     config = with_length_reward(os.path.join(args.source, "configs/grpo_arith_async.yaml"),
                                 os.path.join(args.work, "grpo_async_length.yaml"))
-    chaos(args, config, "grpo_async_chaos", ["--groups", "8", "--every-steps", "10"], overrides)
+    # 400 iterations, not 200: overlapped rollouts make this run the fastest, and with every
+    # worker stopped or replacing at once the injector can fall behind its one fault per 10
+    # steps; 200 once ended with 9 faults of the 10 required.
+    overrides = [o for o in overrides if not o.startswith("job.iterations=")]
+    chaos(args, config, "grpo_async_chaos", ["--groups", "8", "--every-steps", "10"],
+          overrides + ["job.iterations=400"])
     with open(os.path.join(args.work, "grpo_async_chaos", "metrics.jsonl")) as f:
         records = [json.loads(line) for line in f if line.strip()]
     for r in records[1:]:
