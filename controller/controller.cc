@@ -2,6 +2,7 @@
 
 #include <signal.h>
 
+#include <numeric>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -129,11 +130,16 @@ absl::StatusOr<uint64_t> Controller::Submit(const std::string& actor_id, proto::
   *m.envelope.mutable_work_request() = std::move(request);
   m.tensors = std::move(tensors);
   absl::Status s = transport_->Send(a->work_peer, std::move(m));
-  if (!s.ok()) return ActorLost(*a, absl::StrCat("cannot be reached (", s.message(), ")"));
   Pending p;
   p.actor_id = actor_id;
   p.submitted_us = clock_->NowMicros();
   pending_[id] = std::move(p);
+  if (!s.ok()) {
+    absl::Status lost = Lose(*a, absl::StrCat("cannot be reached (", s.message(), ")"));
+    if (!lost.ok()) pending_.erase(id);
+    RETURN_IF_ERROR(lost);
+    return id;  // Recover gave it back lost
+  }
   a->state = ActorState::kBusy;
   return id;
 }
@@ -188,6 +194,21 @@ absl::StatusOr<std::pair<size_t, WorkOutcome>> Controller::AwaitAny(
 absl::StatusOr<std::pair<size_t, WorkOutcome>> Controller::AwaitNext(
     const std::vector<uint64_t>& work_ids) {
   return AwaitFirst(work_ids, /*give_back_lost=*/true);
+}
+
+absl::StatusOr<std::vector<WorkOutcome>> Controller::AwaitEach(
+    const std::vector<uint64_t>& work_ids) {
+  std::vector<WorkOutcome> out(work_ids.size());
+  std::vector<uint64_t> waiting = work_ids;
+  std::vector<size_t> index(work_ids.size());
+  std::iota(index.begin(), index.end(), size_t{0});
+  while (!waiting.empty()) {
+    ASSIGN_OR_RETURN(auto next, AwaitNext(waiting));
+    out[index[next.first]] = std::move(next.second);
+    waiting.erase(waiting.begin() + static_cast<std::ptrdiff_t>(next.first));
+    index.erase(index.begin() + static_cast<std::ptrdiff_t>(next.first));
+  }
+  return out;
 }
 
 absl::StatusOr<std::pair<size_t, WorkOutcome>> Controller::AwaitFirst(

@@ -158,7 +158,9 @@ class Controller {
   // several ranks and no store address to meet at.
   absl::Status WaitForActors();
 
-  // Sends one unit of work; returns its work id.
+  // Sends one unit of work; returns its work id. A recoverable actor whose connection is
+  // already gone (killed, its exit not reaped yet) is lost here like any other way: the work
+  // is returned lost by AwaitNext, as if it had been in flight.
   absl::StatusOr<uint64_t> Submit(const std::string& actor_id, proto::WorkRequest request,
                                   std::vector<TensorFrame> tensors = {});
   // Serves until these works have results (in the given order), or fails with
@@ -175,6 +177,9 @@ class Controller {
   // AwaitAny for a loop that re-deals lost work: a work whose actor was lost is returned too,
   // with `lost` set, instead of failing the call.
   absl::StatusOr<std::pair<size_t, WorkOutcome>> AwaitNext(const std::vector<uint64_t>& work_ids);
+  // AwaitAll for works that may be lost: every outcome, in the order of `work_ids`, a lost one
+  // with `lost` set; a failed work fails the call as AwaitAll does.
+  absl::StatusOr<std::vector<WorkOutcome>> AwaitEach(const std::vector<uint64_t>& work_ids);
   // Serves until `role` has at least `min_live` live actors, saying so in the log and the
   // status sink while it waits. Fails when too few can come (no slot pending, relaunching or
   // open to a join), or after controller.register_timeout_s plus the largest backoff.

@@ -673,6 +673,37 @@ TEST_F(RecoveryTest, RestartsStopAtMaxRestartsAndAwaitLiveSaysSo) {
       << s;
 }
 
+// Killed between two pumps: ZeroMQ refuses the send before the exit is reaped. The work
+// comes back lost and the actor is recovered, exactly as if it had died with the work.
+TEST_F(RecoveryTest, SubmitToAVanishedActorGivesTheWorkBackLost) {
+  transport_.Disconnect("p0");
+  absl::StatusOr<uint64_t> w0 = controller().Submit("echo-0", proto::WorkRequest());
+  ASSERT_TRUE(w0.ok()) << w0.status();
+  auto lost = controller().AwaitNext({*w0});
+  ASSERT_TRUE(lost.ok()) << lost.status();
+  EXPECT_TRUE(lost->second.lost);
+  EXPECT_NE(lost->second.result.error().find("echo-0 cannot be reached"), std::string::npos)
+      << lost->second.result.error();
+  EXPECT_EQ(controller().actors().Find("echo-0")->state, ActorState::kDead);
+  ASSERT_EQ(launcher_.signals.size(), 1u);
+  EXPECT_EQ(launcher_.signals[0], std::make_pair(1000, SIGKILL));
+  ASSERT_EQ(events_.size(), 1u);
+  EXPECT_EQ(events_[0].works_given_back, 1);
+  // Its exit, reaped later, is not a second loss.
+  ASSERT_TRUE(controller().Pump(0).ok());
+  EXPECT_EQ(controller().faults().actors_lost, 1u);
+  EXPECT_EQ(events_.size(), 1u);
+}
+
+TEST_F(ControllerTest, SubmitToAVanishedNonRecoverableActorStopsTheJobNamingIt) {
+  RegisterTwo();
+  transport_.Disconnect("p1");
+  absl::StatusOr<uint64_t> w = controller().Submit("echo-1", proto::WorkRequest());
+  EXPECT_EQ(w.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(w.status().message().find("actor echo-1"), std::string::npos) << w.status();
+  EXPECT_NE(w.status().message().find("cannot be reached"), std::string::npos) << w.status();
+}
+
 TEST_F(ControllerTest, LossOfANonRecoverableActorStillStopsTheJob) {
   RegisterTwo();
   clock_.AdvanceMillis(3500);

@@ -150,19 +150,16 @@ absl::Status PpoAlgorithm::Broadcast(Controller& c, const proto::WeightsReady& w
     ids.push_back(wid);
     slots.push_back(k);
   }
-  while (!ids.empty()) {
-    ASSIGN_OR_RETURN(auto ready, c.AwaitNext(ids));
-    const size_t slot = slots[ready.first];
-    ids.erase(ids.begin() + static_cast<std::ptrdiff_t>(ready.first));
-    slots.erase(slots.begin() + static_cast<std::ptrdiff_t>(ready.first));
-    const WorkOutcome& o = ready.second;
-    if (o.lost) continue;
+  ASSIGN_OR_RETURN(std::vector<WorkOutcome> loaded, c.AwaitEach(ids));
+  for (size_t k = 0; k < loaded.size(); ++k) {
+    const WorkOutcome& o = loaded[k];
+    if (o.lost) continue;  // its replacement loads them (PrepareReplacements)
     if (o.result.weights().version() != w.version()) {
       return absl::InternalError(absl::StrCat(o.actor_id, " loaded version ",
                                               o.result.weights().version(), " instead of ",
                                               w.version()));
     }
-    served_[slot] = w.version();
+    served_[slots[k]] = w.version();
   }
   return absl::OkStatus();
 }
@@ -312,21 +309,33 @@ absl::StatusOr<std::vector<WorkOutcome>> PpoAlgorithm::CollectRollouts(
 }
 
 absl::StatusOr<proto::PolicySpec> PpoAlgorithm::SetUpWorkers(Controller& c) {
-  std::vector<uint64_t> ids;
   ready_.assign(workers_.size(), false);
   left_.assign(workers_.size(), false);
   incarnation_.assign(workers_.size(), -1);  // a vacant slot: whoever joins is set up
-  for (size_t w = 0; w < workers_.size(); ++w) {
-    const ActorInfo* a = c.actors().Find(workers_[w]);
-    if (a->state != ActorState::kReady && a->state != ActorState::kBusy) continue;
-    incarnation_[w] = a->incarnation;
-    ready_[w] = true;
-    ASSIGN_OR_RETURN(uint64_t id, c.Submit(workers_[w], SetupRequest(w)));
-    ids.push_back(id);
-  }
-  ASSIGN_OR_RETURN(auto setups, c.AwaitAll(ids));
   served_.assign(workers_.size(), -1);
   stepped_.assign(workers_.size(), false);
+  // A worker lost during its setup leaves its slot unready: PrepareReplacements sets its
+  // replacement up. Only when every setup was lost does the job wait for one to set up now.
+  std::vector<WorkOutcome> setups;
+  while (setups.empty()) {
+    RETURN_IF_ERROR(c.AwaitLive("rollout"));
+    std::vector<uint64_t> ids;
+    std::vector<size_t> slots;
+    for (size_t w = 0; w < workers_.size(); ++w) {
+      const ActorInfo* a = c.actors().Find(workers_[w]);
+      if (a->state != ActorState::kReady && a->state != ActorState::kBusy) continue;
+      incarnation_[w] = a->incarnation;
+      ASSIGN_OR_RETURN(uint64_t id, c.Submit(workers_[w], SetupRequest(w)));
+      ids.push_back(id);
+      slots.push_back(w);
+    }
+    ASSIGN_OR_RETURN(std::vector<WorkOutcome> outcomes, c.AwaitEach(ids));
+    for (size_t k = 0; k < outcomes.size(); ++k) {
+      if (outcomes[k].lost) continue;
+      ready_[slots[k]] = true;
+      setups.push_back(std::move(outcomes[k]));
+    }
+  }
   const proto::PolicySpec& spec = setups[0].result.policy_spec();
   for (const auto& o : setups) {
     if (!SameSpec(o.result.policy_spec(), spec) ||
@@ -501,7 +510,16 @@ absl::Status PpoAlgorithm::SaveActors(Controller& c, const std::string& trainer,
     ASSIGN_OR_RETURN(uint64_t wid, c.Submit(id, std::move(req)));
     ids.push_back(wid);
   }
-  return c.AwaitAll(ids).status();
+  ASSIGN_OR_RETURN(std::vector<WorkOutcome> saved, c.AwaitEach(ids));
+  for (const WorkOutcome& o : saved) {
+    if (!o.lost) continue;
+    // What it had written is partial: without it, a resume sets the slot's envs up afresh.
+    std::error_code ignored;
+    std::filesystem::remove_all(state_dir + "/" + o.actor_id, ignored);
+    spdlog::warn("{} lost while saving its state: the checkpoint resumes its slot with fresh envs",
+                 o.actor_id);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status PpoAlgorithm::Resume(Controller& c, const std::string& trainer,
@@ -527,7 +545,8 @@ absl::Status PpoAlgorithm::Resume(Controller& c, const std::string& trainer,
     ASSIGN_OR_RETURN(uint64_t wid, c.Submit(id, std::move(req)));
     ids.push_back(wid);
   }
-  RETURN_IF_ERROR(c.AwaitAll(ids).status());
+  // A worker lost while loading is replaced with fresh envs (PrepareReplacements).
+  RETURN_IF_ERROR(c.AwaitEach(ids).status());
   spdlog::info("resumed after iteration {} at policy version {} ({} env steps)", p->iteration,
                p->version, p->env_steps);
   return absl::OkStatus();

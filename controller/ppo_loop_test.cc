@@ -381,6 +381,43 @@ TEST_F(PpoWorkerLossTest, WithoutAReplacementTheLiveWorkerStepsEveryBatch) {
   EXPECT_EQ(r[2].metrics.at("faults/episodes_cut"), kEnvs);
 }
 
+// Lost before the first rollout (killed while setting its envs up, or while loading version
+// 0): the job starts with the live worker, and the replacement is set up like any other.
+TEST_F(PpoWorkerLossTest, AWorkerLostDuringSetupIsReplacedAndTheJobRuns) {
+  rejoin_ = true;
+  overrides_[{"rollout", Task::kRolloutSetup}] = [this](const FakeWork& w) {
+    if (w.rank == 1 && ++calls_ == 1) return FakeReply::Crash();
+    FakeReply r = FakeReply::Ok();
+    proto::PolicySpec* s = r.result.mutable_policy_spec();
+    s->set_env_id("CartPole-v1");
+    s->set_obs_size(kObs);
+    s->set_discrete(true);
+    s->set_action_size(2);
+    s->set_num_envs(kEnvs);
+    return r;
+  };
+  absl::Status run = Run(Config3());
+  ASSERT_TRUE(run.ok()) << run;
+  ASSERT_EQ(ctx_->records.size(), 3u);
+  EXPECT_EQ(ctx_->records.back().metrics.at("env_steps"), 36) << "no step lost";
+  EXPECT_EQ(actors_->Received(Task::kRolloutSetup).size(), 3u) << "the replacement set up";
+  EXPECT_EQ(actors_->controller().faults().actors_lost, 1u);
+}
+
+TEST_F(PpoWorkerLossTest, AWorkerLostLoadingTheFirstWeightsIsReplacedAndTheJobRuns) {
+  rejoin_ = true;
+  overrides_[{"rollout", Task::kLoadWeights}] = [this](const FakeWork& w) {
+    if (w.rank == 1 && ++calls_ == 1) return FakeReply::Crash();
+    versions_[w.rank] = w.request.load_weights().weights().version();
+    return WeightsReply(versions_[w.rank]);
+  };
+  absl::Status run = Run(Config3());
+  ASSERT_TRUE(run.ok()) << run;
+  ASSERT_EQ(ctx_->records.size(), 3u);
+  EXPECT_EQ(ctx_->records.back().metrics.at("env_steps"), 36) << "no step lost";
+  EXPECT_EQ(actors_->controller().faults().actors_lost, 1u);
+}
+
 // Elastic rollout workers (rollout.max_staleness 0): one configured worker, room for one more.
 class PpoElasticTest : public PpoLoopTest {
  protected:
