@@ -11,6 +11,11 @@ if(NOT DEFINED ENV{TORCH_CUDA_ARCH_LIST})
   set(ENV{TORCH_CUDA_ARCH_LIST} "9.0")
 endif()
 find_package(Torch REQUIRED)
+# A CUDA libtorch's TorchConfig finds C10_CUDA_LIBRARY; Debian's CPU-only libtorch does not.
+set(RLFORGE_TORCH_CUDA 0)
+if(C10_CUDA_LIBRARY)
+  set(RLFORGE_TORCH_CUDA 1)
+endif()
 
 # A libtorch outside /usr (the torch wheel's) ships third-party headers in its include folder:
 # fmt 12 and protobuf, which would shadow the Debian fmt 9 that spdlog was built with and the

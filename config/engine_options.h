@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace rlforge {
 
@@ -12,6 +13,7 @@ struct EngineOptions {
   int64_t max_batch = 256;
   int64_t max_tokens_per_step = 2048;
   bool prefix_sharing = true;
+  std::string device = "cpu";  // "cpu" | "cuda" | "cuda:N" (config/device.h)
 };
 
 }  // namespace rlforge

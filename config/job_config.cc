@@ -10,6 +10,7 @@
 #include "common/host_address.h"
 #include "config/control_config.h"
 #include "config/dashboard_config.h"
+#include "config/device.h"
 #include "config/engine_config.h"
 #include "config/grpo_config.h"
 #include "config/lm_config.h"
@@ -420,6 +421,10 @@ std::shared_ptr<const Schema> TrainerSection() {
            "`bf16`: gather parameters and compute forward and backward in bfloat16, keeping "
            "fp32 master weights, optimizer state and gradient reduction. `none`: fp32 "
            "throughout (the CPU default).");
+  b.String("device", &TrainerOptions::device,
+           "Where language-model trainer ranks compute: cpu, cuda (rank r on its host's GPU r) "
+           "or cuda:N. ppo's control policy trains on the CPU.");
+  b.Check([](const TrainerOptions& t, config::CheckContext& ctx) { CheckDevice(t.device, ctx); });
   return b.Build();
 }
 
@@ -493,6 +498,12 @@ void CheckMappedWeights(const JobConfig& c, config::CheckContext& ctx) {
                            "shared memory (shm); this job's transport is ",
                            transport, " (set weights.transport: shm, or another weights.apply)"));
   }
+  if (c.engine.device != "cpu") {
+    ctx.Error("weights.apply",
+              absl::StrCat("mapped makes the shared-memory stream the engines' own parameters, "
+                           "which a GPU cannot compute on; engine.device is ",
+                           c.engine.device, " (use weights.apply in_place or staged)"));
+  }
 }
 
 std::shared_ptr<const Schema> BuildJobSchema() {
@@ -537,6 +548,16 @@ std::shared_ptr<const Schema> BuildJobSchema() {
       if (!why.empty()) {
         ctx.Error("trainer.ranks",
                   absl::StrCat(c.job.algorithm->name, " ", why, "; got ", c.trainer.ranks));
+      }
+    }
+    if (c.job.algorithm != nullptr && c.trainer.device != "cpu") {
+      const AlgorithmFamily f = c.job.algorithm->family;
+      if (f == AlgorithmFamily::kControlPpo || f == AlgorithmFamily::kEcho) {
+        ctx.Error("trainer.device", absl::StrCat(c.job.algorithm->name,
+                                                 f == AlgorithmFamily::kEcho
+                                                     ? " starts no trainer"
+                                                     : " trains its control policy on the CPU",
+                                                 "; got ", c.trainer.device, " (remove it)"));
       }
     }
     const bool lm =

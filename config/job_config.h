@@ -69,6 +69,7 @@ struct TrainerOptions {
   // forward (ZeRO-3) or keep them until its backward; bf16 compute with fp32 master weights.
   bool reshard_after_forward = true;
   std::string mixed_precision = "none";  // "none" | "bf16"
+  std::string device = "cpu";  // "cpu" | "cuda" | "cuda:N" (config/device.h)
 };
 
 // Where one role's actors run under launch.backend slurm (docs/multi_host.md).

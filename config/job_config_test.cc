@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "config/device.h"
 #include "rlforge_paths.h"
 
 namespace rlforge {
@@ -128,6 +129,42 @@ TEST(JobConfigTest, MappedWeightsNeedFloat32OverSharedMemory) {
   EXPECT_NE(config::FormatErrors(elastic.errors).find("this job's transport is zmq"),
             std::string::npos)
       << config::FormatErrors(elastic.errors);
+}
+
+TEST(JobConfigTest, DevicesAreCheckedNamingTheKeyAndWhatThisBuildLacks) {
+  auto errors = [](const std::string& yaml) {
+    return config::FormatErrors(LoadJobText(yaml, "t.yaml").errors);
+  };
+  EXPECT_EQ(errors("job: {algorithm: grpo}\ntrainer: {device: cpu}\nengine: {device: cpu}\n"), "");
+  EXPECT_NE(errors("job: {algorithm: grpo}\ntrainer: {device: gpu}\n")
+                .find("t.yaml:2:11: trainer.device: 'gpu' is not a device: expected cpu, cuda or "
+                      "cuda:N (N >= 0)"),
+            std::string::npos);
+  EXPECT_NE(errors("job: {algorithm: grpo}\nengine: {device: 'cuda:x'}\n").find("engine.device"),
+            std::string::npos);
+  EXPECT_NE(errors("job: {algorithm: grpo}\nengine: {device: 'cuda:-1'}\n").find("engine.device"),
+            std::string::npos);
+  // cuda is refused by a build whose libtorch has none, and accepted by one that has it.
+  const std::string why = DeviceUnsupportedReason(DeviceSpec{true, 0});
+  const std::string cuda = errors("job: {algorithm: grpo}\ntrainer: {device: 'cuda:0'}\n");
+  if (why.empty()) {
+    EXPECT_EQ(cuda, "");
+  } else {
+    EXPECT_NE(cuda.find("trainer.device: cuda:0: " + why), std::string::npos) << cuda;
+    EXPECT_NE(why.find("-DRLFORGE_CUDA=ON"), std::string::npos);
+  }
+  EXPECT_EQ(DeviceUnsupportedReason(DeviceSpec{}), "") << "every build runs on the CPU";
+  // Roles that cannot use a GPU, and weights that cannot reach one, are named.
+  EXPECT_NE(errors("job: {algorithm: ppo}\ntrainer: {device: cuda}\n")
+                .find("trainer.device: ppo trains its control policy on the CPU; got cuda"),
+            std::string::npos);
+  EXPECT_NE(errors("job: {algorithm: sft}\nengine: {device: cuda}\n")
+                .find("engine: job.algorithm sft does not read this section"),
+            std::string::npos);
+  EXPECT_NE(errors("job: {algorithm: grpo}\nengine: {device: cuda}\nweights: {apply: mapped}\n")
+                .find("weights.apply: mapped makes the shared-memory stream the engines' own "
+                      "parameters, which a GPU cannot compute on; engine.device is cuda"),
+            std::string::npos);
 }
 
 TEST(JobConfigTest, PlacementIsAnErrorUnderTheLocalBackend) {
