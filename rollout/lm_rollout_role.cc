@@ -5,11 +5,13 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/check.h"
 #include "common/clock.h"
 #include "common/exceptions.h"
 #include "common/status.h"
 #include "models/actor_critic.h"
 #include "models/compute_threads.h"
+#include "models/device.h"
 #include "models/hf_checkpoint.h"
 #include "proto/lm_groups.h"
 
@@ -45,17 +47,25 @@ absl::StatusOr<std::unique_ptr<Role>> LmRolloutRole::Create(const JobConfig& con
   // host's cores (trainer.threads: 0) as the trainer ranks do.
   SetComputeThreads(config.trainer.threads, std::max(config.trainer.ranks, config.rollout.workers));
   RETURN_IF_ERROR(CallCatching([&]() -> absl::Status {
+    ASSIGN_OR_RETURN(const torch::Device device,
+                     models::TorchDevice("engine.device", config.engine.device, assignment.rank()));
     ASSIGN_OR_RETURN(role->tokenizer_, models::LoadTokenizer(config.model.path));
     ASSIGN_OR_RETURN(models::Transformer model,
                      models::LoadHfModel(config.model.path, torch::kFloat32));
     model->eval();
+    // The engine follows its parameters: its KV pool goes there too, and on a GPU every step
+    // runs through the CUDA kernels (llm_engine.cc).
+    if (!device.is_cpu()) model->to(device);
     EngineSettings s = EngineSettingsFor(config.engine, model->config());
     s.weight_update = config.rollout.partial ? "recompute" : "drain";
     const models::Tokenizer* tok = role->tokenizer_.get();
     s.detokenize = [tok](const std::vector<int32_t>& ids) { return tok->Decode(ids); };
     role->layout_hash_ = LayoutHash(*model);
-    if (config.weights.apply == "staged")
+    // A GPU's parameters cannot be the stream's destination: it is read into host memory, then
+    // copied to the device (in_place: while the engine pauses; staged: before).
+    if (config.weights.apply == "staged" || !device.is_cpu()) {
       role->staged_.resize(static_cast<size_t>(FlatSize(*model)));
+    }
     role->engine_ = std::make_unique<LlmEngine>(model, s, 0);
     return absl::OkStatus();
   }));
@@ -136,6 +146,7 @@ std::vector<Destination> ParameterDestinations(torch::nn::Module& model, float* 
   std::vector<Destination> out;
   for (const auto& p : model.named_parameters()) {
     torch::Tensor t = p.value();
+    RF_CHECK(staged != nullptr || t.is_cpu());
     out.push_back({p.key(), t.sizes().vec(), staged != nullptr ? staged : t.data_ptr<float>()});
     if (staged != nullptr) staged += t.numel();
   }
@@ -253,7 +264,7 @@ absl::StatusOr<WorkReply> LmRolloutRole::Load(const proto::LoadWeights& load,
   if (config_->weights.apply == "mapped") {
     // Whole and verified in the segment before the engine sees it, like staged.
     ASSIGN_OR_RETURN(stats, LoadMapped(w));
-  } else if (!staged_.empty()) {
+  } else if (config_->weights.apply == "staged") {
     ASSIGN_OR_RETURN(BucketSource * source, SourceFor(load, tensors));
     // Whole and verified before the engine sees it: a failure leaves the previous version.
     ASSIGN_OR_RETURN(
@@ -266,9 +277,11 @@ absl::StatusOr<WorkReply> LmRolloutRole::Load(const proto::LoadWeights& load,
         w.version());
   } else {
     ASSIGN_OR_RETURN(BucketSource * source, SourceFor(load, tensors));
+    float* host = staged_.empty() ? nullptr : staged_.data();  // a GPU engine's
     engine_->RequestWeightUpdate(
-        [&, source](models::Transformer& model) -> absl::Status {
-          ASSIGN_OR_RETURN(stats, ReadInto(w, *source, ParameterDestinations(*model)));
+        [&, source, host](models::Transformer& model) -> absl::Status {
+          ASSIGN_OR_RETURN(stats, ReadInto(w, *source, ParameterDestinations(*model, host)));
+          if (host != nullptr) LoadFlat(*model, host);
           return absl::OkStatus();
         },
         w.version());

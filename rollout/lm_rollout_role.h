@@ -9,6 +9,11 @@
 // and served from there, the parameters pointed at it (mapped; no copy; a failed load leaves it
 // on the previous version).
 //
+// engine.device (models/device.h) places the model, so the engine and its KV pool, on a GPU;
+// its weights are then read into host memory and copied to the device (in_place: between
+// steps, a failed read leaving the engine refusing to serve as a torn load does; staged: read
+// first, copied between steps).
+//
 // The tokenizer and model come from model.path (a Hugging Face checkpoint, e.g. the SFT
 // stage's output); the engine from the `engine:` section. Stop: the tokenizer's eos.
 #pragma once
@@ -71,7 +76,7 @@ class LmRolloutRole final : public Role {
 };
 
 // The fp32 parameters of `model` (or views of `staged`, laid out in the same order) as the
-// weight stream's destinations.
+// weight stream's destinations. Parameters on a GPU need `staged`.
 std::vector<Destination> ParameterDestinations(torch::nn::Module& model, float* staged = nullptr);
 
 // Points every parameter of `model` at its bytes in `base`, a version laid out as manifest `m`

@@ -18,6 +18,7 @@
 
 #include "config/job_config.h"
 #include "models/actor_critic.h"
+#include "models/device.h"
 #include "models/hf_checkpoint.h"
 #include "models/tokenizer.h"
 #include "proto/lm_groups.h"
@@ -65,20 +66,28 @@ struct Engine {
   std::unique_ptr<Role> role;
 };
 
-Engine MakeEngine(const std::string& apply, const std::string& more_yaml = "") {
+// rollout-1 of 2. `device` is set past the config's check (this build may refuse cuda there),
+// to reach the role's own; `created` gets Create's status, else a failure is reported.
+Engine MakeEngine(const std::string& apply, const std::string& more_yaml = "",
+                  const std::string& device = "cpu", absl::Status* created = nullptr) {
   Engine e;
   LoadedJob j = LoadJobText("job: {algorithm: grpo}\nmodel: {path: " + TinyCheckpoint() +
                                 "}\nweights: {apply: " + apply + ", timeout_s: 20}\n" + more_yaml,
                             "test.yaml");
   for (const auto& err : j.errors) ADD_FAILURE() << err.ToString();
   e.config = j.config;
+  e.config.engine.device = device;
   proto::Assignment a;
   a.set_actor_id("rollout-1");
   a.set_role("rollout");
   a.set_rank(1);
   a.set_world_size(2);
   auto role = LmRolloutRole::Create(e.config, a);
-  EXPECT_TRUE(role.ok()) << role.status();
+  if (created != nullptr) {
+    *created = role.status();
+  } else {
+    EXPECT_TRUE(role.ok()) << role.status();
+  }
   if (role.ok()) e.role = std::move(*role);
   return e;
 }
@@ -325,20 +334,30 @@ TEST(LmRolloutRoleTest, PartialLoadContinuesAStartedGroupUnderTheNewWeights) {
   }
 }
 
-TEST(LmRolloutRoleTest, CorruptedInlineBucketIsRefusedNamingEngineVersionAndBucket) {
-  Engine e = MakeEngine("staged");
-  ASSERT_TRUE(e.role);
-  const auto w = TrainerWeights(0.25f);
-  proto::WeightsReady r = Announce(w, 3, "inline");
+// Version `version` of `w` as the controller sends it inline: its announcement (with the
+// buckets' checksums) and the frame that carries it.
+std::pair<proto::WeightsReady, TensorFrame> InlineVersion(
+    const std::vector<std::pair<std::string, torch::Tensor>>& w, int64_t version) {
+  proto::WeightsReady r = Announce(w, version, "inline");
   TensorFrame frame = TensorFrame::Allocate("weights", proto::U8,
                                             {static_cast<int64_t>(r.manifest().total_bytes())});
   MemorySink sink(r.manifest(), static_cast<char*>(frame.data()));
-  BucketWriter writer(r.manifest(), sink, 3);
-  for (const auto& [name, t] : w)
-    ASSERT_TRUE(writer.Append(name, t.data_ptr<float>(), t.numel()).ok());
+  BucketWriter writer(r.manifest(), sink, version);
+  for (const auto& [name, t] : w) {
+    EXPECT_TRUE(writer.Append(name, t.data_ptr<float>(), t.numel()).ok());
+  }
   auto sums = writer.Finish();
-  ASSERT_TRUE(sums.ok());
-  for (uint64_t s : *sums) r.add_bucket_checksums(s);
+  EXPECT_TRUE(sums.ok()) << sums.status();
+  if (sums.ok()) {
+    for (uint64_t s : *sums) r.add_bucket_checksums(s);
+  }
+  return {std::move(r), std::move(frame)};
+}
+
+TEST(LmRolloutRoleTest, CorruptedInlineBucketIsRefusedNamingEngineVersionAndBucket) {
+  Engine e = MakeEngine("staged");
+  ASSERT_TRUE(e.role);
+  auto [r, frame] = InlineVersion(TrainerWeights(0.25f), 3);
   static_cast<char*>(frame.data())[1024 * 2 + 17] ^= 0x01;
   std::vector<TensorFrame> frames;
   frames.push_back(std::move(frame));
@@ -355,6 +374,41 @@ std::vector<torch::Tensor> Parameters(Engine& e) {
   for (const auto& p : static_cast<LmRolloutRole&>(*e.role).engine().model()->named_parameters())
     out.push_back(p.value());
   return out;
+}
+
+// engine.device cuda: the model, so the engine and its KV pool, go to the GPU, and every version
+// is read through host memory (in_place and staged alike) into exactly the parameters a CPU
+// engine gets. Where no GPU can be used (this build's libtorch, or none visible) the role is
+// refused, naming the key, the value and the rank.
+TEST(LmRolloutRoleTest, AGpuEngineLoadsVersionsThroughHostMemoryOrIsRefusedNamingTheKey) {
+  const bool gpu = models::TorchDevice("engine.device", "cuda", 1).ok();
+  for (const std::string apply : {"in_place", "staged"}) {
+    absl::Status created;
+    Engine on_gpu = MakeEngine(apply, "", "cuda", &created);
+    if (!gpu) {
+      ASSERT_FALSE(created.ok()) << apply;
+      EXPECT_NE(created.message().find("engine.device cuda (rank 1): "), std::string::npos)
+          << created;
+      continue;
+    }
+    ASSERT_TRUE(created.ok()) << created;
+    Engine on_cpu = MakeEngine(apply);
+    ASSERT_TRUE(on_cpu.role);
+    EXPECT_TRUE(Parameters(on_gpu)[0].is_cuda());
+    for (Engine* e : {&on_cpu, &on_gpu}) {
+      auto [r, frame] = InlineVersion(TrainerWeights(0.5f), 1);
+      std::vector<TensorFrame> frames;
+      frames.push_back(std::move(frame));
+      auto reply = Load(*e->role, r, std::move(frames));
+      ASSERT_TRUE(reply.ok()) << reply.status();
+      EXPECT_EQ(e->role->policy_version(), 1);
+    }
+    const auto x = Parameters(on_cpu), y = Parameters(on_gpu);
+    ASSERT_EQ(x.size(), y.size());
+    for (size_t i = 0; i < x.size(); ++i) EXPECT_TRUE(torch::equal(x[i], y[i].cpu())) << i;
+    auto groups = Generate(*on_gpu.role);
+    EXPECT_TRUE(groups.ok()) << groups.status();
+  }
 }
 
 // weights.apply mapped against in_place, three versions: the same parameters and the same
