@@ -90,7 +90,7 @@ def main():
              "--threads", str(threads), "--prompts", str(a.prompts), "--n", str(a.n),
              "--naive-tokens", str(a.naive_tokens), "--device", a.device, "--dtype", a.dtype,
              "--max-new", str(a.max_new)],
-            env=env, check=True, capture_output=True, text=True).stdout
+            env=env, check=True, stdout=subprocess.PIPE, text=True).stdout
         r = json.loads(out.strip().splitlines()[-1])
         with open(os.path.join(a.dir, f"workload-{size}.json")) as f:
             workload = json.load(f)

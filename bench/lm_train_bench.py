@@ -197,7 +197,7 @@ def main():
            "--batch", str(args.batch), "--seq", str(args.seq)]
     for s in args.sizes:
         cmd += ["--size", s]
-    ours = [json.loads(l) for l in subprocess.run(cmd, check=True, capture_output=True,
+    ours = [json.loads(l) for l in subprocess.run(cmd, check=True, stdout=subprocess.PIPE,
                                                     text=True).stdout.splitlines() if l.strip()]
     peak = matmul_peak(device, dtype)
     print(f"device {args.device}, dtype {args.dtype}, threads {args.threads}, "
