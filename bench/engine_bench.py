@@ -41,7 +41,8 @@ def run_hf(model_dir, workload, hf_batch, threads, device, dtype):
     from transformers import AutoModelForCausalLM
 
     torch.set_num_threads(threads)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).to(device).eval()
+    # Cast after loading, as the engine's model is: any transformers version, the same rounding.
+    model = AutoModelForCausalLM.from_pretrained(model_dir).to(device=device, dtype=dtype).eval()
     prompts, max_new, n = workload["prompts"], workload["max_new"], workload["n"]
     order = sorted(range(len(prompts)), key=lambda p: -max_new[p])
     sync(device)
