@@ -2,18 +2,21 @@
 // bench/engine_bench.py (which adds transformers' generate() on the same
 // weights and workload, and prints the comparison).
 //
-// For a ~10M or ~50M Llama-style model with random weights: 64 prompts of
-// 96-160 tokens (mean ~128), n = 8 samples each, temperature 1, each prompt
-// with its own stop point of 32-256 new tokens (no EOS, so every framework
-// generates exactly the same number of tokens). Runs the engine with prefix
-// sharing on and off (tokens/s, prompt KV memory, peak KV blocks) and naive
-// generation without a KV cache (full recompute every token, on the first
-// group and its first --naive-tokens tokens: it is quadratic). Writes the model
-// as a Hugging Face checkpoint and the workload as JSON into --dir, and one
-// JSON line of results to stdout.
+// For a ~10M or ~50M Llama-style model, or a Qwen2.5-0.5B-shaped one, with random
+// weights (bench/bench_models.h): 64 prompts of 96-160 tokens (mean ~128), n = 8
+// samples each, temperature 1, each prompt with its own stop point (no EOS, so every
+// framework generates exactly the same number of tokens): 32-256 new tokens at 10m and
+// 50m, 256 at qwen0.5b (GRPO's shape; --max-new N gives every prompt N). Runs the engine with
+// prefix sharing on and off (tokens/s, prompt KV memory, peak KV blocks) and naive generation
+// without a KV cache (full recompute every token, on the first group and its first --naive-tokens
+// tokens: it is quadratic). Writes the model as a Hugging Face checkpoint and the workload as JSON
+// into --dir, and one JSON line of results to stdout. The checkpoint is written in fp32 from the
+// CPU; the model is then moved to --device in --dtype, and the engine follows its parameters (on a
+// GPU it runs its model step through the CUDA kernels, docs/gpu.md).
 //
 //   build/bench/engine_bench --size 10m --dir /tmp/engine-bench [--threads 1]
 //       [--prompts 64] [--n 8] [--naive-tokens 32] [--time-unshared 1]
+//       [--device cpu|cuda|cuda:N] [--dtype float32|bfloat16] [--max-new N]
 #include <malloc.h>
 
 #include <cstdio>
@@ -23,9 +26,11 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_models.h"
 #include "common/clock.h"
 #include "common/status.h"
 #include "models/compute_threads.h"
+#include "models/device.h"
 #include "models/hf_checkpoint.h"
 #include "models/transformer.h"
 #include "nlohmann/json.hpp"
@@ -36,28 +41,14 @@ namespace {
 using rlforge::models::Transformer;
 using rlforge::models::TransformerConfig;
 
-TransformerConfig Config(const std::string& size) {
-  TransformerConfig c;
-  c.architecture = "LlamaForCausalLM";
-  c.num_attention_heads = 8;
-  c.num_key_value_heads = 4;
-  c.max_position_embeddings = 1024;
-  if (size == "10m") {
-    c.vocab_size = 8192, c.hidden_size = 256, c.intermediate_size = 768, c.num_hidden_layers = 8;
-  } else {
-    c.vocab_size = 16384, c.hidden_size = 512, c.intermediate_size = 1408, c.num_hidden_layers = 12;
-  }
-  c.head_dim = c.hidden_size / c.num_attention_heads;
-  return c;
-}
-
 struct Workload {
   std::vector<std::vector<int32_t>> prompts;
   std::vector<int64_t> max_new;
   int64_t n = 8;
 };
 
-Workload MakeWorkload(int64_t prompts, int64_t n, int64_t vocab) {
+// max_new > 0: every prompt stops at max_new new tokens; else at 32-256.
+Workload MakeWorkload(int64_t prompts, int64_t n, int64_t vocab, int64_t max_new) {
   std::mt19937_64 rng(7);
   Workload w;
   w.n = n;
@@ -66,7 +57,8 @@ Workload MakeWorkload(int64_t prompts, int64_t n, int64_t vocab) {
     std::vector<int32_t> t(static_cast<size_t>(len));
     for (auto& x : t) x = static_cast<int32_t>(1 + rng() % (vocab - 1));
     w.prompts.push_back(std::move(t));
-    w.max_new.push_back(32 + static_cast<int64_t>(rng() % 225));
+    const int64_t drawn = 32 + static_cast<int64_t>(rng() % 225);
+    w.max_new.push_back(max_new > 0 ? max_new : drawn);
   }
   return w;
 }
@@ -78,15 +70,29 @@ struct EngineResult {
   int64_t kv_bytes_per_slot = 0;
 };
 
+// The engine's own CPU path is fp32 only; a bf16 model on the CPU runs the kernel library's
+// CPU references (slow: for checking the bench, not for figures). On a GPU the engine takes
+// the kernel path whatever this says.
+bool KernelPath(Transformer& model) {
+  const torch::Tensor p = model->parameters().front();
+  return p.is_cuda() || p.scalar_type() != torch::kFloat32;
+}
+
 // kv_only: one new token per sample, to read the prompt KV footprint quickly.
 EngineResult RunEngine(Transformer& model, const Workload& w, bool prefix_sharing,
                        bool kv_only = false) {
   rlforge::EngineSettings s;
   s.block_size = 16;
-  s.num_blocks = 16384;  // every sample of the load fits at once: no preemption
+  // Every sample of the load fits at once, unshared: no preemption.
+  s.num_blocks = 0;
+  for (size_t p = 0; p < w.prompts.size(); ++p) {
+    const int64_t slots = static_cast<int64_t>(w.prompts[p].size()) + w.max_new[p];
+    s.num_blocks += w.n * ((slots + s.block_size - 1) / s.block_size + 1);
+  }
   s.max_batch = 512;
   s.max_tokens_per_step = 2048;
   s.prefix_sharing = prefix_sharing;
+  s.use_kernel_library = KernelPath(model);
   rlforge::LlmEngine engine(model, s, 0);
   for (size_t p = 0; p < w.prompts.size(); ++p) {
     rlforge::GenerationRequest r;
@@ -102,8 +108,11 @@ EngineResult RunEngine(Transformer& model, const Workload& w, bool prefix_sharin
       std::exit(1);
     }
   }
+  const torch::Device device = model->parameters().front().device();
+  rlforge::bench::SyncDevice(device);
   const rlforge::Stopwatch timer;
   absl::Status st = engine.RunToCompletion();
+  rlforge::bench::SyncDevice(device);
   EngineResult out;
   out.seconds = timer.Seconds();
   if (!st.ok()) {
@@ -117,7 +126,8 @@ EngineResult RunEngine(Transformer& model, const Workload& w, bool prefix_sharin
   out.tokens = tokens;
   out.stats = engine.stats();
   const TransformerConfig& c = model->config();
-  out.kv_bytes_per_slot = 2 * c.num_hidden_layers * c.num_key_value_heads * c.head_dim * 4;
+  const int64_t element = model->parameters().front().element_size();  // the KV pool's dtype
+  out.kv_bytes_per_slot = 2 * c.num_hidden_layers * c.num_key_value_heads * c.head_dim * element;
   return out;
 }
 
@@ -126,19 +136,25 @@ EngineResult RunEngine(Transformer& model, const Workload& w, bool prefix_sharin
 double NaiveTokensPerSecond(Transformer& model, const std::vector<int32_t>& prompt, int64_t n,
                             int64_t new_tokens) {
   torch::NoGradGuard g;
-  auto tokens =
-      torch::tensor(std::vector<int64_t>(prompt.begin(), prompt.end())).unsqueeze(0).repeat({n, 1});
+  const torch::Device device = model->parameters().front().device();
+  const auto longs = torch::TensorOptions().dtype(torch::kLong).device(device);
+  auto tokens = torch::tensor(std::vector<int64_t>(prompt.begin(), prompt.end()))
+                    .to(device)
+                    .unsqueeze(0)
+                    .repeat({n, 1});
   torch::manual_seed(1);
+  rlforge::bench::SyncDevice(device);
   const rlforge::Stopwatch timer;
   for (int64_t i = 0; i < new_tokens; ++i) {
     const int64_t len = tokens.size(1);
-    auto positions = torch::arange(len, torch::kLong).unsqueeze(0).expand({n, len});
-    auto segments = torch::zeros({n, len}, torch::kLong);
+    auto positions = torch::arange(len, longs).unsqueeze(0).expand({n, len});
+    auto segments = torch::zeros({n, len}, longs);
     auto hidden = model->Hidden(tokens, positions, segments);
-    auto logits = model->Logits(hidden.select(1, len - 1));
+    auto logits = model->Logits(hidden.select(1, len - 1)).to(torch::kFloat32);
     auto next = torch::multinomial(torch::softmax(logits, -1), 1);
     tokens = torch::cat({tokens, next}, 1);
   }
+  rlforge::bench::SyncDevice(device);
   const double s = timer.Seconds();
   return static_cast<double>(n * new_tokens) / s;
 }
@@ -150,9 +166,9 @@ int main(int argc, char** argv) {
   // the kernel every step.
   mallopt(M_MMAP_THRESHOLD, 1 << 30);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
-  std::string size = "10m", dir = "/tmp/engine-bench";
+  std::string size = "10m", dir = "/tmp/engine-bench", device_name = "cpu", dtype_name = "float32";
   int threads = 1;
-  int64_t prompts = 64, n = 8, naive_tokens = 32;
+  int64_t prompts = 64, n = 8, naive_tokens = 32, max_new = -1;
   bool time_unshared = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i], v = argv[i + 1];
@@ -163,14 +179,23 @@ int main(int argc, char** argv) {
     if (k == "--n") n = std::stoll(v);
     if (k == "--naive-tokens") naive_tokens = std::stoll(v);
     if (k == "--time-unshared") time_unshared = v == "1";
+    if (k == "--device") device_name = v;
+    if (k == "--dtype") dtype_name = v;
+    if (k == "--max-new") max_new = std::stoll(v);
   }
-  if (size != "10m" && size != "50m") {
-    std::fprintf(stderr, "--size must be 10m or 50m\n");
-    return 2;
+  absl::StatusOr<TransformerConfig> config_or = rlforge::bench::BenchModelConfig(size);
+  absl::StatusOr<torch::Dtype> dtype = rlforge::bench::BenchDtype(dtype_name);
+  absl::StatusOr<torch::Device> device = rlforge::models::TorchDevice("--device", device_name, 0);
+  for (const absl::Status& s : {config_or.status(), dtype.status(), device.status()}) {
+    if (!s.ok()) {
+      std::fprintf(stderr, "engine_bench: %s\n", rlforge::Msg(s).c_str());
+      return 2;
+    }
   }
+  if (max_new < 0) max_new = size == "qwen0.5b" ? 256 : 0;
   rlforge::SetComputeThreads(threads);  // torch's and OpenBLAS's pools alike
   torch::manual_seed(0);
-  TransformerConfig config = Config(size);
+  const TransformerConfig& config = *config_or;
   Transformer model(config);
   model->eval();
   std::string model_dir = dir + "/model-" + size;
@@ -179,7 +204,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "save: %s\n", rlforge::Msg(s).c_str());
     return 1;
   }
-  Workload w = MakeWorkload(prompts, n, config.vocab_size);
+  model->to(*device, *dtype);
+  Workload w = MakeWorkload(prompts, n, config.vocab_size, max_new);
   nlohmann::json wj = {{"prompts", w.prompts}, {"max_new", w.max_new}, {"n", w.n}};
   std::ofstream(dir + "/workload-" + size + ".json") << wj.dump();
 
@@ -203,6 +229,9 @@ int main(int argc, char** argv) {
       {"size", size},
       {"parameters", rlforge::models::ParameterCount(config)},
       {"threads", threads},
+      {"device", device->str()},
+      {"dtype", dtype_name},
+      {"engine_path", KernelPath(model) ? "kernel library" : "libtorch"},
       {"requested_tokens", want_tokens},
       {"engine_shared", as_json(shared)},
       {"engine_unshared", as_json(unshared)},

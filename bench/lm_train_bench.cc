@@ -6,7 +6,14 @@
 //     python3 bench/lm_train_bench.py --build build --threads 2
 //     build/bench/lm_train_bench --size 10m --threads 2 --steps 5   # this half alone
 //     build/bench/lm_train_bench --size 10m --threads 1 --profile   # where a step's time goes
+//     build/bench/lm_train_bench --size qwen0.5b --device cuda --dtype bfloat16 --steps 3
 //
+// Sizes, devices and dtypes: bench/bench_models.h. The model and AdamW's flat buffers live on
+// --device in --dtype (bfloat16: parameters, gradients and AdamW's moments all in bf16, as
+// the PyTorch side's; not trainer.mixed_precision's fp32 master weights). Batch x sequence:
+// 4 x 256 at 10m and 50m, 8 x 512 at qwen0.5b (--batch, --seq override). On a GPU each
+// split point of the step waits for the device, and the matmul peak is an 8192^3 product in
+// --dtype (1024^3 fp32 on the CPU).
 // --profile runs one more step under libtorch's profiler (input shapes recorded) and prints,
 // per operator, its self time and calls, and for matrix products (mm, addmm, bmm) the FLOPs
 // their shapes imply, so the step's time splits into matrix products at their achieved rate
@@ -25,8 +32,11 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_models.h"
 #include "common/clock.h"
+#include "common/status.h"
 #include "models/compute_threads.h"
+#include "models/device.h"
 #include "models/transformer.h"
 #include "trainer/flat_adamw.h"
 
@@ -40,25 +50,15 @@ struct BenchShape {
   int64_t batch = 4, seq = 256;
 };
 
-BenchShape Shape(const std::string& size) {
+// batch, seq: 0 takes the size's own.
+absl::StatusOr<BenchShape> Shape(const std::string& size, int64_t batch, int64_t seq) {
+  absl::StatusOr<TransformerConfig> config = rlforge::bench::BenchModelConfig(size);
+  if (!config.ok()) return config.status();
   BenchShape s;
-  TransformerConfig& c = s.config;
-  c.architecture = "LlamaForCausalLM";
-  c.num_attention_heads = 8;
-  c.num_key_value_heads = 4;
-  c.max_position_embeddings = 1024;
-  if (size == "10m") {
-    c.vocab_size = 8192;
-    c.hidden_size = 256;
-    c.intermediate_size = 768;
-    c.num_hidden_layers = 8;
-  } else {
-    c.vocab_size = 16384;
-    c.hidden_size = 512;
-    c.intermediate_size = 1408;
-    c.num_hidden_layers = 12;
-  }
-  c.head_dim = c.hidden_size / c.num_attention_heads;
+  s.config = *config;
+  if (size == "qwen0.5b") s.batch = 8, s.seq = 512;
+  if (batch > 0) s.batch = batch;
+  if (seq > 0) s.seq = seq;
   return s;
 }
 
@@ -75,16 +75,43 @@ double StepFlops(const BenchShape& s) {
   return 6.0 * dense * tokens + attn;
 }
 
-double MatmulPeak() {
-  auto a = torch::randn({1024, 1024}), b = torch::randn({1024, 1024});
+double MatmulPeak(const torch::Device& device, torch::Dtype dtype) {
+  const int64_t n = device.is_cuda() ? 8192 : 1024;
+  const auto options =
+      torch::TensorOptions().device(device).dtype(device.is_cuda() ? dtype : torch::kFloat32);
+  auto a = torch::randn({n, n}, options), b = torch::randn({n, n}, options);
   torch::mm(a, b);
+  rlforge::bench::SyncDevice(device);
   double best = 1e30;
   for (int i = 0; i < 10; ++i) {
     const rlforge::Stopwatch timer;
     auto c = torch::mm(a, b);
+    rlforge::bench::SyncDevice(device);
     best = std::min(best, timer.Seconds());
   }
-  return 2.0 * 1024 * 1024 * 1024 / best;
+  return 2.0 * static_cast<double>(n) * n * n / best;
+}
+
+// FlatAdamW over the parameters where they are. Its own flattening makes fp32 CPU buffers;
+// this lays them out the same way (each parameter a view of one flat data tensor, its grad a
+// view of one flat grad tensor) in the parameters' device and dtype, then adopts the buffers.
+rlforge::FlatAdamW FlatAdamWInPlace(const std::vector<torch::Tensor>& params,
+                                    rlforge::FlatAdamW::Options options) {
+  int64_t n = 0;
+  for (const auto& p : params) n += p.numel();
+  const auto where = params.front().options();
+  torch::Tensor data = torch::empty({n}, where), grad = torch::zeros({n}, where);
+  torch::NoGradGuard g;
+  int64_t off = 0;
+  for (torch::Tensor p : params) {
+    const int64_t k = p.numel();
+    torch::Tensor view = data.narrow(0, off, k).view(p.sizes());
+    view.copy_(p);
+    p.set_data(view);
+    p.mutable_grad() = grad.narrow(0, off, k).view(p.sizes());
+    off += k;
+  }
+  return rlforge::FlatAdamW(data, grad, options);
 }
 
 // FLOPs of one matrix-product call from its recorded input shapes (0 for other operators).
@@ -181,7 +208,9 @@ void PrintProfile(const std::string& size, const std::map<std::string, OpTotals>
 
 int main(int argc, char** argv) {
   std::vector<std::string> sizes;
+  std::string device_name = "cpu", dtype_name = "float32";
   int threads = 2, steps = 5;
+  int64_t batch = 0, seq = 0;
   bool profile = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -193,27 +222,55 @@ int main(int argc, char** argv) {
       steps = std::atoi(argv[++i]);
     } else if (a == "--profile") {
       profile = true;
+    } else if (a == "--device" && i + 1 < argc) {
+      device_name = argv[++i];
+    } else if (a == "--dtype" && i + 1 < argc) {
+      dtype_name = argv[++i];
+    } else if (a == "--batch" && i + 1 < argc) {
+      batch = std::atoll(argv[++i]);
+    } else if (a == "--seq" && i + 1 < argc) {
+      seq = std::atoll(argv[++i]);
     } else {
       std::fprintf(stderr,
-                   "usage: lm_train_bench [--size 10m|50m]... [--threads N] [--steps S] "
+                   "usage: lm_train_bench [--size 10m|50m|qwen0.5b]... [--threads N] [--steps S] "
+                   "[--device cpu|cuda|cuda:N] [--dtype float32|bfloat16] [--batch B] [--seq T] "
                    "[--profile]\n");
       return 2;
     }
   }
   if (sizes.empty()) sizes = {"10m", "50m"};
+  absl::StatusOr<torch::Dtype> dtype = rlforge::bench::BenchDtype(dtype_name);
+  absl::StatusOr<torch::Device> device = rlforge::models::TorchDevice("--device", device_name, 0);
+  for (const absl::Status& st : {dtype.status(), device.status()}) {
+    if (!st.ok()) {
+      std::fprintf(stderr, "lm_train_bench: %s\n", rlforge::Msg(st).c_str());
+      return 2;
+    }
+  }
+  if (profile && device->is_cuda()) {
+    std::fprintf(stderr, "lm_train_bench: --profile times CPU operators; use --device cpu\n");
+    return 2;
+  }
   rlforge::SetComputeThreads(threads);  // torch's and OpenBLAS's pools alike
   torch::manual_seed(0);
-  const double peak = MatmulPeak();
+  const double peak = MatmulPeak(*device, *dtype);
   for (const auto& size : sizes) {
-    BenchShape s = Shape(size);
+    absl::StatusOr<BenchShape> shape = Shape(size, batch, seq);
+    if (!shape.ok()) {
+      std::fprintf(stderr, "lm_train_bench: %s\n", rlforge::Msg(shape.status()).c_str());
+      return 2;
+    }
+    const BenchShape& s = *shape;
     Transformer model(s.config);
+    model->to(*device, *dtype);
     std::vector<torch::Tensor> params;
     for (auto& p : model->parameters()) params.push_back(p);
-    rlforge::FlatAdamW opt(params, {.lr = 1e-4, .weight_decay = 0.01});
-    auto tokens = torch::randint(s.config.vocab_size, {s.batch, s.seq + 1}, torch::kInt64);
+    rlforge::FlatAdamW opt = FlatAdamWInPlace(params, {.lr = 1e-4, .weight_decay = 0.01});
+    const auto longs = torch::TensorOptions().dtype(torch::kInt64).device(*device);
+    auto tokens = torch::randint(s.config.vocab_size, {s.batch, s.seq + 1}, longs);
     auto inputs = tokens.narrow(1, 0, s.seq), targets = tokens.narrow(1, 1, s.seq);
-    auto pos = torch::arange(s.seq, torch::kInt64).view({1, s.seq}).expand({s.batch, s.seq});
-    auto seg = torch::zeros({s.batch, s.seq}, torch::kInt64);
+    auto pos = torch::arange(s.seq, longs).view({1, s.seq}).expand({s.batch, s.seq});
+    auto seg = torch::zeros({s.batch, s.seq}, longs);
     std::vector<double> times, fwd, bwd, upd;
     auto step = [&] {
       const rlforge::Stopwatch timer;
@@ -221,11 +278,14 @@ int main(int argc, char** argv) {
       auto logits = model->Logits(model->Hidden(inputs, pos, seg));
       auto loss = torch::nn::functional::cross_entropy(logits.reshape({-1, s.config.vocab_size}),
                                                        targets.reshape({-1}));
+      rlforge::bench::SyncDevice(*device);
       const double t_fwd = timer.Seconds();
       loss.backward();
+      rlforge::bench::SyncDevice(*device);
       const double t_bwd = timer.Seconds() - t_fwd;
       opt.ClipGradNorm(1.0);
       opt.Step();
+      rlforge::bench::SyncDevice(*device);
       const double total = timer.Seconds();
       return std::array<double, 3>{t_fwd, t_bwd, total - t_fwd - t_bwd};
     };
@@ -245,12 +305,14 @@ int main(int argc, char** argv) {
     double flops = StepFlops(s);
     std::printf(
         "{\"impl\": \"rlforge\", \"size\": \"%s\", \"params\": %ld, \"batch\": %ld, \"seq\": %ld, "
-        "\"threads\": %d, \"step_s\": %.4f, \"flops_per_step\": %.4g, \"achieved_flops\": %.4g, "
+        "\"device\": \"%s\", \"dtype\": \"%s\", \"threads\": %d, \"step_s\": %.4f, "
+        "\"flops_per_step\": %.4g, \"achieved_flops\": %.4g, "
         "\"matmul_peak_flops\": %.4g, \"share_of_peak\": %.3f, \"forward_s\": %.4f, "
         "\"backward_s\": %.4f, \"optimizer_s\": %.4f}\n",
         size.c_str(), static_cast<long>(rlforge::models::ParameterCount(s.config)),
-        static_cast<long>(s.batch), static_cast<long>(s.seq), threads, median, flops,
-        flops / median, peak, flops / median / peak, med(fwd), med(bwd), med(upd));
+        static_cast<long>(s.batch), static_cast<long>(s.seq), device->str().c_str(),
+        dtype_name.c_str(), threads, median, flops, flops / median, peak, flops / median / peak,
+        med(fwd), med(bwd), med(upd));
     std::fflush(stdout);
     if (profile) {
       using namespace torch::autograd::profiler;

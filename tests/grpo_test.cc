@@ -12,6 +12,7 @@
 #include <set>
 #include <thread>
 
+#include "config/build_info.h"
 #include "nlohmann/json.hpp"
 #include "tests/job_process.h"
 
@@ -241,6 +242,42 @@ TEST(GrpoTest, AsyncJobRunsWithMappedWeights) {
   }
   EXPECT_GT(records.back()["metrics"]["policy_version"].get<double>(), 2) << "versions moved";
   EXPECT_NE(ReadFile(root + "/a/logs/controller.log").find("via shm-mapped:"), std::string::npos);
+}
+
+// configs/grpo_arith_gpu.yaml, launch/gpu-check's GPU job, as committed but for its two device
+// keys: from the Qwen2-shaped SFT stage gpu-check runs first (its lines, here), all ten
+// iterations on the CPU, in bf16 compute as on the GPU. As committed the file asks for cuda,
+// which a CPU-only build refuses by key when the file is read.
+TEST(GrpoTest, GpuCheckJobRunsOnTheCpuWithItsDevicesOverridden) {
+  const std::string root = FreshDir("grpo_arith_gpu");
+  const std::string config = SourceDir() + "/configs/grpo_arith_gpu.yaml";
+  auto [scode, sout] = RunRlforge(
+      {"run", SourceDir() + "/configs/sft_tiny.yaml", "job.run_root=" + root, "job.name=sft",
+       "sft.steps=4", "sft.eval_every=0", "sft.save_every=0", "model.architecture=Qwen2ForCausalLM",
+       "model.hidden_size=256", "model.intermediate_size=704", "model.num_hidden_layers=4"},
+      300);
+  ASSERT_EQ(scode, 0) << sout;
+  auto [code, out] = RunRlforge(
+      {"run", config, "job.run_root=" + root, "job.name=g",
+       "model.path=" + root + "/sft/checkpoints/step_4", "engine.device=cpu", "trainer.device=cpu"},
+      300);
+  ASSERT_EQ(code, 0) << out;
+  auto m = ReadMetricsJsonl(root + "/g");
+  ASSERT_EQ(m.size(), 11u) << out;  // the start evaluation, then 10 iterations
+  EXPECT_EQ(m.back()["step"].get<int>(), 10);
+  EXPECT_EQ(m.back()["metrics"]["groups"].get<double>(), 16);
+  EXPECT_EQ(m.back()["metrics"]["policy_version"].get<double>(), 10);
+  const std::string resolved = ReadFile(root + "/g/config.resolved.yaml");
+  EXPECT_NE(resolved.find("mixed_precision: bf16"), std::string::npos) << resolved;
+  EXPECT_NE(ReadFile(root + "/sft/checkpoints/step_4/config.json").find("Qwen2ForCausalLM"),
+            std::string::npos);
+  if (!RLFORGE_TORCH_CUDA) {
+    auto [vcode, vout] = RunRlforge({"validate", config});
+    EXPECT_EQ(vcode, 2) << vout;
+    for (const char* key : {"trainer.device: cuda", "engine.device: cuda"}) {
+      EXPECT_NE(vout.find(key), std::string::npos) << key << " in " << vout;
+    }
+  }
 }
 
 // configs/rloo_arith.yaml and drgrpo_arith.yaml as committed (shortened), with two reward
