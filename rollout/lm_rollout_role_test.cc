@@ -380,7 +380,7 @@ std::vector<torch::Tensor> Parameters(Engine& e) {
 // is read through host memory (in_place and staged alike) into exactly the parameters a CPU
 // engine gets. Where no GPU can be used (this build's libtorch, or none visible) the role is
 // refused, naming the key, the value and the rank.
-TEST(LmRolloutRoleTest, AGpuEngineLoadsVersionsThroughHostMemoryOrIsRefusedNamingTheKey) {
+TEST(LmRolloutRoleGpuTest, AGpuEngineLoadsVersionsThroughHostMemoryOrIsRefusedNamingTheKey) {
   const bool gpu = models::TorchDevice("engine.device", "cuda", 1).ok();
   for (const std::string apply : {"in_place", "staged"}) {
     absl::Status created;
