@@ -423,7 +423,9 @@ std::shared_ptr<const Schema> TrainerSection() {
            "throughout (the CPU default).");
   b.String("device", &TrainerOptions::device,
            "Where language-model trainer ranks compute: cpu, cuda (rank r on its host's GPU r) "
-           "or cuda:N. ppo's control policy trains on the CPU.");
+           "or cuda:N. The policy, reference and critic, their gradients and AdamW state live "
+           "there; a GPU trainer has one rank (trainer.ranks: 1). ppo's control policy trains "
+           "on the CPU.");
   b.Check([](const TrainerOptions& t, config::CheckContext& ctx) { CheckDevice(t.device, ctx); });
   return b.Build();
 }
@@ -558,6 +560,15 @@ std::shared_ptr<const Schema> BuildJobSchema() {
                                                      ? " starts no trainer"
                                                      : " trains its control policy on the CPU",
                                                  "; got ", c.trainer.device, " (remove it)"));
+      } else if (c.trainer.ranks > 1) {
+        // dist::Communicator is gloo over CPU tensors; staging every collective through the
+        // host would cost more than the GPU gains.
+        ctx.Error("trainer.device",
+                  absl::StrCat("trainer.ranks ", c.trainer.ranks, " with trainer.device ",
+                               c.trainer.device,
+                               ": ranks on GPUs need an NCCL communicator, not built yet (the "
+                               "gloo one moves CPU tensors); set trainer.ranks: 1 or "
+                               "trainer.device: cpu"));
       }
     }
     const bool lm =

@@ -154,6 +154,13 @@ TEST(JobConfigTest, DevicesAreCheckedNamingTheKeyAndWhatThisBuildLacks) {
     EXPECT_NE(why.find("-DRLFORGE_CUDA=ON"), std::string::npos);
   }
   EXPECT_EQ(DeviceUnsupportedReason(DeviceSpec{}), "") << "every build runs on the CPU";
+  // Trainer ranks on GPUs need NCCL: refused by every build; ranks on the CPU are fine.
+  const std::string ranks = "ranks on GPUs need an NCCL communicator, not built yet";
+  EXPECT_NE(errors("job: {algorithm: grpo}\ntrainer: {device: 'cuda:0', ranks: 2}\n")
+                .find("t.yaml:2:11: trainer.device: trainer.ranks 2 with trainer.device cuda:0: " +
+                      ranks),
+            std::string::npos);
+  EXPECT_EQ(errors("job: {algorithm: grpo}\ntrainer: {device: cpu, ranks: 2}\n"), "");
   // Roles that cannot use a GPU, and weights that cannot reach one, are named.
   EXPECT_NE(errors("job: {algorithm: ppo}\ntrainer: {device: cuda}\n")
                 .find("trainer.device: ppo trains its control policy on the CPU; got cuda"),

@@ -4,6 +4,7 @@
 
 #include <fstream>
 
+#include "config/device.h"
 #include "tests/job_process.h"
 
 namespace rlforge::testing {
@@ -101,6 +102,11 @@ std::vector<BadCase> Cases() {
        "s.py, '{bind}']\n",
        {},
        {"@:5:3: sim.transport: shm is spoken by the built-in `rlforge sim-server` only"}},
+      {"gpu_trainer_with_ranks",  // refused by every build, whatever its libtorch
+       "job:\n  algorithm: grpo\ntrainer:\n  ranks: 2\n  device: cuda\n",
+       {},
+       {"@:5:3: trainer.device: trainer.ranks 2 with trainer.device cuda: ranks on GPUs need an "
+        "NCCL communicator, not built yet"}},
       {"missing_file", nullptr, {}, {"@: cannot open job file: No such file or directory"}},
       {"override_without_equals",
        kGood,
@@ -170,6 +176,23 @@ TEST_P(BadConfigTest, ExitsTwoNamingKeyAndPlace) {
 
 INSTANTIATE_TEST_SUITE_P(Cases, BadConfigTest, ::testing::ValuesIn(Cases()),
                          [](const auto& info) { return std::string(info.param.name); });
+
+// A CPU-only build (Debian's libtorch) refuses a GPU trainer when the file is read, naming the
+// key; a CUDA build runs it (launch/gpu-check).
+TEST(BadDeviceTest, CpuOnlyBuildRefusesGpuTrainerNamingTheKey) {
+  const std::string why = DeviceUnsupportedReason(DeviceSpec{true, -1});
+  if (why.empty()) GTEST_SKIP() << "this build's libtorch has CUDA";
+  const std::string dir = FreshDir("bad_gpu_trainer");
+  const std::string path = dir + "/job.yaml";
+  std::ofstream(path) << "job:\n  algorithm: grpo\n";
+  auto [code, out] =
+      RunRlforge({"run", path, "job.run_root=" + dir + "/runs", "trainer.device=cuda"}, 30);
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_NE(out.find("command-line override 'trainer.device=cuda': trainer.device: cuda: " + why),
+            std::string::npos)
+      << out;
+  EXPECT_FALSE(std::ifstream(dir + "/runs/job/status.json").good());
+}
 
 TEST(CliTest, UnknownSubcommandAndMissingArgumentsExitTwo) {
   EXPECT_EQ(RunRlforge({"rnu"}).first, 2);

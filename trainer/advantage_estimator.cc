@@ -62,10 +62,10 @@ class CriticEstimator final : public AdvantageEstimator {
                                                                     ShardedModel* reference,
                                                                     dist::Communicator* comm) {
     std::unique_ptr<CriticEstimator> e(new CriticEstimator(config, reference, comm));
+    ASSIGN_OR_RETURN(const ShardedModel::Options options,
+                     ShardingOptions(config.trainer, comm->rank(), /*trainable=*/true));
     ASSIGN_OR_RETURN(e->critic_,
-                     LoadShardedModel(config.model.path, comm,
-                                      ShardingOptions(config.trainer, /*trainable=*/true),
-                                      /*value_head=*/true));
+                     LoadShardedModel(config.model.path, comm, options, /*value_head=*/true));
     ASSIGN_OR_RETURN(e->loss_aggregation_, ParseLossAggregation(config.grpo.loss_aggregation));
     ASSIGN_OR_RETURN(e->kl_estimator_, ParseKlEstimator(config.grpo.kl_estimator));
     e->optimizer_ = std::make_unique<FlatAdamW>(e->critic_->shard_data(), e->critic_->shard_grad(),
@@ -80,13 +80,16 @@ class CriticEstimator final : public AdvantageEstimator {
     // Each rank scores its share of the groups; the shares are summed into the whole
     // batch's (every minibatch share's advantages need them).
     torch::NoGradGuard ng;
-    ASSIGN_OR_RETURN(const GroupBatch full, PackGroups(groups));
+    const torch::Device device = critic_->device();
+    ASSIGN_OR_RETURN(const GroupBatch packed, PackGroups(groups));
+    const GroupBatch full = ToDevice(packed, device);
     const Share share = ShareOf(GroupCosts(groups), comm_->rank(), comm_->size());
     const bool whole = !share.weight_zero && share.begin == 0 && share.end == groups.size();
     GroupBatch mine = full;  // one rank: its share is the batch, packed once
     if (!whole) {
       ASSIGN_OR_RETURN(mine, PackGroups(std::vector<LmGroup>(groups.begin() + share.begin,
                                                              groups.begin() + share.end)));
+      mine = ToDevice(mine, device);
     }
     const int64_t n = rewards.size(0) / std::max<int64_t>(1, groups.size());
     const int64_t S = full.mask.size(0), R = full.mask.size(1);
@@ -106,7 +109,7 @@ class CriticEstimator final : public AdvantageEstimator {
       kl_mean = MaskedMean(kl, full.mask).item<double>();
     }
     ASSIGN_OR_RETURN(torch::Tensor token_rewards,
-                     TokenLevelRewards(rewards, full.mask, kl, config_.grpo.kl_beta));
+                     TokenLevelRewards(rewards.to(device), full.mask, kl, config_.grpo.kl_beta));
     TokenGaeOptions go;
     go.gamma = config_.critic.gamma;
     go.lambda = config_.critic.lambda;
@@ -176,7 +179,7 @@ class CriticEstimator final : public AdvantageEstimator {
   }
   // Responses are left-aligned: a minibatch's width is a prefix of the batch's.
   static torch::Tensor RowsOf(const torch::Tensor& t, const torch::Tensor& idx, int64_t width) {
-    return t.index_select(0, idx).slice(1, 0, width);
+    return t.index_select(0, idx.to(t.device())).slice(1, 0, width);
   }
 
   const JobConfig& config_;

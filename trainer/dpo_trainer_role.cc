@@ -68,8 +68,10 @@ absl::StatusOr<WorkReply> DpoTrainerRole::Train(const std::vector<TensorFrame>& 
                                          p.samples[1].tokens.size()));
   }
   const Share share = ShareOf(costs, comm.rank(), comm.size());
-  ASSIGN_OR_RETURN(GroupBatch b, PackGroups(std::vector<LmGroup>(pairs.begin() + share.begin,
-                                                                 pairs.begin() + share.end)));
+  ASSIGN_OR_RETURN(
+      const GroupBatch packed,
+      PackGroups(std::vector<LmGroup>(pairs.begin() + share.begin, pairs.begin() + share.end)));
+  const GroupBatch b = ToDevice(packed, state_->policy().device());
   const double local_pairs = share.weight_zero ? 0 : static_cast<double>(share.end - share.begin);
   ASSIGN_OR_RETURN(const std::vector<double> all_pairs, SumOverRanks(comm, {local_pairs}));
   const double w = local_pairs / all_pairs[0];  // the loss is a mean over every rank's pairs

@@ -85,6 +85,16 @@ absl::StatusOr<GroupBatch> PackGroups(const std::vector<LmGroup>& groups) {
   return b;
 }
 
+GroupBatch ToDevice(const GroupBatch& b, torch::Device device) {
+  GroupBatch out;
+  for (torch::Tensor GroupBatch::*t :
+       {&GroupBatch::tokens, &GroupBatch::positions, &GroupBatch::segments, &GroupBatch::shared,
+        &GroupBatch::source, &GroupBatch::targets, &GroupBatch::mask, &GroupBatch::old_logp}) {
+    out.*t = (b.*t).to(device);  // the same tensor when it is there already
+  }
+  return out;
+}
+
 torch::Tensor GroupHidden(models::Transformer& model, const GroupBatch& b) {
   torch::Tensor h = model->Hidden(b.tokens, b.positions, b.segments, b.shared);
   const int64_t H = h.size(2);
@@ -110,9 +120,10 @@ absl::StatusOr<torch::Tensor> ScoreTokenLogprobs(ShardedModel& model, const Grou
 
 absl::StatusOr<std::unique_ptr<ShardedModel>> LoadFrozenReference(const JobConfig& config,
                                                                   dist::Communicator* comm) {
+  ASSIGN_OR_RETURN(const ShardedModel::Options options,
+                   ShardingOptions(config.trainer, comm->rank(), /*trainable=*/false));
   ASSIGN_OR_RETURN(std::unique_ptr<ShardedModel> ref,
-                   LoadShardedModel(config.model.path, comm,
-                                    ShardingOptions(config.trainer, /*trainable=*/false)));
+                   LoadShardedModel(config.model.path, comm, options));
   ref->module()->eval();
   return ref;
 }
@@ -128,8 +139,9 @@ absl::StatusOr<std::unique_ptr<LmPolicyState>> LmPolicyState::Create(
   torch::manual_seed(static_cast<uint64_t>(config.job.seed));
   std::unique_ptr<LmPolicyState> s(new LmPolicyState(config));
   ASSIGN_OR_RETURN(s->comm_, ConnectTrainerRanks(assignment));
-  ASSIGN_OR_RETURN(s->policy_, LoadShardedModel(config.model.path, s->comm_.get(),
-                                                ShardingOptions(config.trainer, true)));
+  ASSIGN_OR_RETURN(const ShardedModel::Options options,
+                   ShardingOptions(config.trainer, s->comm_->rank(), /*trainable=*/true));
+  ASSIGN_OR_RETURN(s->policy_, LoadShardedModel(config.model.path, s->comm_.get(), options));
   return CallCatching([&]() -> absl::StatusOr<std::unique_ptr<LmPolicyState>> {
     s->optimizer_ = std::make_unique<FlatAdamW>(s->policy_->shard_data(), s->policy_->shard_grad(),
                                                 AdamWOptions(config.trainer, config.trainer.lr));
@@ -218,6 +230,11 @@ absl::Status LmPolicyState::GatherInto(BucketWriter* writer) {
   absl::Status first;
   RETURN_IF_ERROR(policy_->GatherUnits([&](const ShardUnit& unit, const torch::Tensor& flat) {
     if (writer == nullptr || !first.ok()) return absl::OkStatus();
+    if (!flat.is_cpu() || !flat.is_contiguous()) {  // GatherUnits stages device memory
+      first = absl::InternalError(absl::StrCat("unit ", unit.name, " reached the weight writer on ",
+                                               flat.device().str(), ", not contiguous on the CPU"));
+      return absl::OkStatus();
+    }
     for (const ShardedParam& p : unit.params) {
       first = writer->Append(p.name, flat.data_ptr<float>() + p.offset, p.numel);
       if (!first.ok()) break;

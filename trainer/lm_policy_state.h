@@ -53,6 +53,10 @@ struct GroupBatch {
 // response token).
 absl::StatusOr<GroupBatch> PackGroups(const std::vector<LmGroup>& groups);
 
+// `b` on `device` (a model's, ShardedModel::device()): each tensor copied once, or b's own
+// tensors where they are there already (the CPU trainer copies nothing).
+GroupBatch ToDevice(const GroupBatch& b, torch::Device device);
+
 // Hidden states [S, R, H] that predict each response token. (A sharded model's forward
 // runs between its BeginForward and FinishBackward / EndForward.)
 torch::Tensor GroupHidden(models::Transformer& model, const GroupBatch& b);

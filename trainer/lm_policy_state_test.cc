@@ -143,5 +143,18 @@ TEST(PackGroupsTest, EmptyPromptIsAnErrorNamingTheRequest) {
             std::string::npos);
 }
 
+// A batch moves to the trainer's device once per step; on the CPU that is no copy at all.
+TEST(PackGroupsTest, ToDeviceKeepsEveryTensorAndCopiesNothingOnTheCpu) {
+  auto b = PackGroups(RandomGroups(4));
+  ASSERT_TRUE(b.ok()) << b.status();
+  const GroupBatch moved = ToDevice(*b, torch::Device(torch::kCPU));
+  for (torch::Tensor GroupBatch::*t :
+       {&GroupBatch::tokens, &GroupBatch::positions, &GroupBatch::segments, &GroupBatch::shared,
+        &GroupBatch::source, &GroupBatch::targets, &GroupBatch::mask, &GroupBatch::old_logp}) {
+    ASSERT_TRUE((moved.*t).defined());
+    EXPECT_TRUE((moved.*t).is_same((*b).*t));
+  }
+}
+
 }  // namespace
 }  // namespace rlforge

@@ -134,7 +134,7 @@ absl::StatusOr<WorkReply> LmRlTrainerRole::Train(const proto::GrpoTrain& task,
   int64_t updates = 0;
   // Minibatch boundaries and this rank's share of each: the same every epoch.
   struct Part {
-    std::vector<LmGroup> groups;
+    GroupBatch batch;  // this rank's share, packed once, on the policy's device
     std::vector<int64_t> rows;
     bool weight_zero = false;
     torch::Tensor proximal;  // logprobs before any update, when a correction needs them
@@ -149,11 +149,14 @@ absl::StatusOr<WorkReply> LmRlTrainerRole::Train(const proto::GrpoTrain& task,
     const Share share = ShareOf(GroupCosts(candidates), comm.rank(), comm.size());
     Part part;
     part.weight_zero = share.weight_zero;
+    std::vector<LmGroup> mine;
     for (int64_t k = start + static_cast<int64_t>(share.begin);
          k < start + static_cast<int64_t>(share.end); ++k) {
-      part.groups.push_back(groups[kept[k]]);
+      mine.push_back(groups[kept[k]]);
       for (int64_t j = 0; j < n; ++j) part.rows.push_back(kept[k] * n + j);
     }
+    ASSIGN_OR_RETURN(const GroupBatch packed, PackGroups(mine));
+    part.batch = ToDevice(packed, state_->policy().device());
     parts.push_back(std::move(part));
   }
   // Off-policy corrections clip around the policy as it was before this step's first update.
@@ -163,16 +166,14 @@ absl::StatusOr<WorkReply> LmRlTrainerRole::Train(const proto::GrpoTrain& task,
   if (loss_options_.correction != OffPolicyCorrection::kNone && !one_update) {
     const Stopwatch p0;
     for (Part& part : parts) {
-      ASSIGN_OR_RETURN(GroupBatch b, PackGroups(part.groups));
-      ASSIGN_OR_RETURN(part.proximal, ScoreTokenLogprobs(state_->policy(), b));
+      ASSIGN_OR_RETURN(part.proximal, ScoreTokenLogprobs(state_->policy(), part.batch));
     }
     out["proximal_s"] = p0.Seconds();
   }
   for (int64_t epoch = 0; epoch < g.epochs; ++epoch) {
     for (const Part& part : parts) {
-      ASSIGN_OR_RETURN(GroupBatch b, PackGroups(part.groups));
-      RETURN_IF_ERROR(Minibatch(b, torch::tensor(part.rows, torch::kLong), part.weight_zero,
-                                update_policy, epoch == 0, part.proximal, sums));
+      RETURN_IF_ERROR(Minibatch(part.batch, torch::tensor(part.rows, torch::kLong),
+                                part.weight_zero, update_policy, epoch == 0, part.proximal, sums));
       ++updates;
     }
   }
@@ -198,7 +199,7 @@ absl::Status LmRlTrainerRole::Minibatch(const GroupBatch& b, const torch::Tensor
   ASSIGN_OR_RETURN(const ShareCounts counts, CountShare(comm, b.mask, weight_zero));
   LmPolicyLossInput in;
   in.old_logp = b.old_logp;
-  in.advantages = estimator_->Rows(idx, b.mask.size(1));
+  in.advantages = estimator_->Rows(idx, b.mask.size(1)).to(policy.device());
   in.mask = b.mask;
   if (reference_ && loss_options_.kl_beta > 0) {
     const Stopwatch r0;

@@ -183,7 +183,8 @@ absl::StatusOr<WorkReply> SftTrainerRole::Init() {
   template_ = tmpl;
 
   ASSIGN_OR_RETURN(comm_, ConnectTrainerRanks(assignment_));
-  const ShardedModel::Options sharding = ShardingOptions(config_.trainer, /*trainable=*/true);
+  ASSIGN_OR_RETURN(const ShardedModel::Options sharding,
+                   ShardingOptions(config_.trainer, comm_->rank(), /*trainable=*/true));
   if (!m.path.empty()) {
     ASSIGN_OR_RETURN(model_, LoadShardedModel(m.path, comm_.get(), sharding));
   } else {
@@ -310,6 +311,9 @@ absl::StatusOr<double> SftTrainerRole::MicroBatch(const std::vector<PackedRow>& 
     std::copy(row.segments.begin(), row.segments.end(), seg.data_ptr<int64_t>() + r * T);
     std::copy(row.targets.begin(), row.targets.end(), tgt.data_ptr<int64_t>() + r * T);
   }
+  // Built on the CPU; on the model's device once (no copy when that is the CPU).
+  const torch::Device device = model_->device();
+  for (torch::Tensor* t : {&tok, &pos, &seg, &tgt}) *t = t->to(device);
   models::Transformer& model = model_->module();
   model_->BeginForward();
   auto logits = model->Logits(model->Hidden(tok, pos, seg));

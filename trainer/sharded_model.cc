@@ -103,8 +103,9 @@ absl::Status ShardedModel::Build() {
     total += unit.padded / n;
   }
   torch::NoGradGuard ng;
-  shard_data_ = torch::zeros({total});
-  shard_grad_ = torch::zeros({total});
+  // The module was built on the CPU: its values are copied into shards on the device.
+  shard_data_ = torch::zeros({total}, torch::device(options_.device));
+  shard_grad_ = torch::zeros({total}, torch::device(options_.device));
   const bool keep = resident();
   for (size_t u = 0; u < units_.size(); ++u) {
     const ShardUnit& unit = units_[u];
@@ -115,7 +116,7 @@ absl::Status ShardedModel::Build() {
       flat.narrow(0, unit.params[i].offset, unit.params[i].numel).copy_(s.params[i].reshape(-1));
     }
     shard_data_.narrow(0, shard_offsets_[u], k).copy_(flat.narrow(0, rank * k, k));
-    if (!keep) s.full = torch::empty({unit.padded}, torch::dtype(options_.compute_dtype));
+    if (!keep) s.full = torch::empty({unit.padded}, ComputeOptions());
     for (size_t i = 0; i < s.params.size(); ++i) {
       const ShardedParam& p = unit.params[i];
       torch::Tensor& param = s.params[i];
@@ -221,7 +222,7 @@ void ShardedModel::PrepareGrads(size_t u) {
   UnitState& s = *state_[u];
   if (resident() || !options_.trainable || s.grad_full.defined()) return;
   const ShardUnit& unit = units_[u];
-  s.grad_full = torch::zeros({unit.padded}, torch::dtype(options_.compute_dtype));
+  s.grad_full = torch::zeros({unit.padded}, ComputeOptions());
   for (size_t i = 0; i < s.params.size(); ++i) {
     const ShardedParam& p = unit.params[i];
     // Backward accumulates in place into a defined gradient: straight into the flat buffer
@@ -237,7 +238,7 @@ void ShardedModel::ReduceGrads(size_t u) {
   for (size_t v = 0; v < state_.size(); ++v) FinishReduce(v);
   const ShardUnit& unit = units_[u];
   if (!s.grad_full.defined()) {  // gradients autograd allocated (no PrepareGrads this pass)
-    s.grad_full = torch::zeros({unit.padded}, torch::dtype(options_.compute_dtype));
+    s.grad_full = torch::zeros({unit.padded}, ComputeOptions());
     for (size_t i = 0; i < s.params.size(); ++i) {
       const torch::Tensor& g = s.params[i].grad();
       if (g.defined()) {
@@ -247,7 +248,7 @@ void ShardedModel::ReduceGrads(size_t u) {
   }
   for (auto& p : s.params) p.mutable_grad().reset();
   if (s.grad_full.scalar_type() != torch::kFloat32) s.grad_full = s.grad_full.to(torch::kFloat32);
-  s.grad_part = torch::empty({unit.padded / comm_->size()});
+  s.grad_part = torch::empty({unit.padded / comm_->size()}, shard_grad_.options());
   s.reducing = comm_->ReduceScatter(s.grad_full, s.grad_part);
   s.reduced = true;
 }
@@ -310,13 +311,13 @@ absl::Status ShardedModel::GatherUnits(
       const ShardUnit& unit = units_[u];
       const int64_t k = unit.padded / comm_->size();
       torch::Tensor mine = shard_data_.narrow(0, shard_offsets_[u], k);
-      if (resident()) {
-        RETURN_IF_ERROR(sink(unit, mine.narrow(0, 0, unit.numel)));
-        continue;
+      torch::Tensor full = mine;
+      if (!resident()) {
+        full = torch::empty({unit.padded}, shard_data_.options());
+        RETURN_IF_ERROR(comm_->AllGather(mine, full)->Wait());
       }
-      torch::Tensor full = torch::empty({unit.padded});
-      RETURN_IF_ERROR(comm_->AllGather(mine, full)->Wait());
-      RETURN_IF_ERROR(sink(unit, full.narrow(0, 0, unit.numel)));
+      // Sinks write through raw pointers: device memory comes to the CPU first.
+      RETURN_IF_ERROR(sink(unit, full.narrow(0, 0, unit.numel).to(torch::kCPU)));
     }
     return absl::OkStatus();
   });

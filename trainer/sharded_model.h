@@ -65,6 +65,10 @@ class ShardedModel {
     bool trainable = true;              // false: a frozen model (no gradients)
     torch::Dtype compute_dtype = torch::kFloat32;  // kBFloat16: gathered and computed in bf16,
                                                    // gradients reduced in fp32
+    // Where shards, gathered units, gradients (and the optimizer adopting the shards) live and
+    // the module computes. A GPU needs a communicator that reaches its memory: the gloo one
+    // only moves CPU tensors, so a GPU model has one rank (config/job_config.cc refuses more).
+    torch::Device device = torch::kCPU;
   };
 
   // Takes `model` (every rank holds the same values, e.g. from one checkpoint or seed), keeps
@@ -78,8 +82,9 @@ class ShardedModel {
   const std::vector<ShardUnit>& units() const { return units_; }
   dist::Communicator& comm() { return *comm_; }
   int64_t shard_offset(size_t unit) const { return shard_offsets_[unit]; }
+  torch::Device device() const { return options_.device; }
 
-  // This rank's shards of every unit, concatenated (fp32); their gradients.
+  // This rank's shards of every unit, concatenated (fp32, on device()); their gradients.
   const torch::Tensor& shard_data() const { return shard_data_; }
   const torch::Tensor& shard_grad() const { return shard_grad_; }
   void ZeroGrad();
@@ -93,8 +98,10 @@ class ShardedModel {
   absl::Status FinishBackward();
 
   // Gathers unit by unit (in module order) and calls sink(unit, flat full
-  // values [numel], fp32) for each; never more than one unit is held at a time. Every rank
-  // must call it; `sink` runs on every rank (a rank that does not need the values ignores it).
+  // values [numel], fp32, contiguous on the CPU) for each; never more than one unit is held at
+  // a time. On a GPU each unit is staged through a CPU copy (sinks read raw pointers); on the
+  // CPU the values are the shard or gathered buffer itself, no copy. Every rank must call it;
+  // `sink` runs on every rank (a rank that does not need the values ignores it).
   absl::Status GatherUnits(
       const std::function<absl::Status(const ShardUnit&, const torch::Tensor&)>& sink);
 
@@ -121,6 +128,10 @@ class ShardedModel {
   absl::Status WaitAll();
   // One rank computing in fp32: parameters and gradients live in the shard buffers.
   bool resident() const { return comm_->size() == 1 && options_.compute_dtype == torch::kFloat32; }
+  // Gathered units and their gradients: the compute dtype, on the device.
+  torch::TensorOptions ComputeOptions() const {
+    return torch::dtype(options_.compute_dtype).device(options_.device);
+  }
   bool tied_ = false;  // tied embeddings: the embedding unit is the lm_head too
 
   models::Transformer model_;

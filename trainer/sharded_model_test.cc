@@ -231,5 +231,67 @@ TEST(ShardedModelGatherTest, GatherUnitsReturnsTheValuesItWasBuiltWith) {
   ASSERT_TRUE(s.ok()) << s;
 }
 
+// Options.device written out (the CPU here; a GPU on a CUDA build) trains as the default, to
+// the bit, with one rank and with two.
+TEST(ShardedModelDeviceTest, ExplicitCpuDeviceTrainsAsTheDefault) {
+  torch::set_num_threads(1);
+  ShardedModel::Options o;
+  o.device = torch::Device(torch::kCPU);
+  for (int ranks : {1, 2}) {
+    const TrainRun want = Train(ranks, {}), got = Train(ranks, o);
+    EXPECT_EQ(got.losses, want.losses) << ranks << " ranks";
+    for (const auto& [name, w] : want.final_values) {
+      EXPECT_TRUE(got.final_values.at(name).equal(w)) << name << ", " << ranks << " ranks";
+    }
+  }
+}
+
+// Shards, gradients, AdamW's moments and the parameters the module computes with are on
+// Options.device; GatherUnits hands its sink CPU values, and on the CPU the shard itself (one
+// rank, fp32) or the gathered buffer: no staging copy there.
+TEST(ShardedModelDeviceTest, StateLivesOnTheDeviceAndGatherStagesOnlyOffTheCpu) {
+  torch::set_num_threads(1);
+  const Values init = InitialValues();
+  const torch::Device cpu(torch::kCPU);
+  for (const auto& [ranks, dtype] : std::vector<std::pair<int, torch::Dtype>>{
+           {1, torch::kFloat32}, {1, torch::kBFloat16}, {2, torch::kFloat32}}) {
+    SCOPED_TRACE(::testing::Message() << ranks << " ranks, " << dtype);
+    absl::Status s = dist::RunLocalGroup(ranks, [&](dist::Communicator& comm) {
+      ShardedModel::Options o;
+      o.device = cpu;
+      o.compute_dtype = dtype;
+      auto made = ShardedModel::Create(ModelWith(init), &comm, o);
+      ASSERT_TRUE(made.ok()) << made.status();
+      ShardedModel& m = **made;
+      FlatAdamW adam(m.shard_data(), m.shard_grad(), {});
+      EXPECT_EQ(m.device(), cpu);
+      for (const torch::Tensor* t :
+           {&m.shard_data(), &m.shard_grad(), &adam.exp_avg(), &adam.exp_avg_sq()}) {
+        EXPECT_EQ(t->device(), cpu);
+      }
+      const torch::Tensor rows = torch::randint(0, 37, {2, 5}, torch::kLong);
+      m.BeginForward();
+      torch::Tensor pos = torch::arange(5, torch::kLong).expand({2, 5}).contiguous();
+      torch::Tensor h = m.module()->Hidden(rows, pos, torch::zeros({2, 5}, torch::kLong));
+      for (const auto& p : m.module()->parameters()) {
+        if (p.storage().nbytes() == 0) continue;  // not gathered now
+        EXPECT_EQ(p.device(), cpu);
+      }
+      m.module()->Logits(h).sum().backward();
+      ASSERT_TRUE(m.FinishBackward().ok());
+      EXPECT_GT(m.shard_grad().abs().sum().item<double>(), 0);
+      const bool resident = ranks == 1 && dtype == torch::kFloat32;
+      ASSERT_TRUE(m.GatherUnits([&](const ShardUnit& unit, const torch::Tensor& flat) {
+                     EXPECT_TRUE(flat.is_cpu() && flat.is_contiguous()) << unit.name;
+                     if (resident && unit.name == "embed") {
+                       EXPECT_EQ(flat.data_ptr(), m.shard_data().data_ptr()) << "a copy";
+                     }
+                     return absl::OkStatus();
+                   }).ok());
+    });
+    ASSERT_TRUE(s.ok()) << s;
+  }
+}
+
 }  // namespace
 }  // namespace rlforge

@@ -19,6 +19,7 @@
 #include <mutex>
 #include <random>
 #include <thread>
+#include <tuple>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -478,6 +479,66 @@ TEST_F(ShardedRolesTest, SftRanksMatchOneRankWithGradientAccumulation) { ExpectS
 
 // 2 rows per micro-batch: with 3 ranks one rank has no row.
 TEST_F(ShardedRolesTest, SftRanksMatchOneRankWithARankWithoutRows) { ExpectSftRanksAgree(2); }
+
+// trainer.device: cpu written out goes through the device path (batches, advantages, the
+// critic's rewards and the staged weight stream), which copies nothing on the CPU: the same
+// replies and weights as the default, to the bit.
+TEST_F(ShardedRolesTest, ExplicitCpuDeviceTrainsAsTheDefault) {
+  const std::vector<std::tuple<std::string, MakeRole, MakeRequest>> roles = {
+      {LmRlYaml("grpo", 4, 2), LmRlRole(), GrpoRequests(5, 4)},
+      {LmRlYaml("lm_ppo", 2, 3), LmRlRole(), GrpoRequests(5, 2)},
+      {kDpoYaml, DpoRole(), DpoRequests(5)}};
+  for (const auto& [yaml, make, request] : roles) {
+    const std::string cpu =
+        absl::StrReplaceAll(yaml, {{"threads: 1,", "threads: 1, device: cpu,"}});
+    ASSERT_NE(cpu, yaml);
+    const RanksRun want = RunRanks(1, yaml, make, 3, request, SplitWeights);
+    const RanksRun got = RunRanks(1, cpu, make, 3, request, SplitWeights);
+    ASSERT_EQ(got.metrics.size(), 3u);
+    ASSERT_EQ(want.metrics.size(), 3u);
+    for (size_t k = 0; k < 3; ++k) {
+      for (const auto& [key, v] : want.metrics[k]) {
+        if (!Compared(key)) continue;
+        EXPECT_EQ(got.metrics[k].at(key), v) << key << " at request " << k;
+      }
+    }
+    ASSERT_EQ(got.weights.size(), want.weights.size());
+    for (size_t i = 0; i < want.weights.size(); ++i) {
+      EXPECT_TRUE(got.weights[i].second.equal(want.weights[i].second)) << want.weights[i].first;
+    }
+  }
+}
+
+// Every LM trainer role resolves trainer.device for its rank (models::TorchDevice): a GPU
+// this process cannot use fails its setup naming the key, the value and the rank. (The job
+// file's check, which refuses cuda on a CPU-only build first, is bypassed here.)
+TEST_F(ShardedRolesTest, RolesResolveTrainerDeviceNamingKeyValueAndRank) {
+  if (torch::cuda::device_count() > 7) GTEST_SKIP() << "this process has a GPU 7";
+  proto::Assignment a;
+  a.set_actor_id("trainer-0");
+  a.set_role("trainer");
+  a.set_world_size(1);
+  auto config = [](const std::string& yaml) {
+    LoadedJob job = ConfigFor(yaml, 1);
+    EXPECT_TRUE(job.ok()) << config::FormatErrors(job.errors);
+    job.config.trainer.device = "cuda:7";
+    return job.config;
+  };
+  const std::string want = "trainer.device cuda:7 (rank 0): ";
+  for (const std::string& yaml :
+       {LmRlYaml("grpo", 4, 2), LmRlYaml("lm_ppo", 2, 3), std::string(kDpoYaml)}) {
+    const JobConfig c = config(yaml);
+    auto role = c.job.algorithm->name == "dpo" ? DpoRole()(c, a) : LmRlRole()(c, a);
+    ASSERT_FALSE(role.ok()) << c.job.algorithm->name;
+    EXPECT_NE(role.status().message().find(want), std::string::npos) << role.status();
+  }
+  SftTrainerRole sft(config(absl::StrReplaceAll(kSftYaml, {{"$ROWS", "2"}})), a);
+  proto::WorkRequest init;
+  init.mutable_sft_init();
+  absl::StatusOr<WorkReply> reply = sft.Handle(init, {});
+  ASSERT_FALSE(reply.ok());
+  EXPECT_NE(reply.status().message().find(want), std::string::npos) << reply.status();
+}
 
 // Whole-job state on `ranks` ranks: requests 0..count-1 run through, against the same
 // requests with the ranks' state saved after the first `cut` (save_state), the roles torn

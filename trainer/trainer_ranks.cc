@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/exceptions.h"
 #include "common/status.h"
+#include "models/device.h"
 #include "models/hf_checkpoint.h"
 #include "trainer/sharded_checkpoint.h"
 
@@ -25,11 +26,13 @@ absl::StatusOr<std::unique_ptr<dist::Communicator>> ConnectTrainerRanks(
   return dist::ConnectGroup(o);
 }
 
-ShardedModel::Options ShardingOptions(const TrainerOptions& t, bool trainable) {
+absl::StatusOr<ShardedModel::Options> ShardingOptions(const TrainerOptions& t, int rank,
+                                                      bool trainable) {
   ShardedModel::Options o;
   o.reshard_after_forward = t.reshard_after_forward;
   o.trainable = trainable;
   o.compute_dtype = t.mixed_precision == "bf16" ? torch::kBFloat16 : torch::kFloat32;
+  ASSIGN_OR_RETURN(o.device, models::TorchDevice("trainer.device", t.device, rank));
   return o;
 }
 

@@ -31,8 +31,10 @@ namespace rlforge {
 absl::StatusOr<std::unique_ptr<dist::Communicator>> ConnectTrainerRanks(
     const proto::Assignment& assignment);
 
-// trainer.reshard_after_forward and trainer.mixed_precision.
-ShardedModel::Options ShardingOptions(const TrainerOptions& trainer, bool trainable);
+// trainer.reshard_after_forward, trainer.mixed_precision and trainer.device (resolved for
+// `rank` by models::TorchDevice; an error names the key, its value and the rank).
+absl::StatusOr<ShardedModel::Options> ShardingOptions(const TrainerOptions& trainer, int rank,
+                                                      bool trainable);
 
 // Loads a Hugging Face checkpoint sharded over `comm`, each rank reading only its slice
 // (with `value_head`: the checkpoint's value head, or zeros when it has none).
