@@ -5,11 +5,14 @@ GRPO (2 engines + 2 reward workers, from a seconds-long SFT stage) and PPO on Ca
 rollout workers, each with 2 sim servers; the sim servers are SIGKILLed too) each take at
 least 10 faults from tools/chaos.py
 (fault k once the job reaches iteration 10k, so a fast machine's short run takes them
-all as a slow one's does), must finish with every sample (chaos.py counts them from metrics.jsonl) and end where unfaulted
-runs end: GRPO exactly where the unfaulted run of the same seed ends (a group's samples follow
-from its seed, whichever engine makes them), PPO within the spread of three unfaulted seeds
-(widened by that spread: a faulted run is one more draw, and 3 draws bound a 4th only half
-the time). The asynchronous GRPO loop (configs/grpo_arith_async.yaml, rollout.max_staleness 1)
+all as a slow one's does) and must finish with every sample (chaos.py counts them from
+metrics.jsonl). GRPO must end exactly where the unfaulted run of the same seed ends (a group's
+samples follow from its seed, whichever engine makes them). PPO must still learn: its mean
+episodic return over the last 20 iterations at least 3x its first iteration's. Faults change
+which envs reset when, so a faulted PPO run is a fresh draw, and at this budget unfaulted
+seeds end anywhere from ~100 to 500 (seeds 1-11: 98 to 500), which no band around three
+unfaulted seeds bounds reliably (one once failed below it); a run whose replacements broke
+learning stays near the untrained policy's ~20. The asynchronous GRPO loop (configs/grpo_arith_async.yaml, rollout.max_staleness 1)
 takes the same faults: it must finish with every sample and keep every trained token within
 one version, nothing discarded as stale (its runs are not bit-reproducible, so it is not
 compared with an unfaulted one).
@@ -117,21 +120,17 @@ def ppo(args):
     config = os.path.join(args.source, "configs/ppo_cartpole.yaml")
     overrides = ["rollout.workers=2", "sim.backend=server", "sim.servers_per_worker=2",
                  "env.num_envs=8", "ppo.total_steps=153600", "ppo.epochs=4"] + FAST_FAILURE
-    returns = []
-    for seed in (1, 2, 3):
-        name = f"ppo_clean_{seed}"
-        run([args.rlforge, "run", config, f"job.run_root={args.work}", f"job.name={name}",
-             f"job.seed={seed}"] + overrides, 300)
-        returns.append(final_metrics(os.path.join(args.work, name))["episodic_return"])
-    faulted = chaos(args, config, "ppo_chaos",
-                    ["--env-steps", str(2 * 8 * 32), "--every-steps", "10", "--sim-servers"],
-                    overrides + ["job.seed=4"])["episodic_return"]
-    low, high = min(returns), max(returns)
-    spread = high - low
-    print(f"PPO final episodic_return: unfaulted {returns}, faulted {faulted:.1f}")
-    if not low - spread <= faulted <= high + spread:
-        raise SystemExit(f"PPO under faults ended at {faulted:.1f}, outside "
-                         f"[{low - spread:.1f}, {high + spread:.1f}]")
+    chaos(args, config, "ppo_chaos",
+          ["--env-steps", str(2 * 8 * 32), "--every-steps", "10", "--sim-servers"],
+          overrides + ["job.seed=4"])
+    with open(os.path.join(args.work, "ppo_chaos", "metrics.jsonl")) as f:
+        returns = [json.loads(line)["metrics"]["episodic_return"] for line in f if line.strip()]
+    first, last = returns[0], sum(returns[-20:]) / len(returns[-20:])
+    print(f"PPO episodic_return under faults: first iteration {first:.1f}, "
+          f"last 20 iterations {last:.1f}")
+    if last < 3 * first:
+        raise SystemExit(f"PPO under faults did not learn: last 20 iterations {last:.1f} < 3 x "
+                         f"the first iteration's {first:.1f}")
 
 
 def main():
