@@ -62,6 +62,18 @@ FakeReply Trajectories(int rank, int64_t version, int64_t iteration) {
   return r;
 }
 
+// What a rollout worker answers to rollout_setup: kEnvs CartPole envs.
+FakeReply SetupReply() {
+  FakeReply r = FakeReply::Ok();
+  proto::PolicySpec* s = r.result.mutable_policy_spec();
+  s->set_env_id("CartPole-v1");
+  s->set_obs_size(kObs);
+  s->set_discrete(true);
+  s->set_action_size(2);
+  s->set_num_envs(kEnvs);
+  return r;
+}
+
 class PpoLoopTest : public ::testing::Test {
  protected:
   // 2 workers x 2 envs x 3 steps = 12 steps per iteration, 2 iterations.
@@ -79,16 +91,7 @@ class PpoLoopTest : public ::testing::Test {
     if (!algo.ok()) return algo.status();
     actors_ = std::make_unique<FakeActors>(config);
     actors_->AddRoles((*algo)->Roles());
-    actors_->On("rollout", Task::kRolloutSetup, [](const FakeWork&) {
-      FakeReply r = FakeReply::Ok();
-      proto::PolicySpec* s = r.result.mutable_policy_spec();
-      s->set_env_id("CartPole-v1");
-      s->set_obs_size(kObs);
-      s->set_discrete(true);
-      s->set_action_size(2);
-      s->set_num_envs(kEnvs);
-      return r;
-    });
+    actors_->On("rollout", Task::kRolloutSetup, [](const FakeWork&) { return SetupReply(); });
     actors_->On("rollout", Task::kLoadWeights, [this](const FakeWork& w) {
       versions_[w.rank] = w.request.load_weights().weights().version();
       return WeightsReply(versions_[w.rank]);
@@ -387,14 +390,7 @@ TEST_F(PpoWorkerLossTest, AWorkerLostDuringSetupIsReplacedAndTheJobRuns) {
   rejoin_ = true;
   overrides_[{"rollout", Task::kRolloutSetup}] = [this](const FakeWork& w) {
     if (w.rank == 1 && ++calls_ == 1) return FakeReply::Crash();
-    FakeReply r = FakeReply::Ok();
-    proto::PolicySpec* s = r.result.mutable_policy_spec();
-    s->set_env_id("CartPole-v1");
-    s->set_obs_size(kObs);
-    s->set_discrete(true);
-    s->set_action_size(2);
-    s->set_num_envs(kEnvs);
-    return r;
+    return SetupReply();
   };
   absl::Status run = Run(Config3());
   ASSERT_TRUE(run.ok()) << run;
