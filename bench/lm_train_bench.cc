@@ -206,120 +206,140 @@ void PrintProfile(const std::string& size, const std::map<std::string, OpTotals>
 
 }  // namespace
 
-int main(int argc, char** argv) {
+namespace {
+
+struct Args {
   std::vector<std::string> sizes;
   std::string device_name = "cpu", dtype_name = "float32";
   int threads = 2, steps = 5;
   int64_t batch = 0, seq = 0;
   bool profile = false;
+};
+
+// false (after the usage line) on an unknown argument.
+bool ParseArgs(int argc, char** argv, Args* a) {
   for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--size" && i + 1 < argc) {
-      sizes.push_back(argv[++i]);
-    } else if (a == "--threads" && i + 1 < argc) {
-      threads = std::atoi(argv[++i]);
-    } else if (a == "--steps" && i + 1 < argc) {
-      steps = std::atoi(argv[++i]);
-    } else if (a == "--profile") {
-      profile = true;
-    } else if (a == "--device" && i + 1 < argc) {
-      device_name = argv[++i];
-    } else if (a == "--dtype" && i + 1 < argc) {
-      dtype_name = argv[++i];
-    } else if (a == "--batch" && i + 1 < argc) {
-      batch = std::atoll(argv[++i]);
-    } else if (a == "--seq" && i + 1 < argc) {
-      seq = std::atoll(argv[++i]);
+    const std::string arg = argv[i];
+    const bool value = i + 1 < argc;
+    if (arg == "--size" && value) {
+      a->sizes.push_back(argv[++i]);
+    } else if (arg == "--threads" && value) {
+      a->threads = std::atoi(argv[++i]);
+    } else if (arg == "--steps" && value) {
+      a->steps = std::atoi(argv[++i]);
+    } else if (arg == "--profile") {
+      a->profile = true;
+    } else if (arg == "--device" && value) {
+      a->device_name = argv[++i];
+    } else if (arg == "--dtype" && value) {
+      a->dtype_name = argv[++i];
+    } else if (arg == "--batch" && value) {
+      a->batch = std::atoll(argv[++i]);
+    } else if (arg == "--seq" && value) {
+      a->seq = std::atoll(argv[++i]);
     } else {
       std::fprintf(stderr,
                    "usage: lm_train_bench [--size 10m|50m|qwen0.5b]... [--threads N] [--steps S] "
                    "[--device cpu|cuda|cuda:N] [--dtype float32|bfloat16] [--batch B] [--seq T] "
                    "[--profile]\n");
-      return 2;
+      return false;
     }
   }
-  if (sizes.empty()) sizes = {"10m", "50m"};
-  absl::StatusOr<torch::Dtype> dtype = rlforge::bench::BenchDtype(dtype_name);
-  absl::StatusOr<torch::Device> device = rlforge::models::TorchDevice("--device", device_name, 0);
+  if (a->sizes.empty()) a->sizes = {"10m", "50m"};
+  return true;
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Times a.steps training steps (after one warm-up) of shape s and prints its JSON line.
+void BenchShapeSteps(const std::string& size, const BenchShape& s, const Args& a,
+                     const torch::Device& device, torch::Dtype dtype, double peak) {
+  Transformer model(s.config);
+  model->to(device, dtype);
+  std::vector<torch::Tensor> params;
+  for (auto& p : model->parameters()) params.push_back(p);
+  rlforge::FlatAdamW opt = FlatAdamWInPlace(params, {.lr = 1e-4, .weight_decay = 0.01});
+  const auto longs = torch::TensorOptions().dtype(torch::kInt64).device(device);
+  auto tokens = torch::randint(s.config.vocab_size, {s.batch, s.seq + 1}, longs);
+  auto inputs = tokens.narrow(1, 0, s.seq), targets = tokens.narrow(1, 1, s.seq);
+  auto pos = torch::arange(s.seq, longs).view({1, s.seq}).expand({s.batch, s.seq});
+  auto seg = torch::zeros({s.batch, s.seq}, longs);
+  std::vector<double> times, fwd, bwd, upd;
+  auto step = [&] {
+    const rlforge::Stopwatch timer;
+    opt.ZeroGrad();
+    auto logits = model->Logits(model->Hidden(inputs, pos, seg));
+    auto loss = torch::nn::functional::cross_entropy(logits.reshape({-1, s.config.vocab_size}),
+                                                     targets.reshape({-1}));
+    rlforge::bench::SyncDevice(device);
+    const double t_fwd = timer.Seconds();
+    loss.backward();
+    rlforge::bench::SyncDevice(device);
+    const double t_bwd = timer.Seconds() - t_fwd;
+    opt.ClipGradNorm(1.0);
+    opt.Step();
+    rlforge::bench::SyncDevice(device);
+    const double total = timer.Seconds();
+    return std::array<double, 3>{t_fwd, t_bwd, total - t_fwd - t_bwd};
+  };
+  for (int i = 0; i < a.steps + 1; ++i) {  // the first step warms up
+    const auto t = step();
+    if (i == 0) continue;
+    fwd.push_back(t[0]);
+    bwd.push_back(t[1]);
+    upd.push_back(t[2]);
+    times.push_back(t[0] + t[1] + t[2]);
+  }
+  const double median = Median(times), flops = StepFlops(s);
+  std::printf(
+      "{\"impl\": \"rlforge\", \"size\": \"%s\", \"params\": %ld, \"batch\": %ld, \"seq\": %ld, "
+      "\"device\": \"%s\", \"dtype\": \"%s\", \"threads\": %d, \"step_s\": %.4f, "
+      "\"flops_per_step\": %.4g, \"achieved_flops\": %.4g, "
+      "\"matmul_peak_flops\": %.4g, \"share_of_peak\": %.3f, \"forward_s\": %.4f, "
+      "\"backward_s\": %.4f, \"optimizer_s\": %.4f}\n",
+      size.c_str(), static_cast<long>(rlforge::models::ParameterCount(s.config)),
+      static_cast<long>(s.batch), static_cast<long>(s.seq), device.str().c_str(),
+      a.dtype_name.c_str(), a.threads, median, flops, flops / median, peak, flops / median / peak,
+      Median(fwd), Median(bwd), Median(upd));
+  std::fflush(stdout);
+  if (a.profile) {
+    using namespace torch::autograd::profiler;
+    enableProfilerLegacy(ProfilerConfig(ProfilerState::CPU, /*report_input_shapes=*/true));
+    step();
+    PrintProfile(size, SelfTimes(disableProfilerLegacy()), peak);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  if (!ParseArgs(argc, argv, &a)) return 2;
+  absl::StatusOr<torch::Dtype> dtype = rlforge::bench::BenchDtype(a.dtype_name);
+  absl::StatusOr<torch::Device> device = rlforge::models::TorchDevice("--device", a.device_name, 0);
   for (const absl::Status& st : {dtype.status(), device.status()}) {
     if (!st.ok()) {
       std::fprintf(stderr, "lm_train_bench: %s\n", rlforge::Msg(st).c_str());
       return 2;
     }
   }
-  if (profile && device->is_cuda()) {
+  if (a.profile && device->is_cuda()) {
     std::fprintf(stderr, "lm_train_bench: --profile times CPU operators; use --device cpu\n");
     return 2;
   }
-  rlforge::SetComputeThreads(threads);  // torch's and OpenBLAS's pools alike
+  rlforge::SetComputeThreads(a.threads);  // torch's and OpenBLAS's pools alike
   torch::manual_seed(0);
   const double peak = MatmulPeak(*device, *dtype);
-  for (const auto& size : sizes) {
-    absl::StatusOr<BenchShape> shape = Shape(size, batch, seq);
+  for (const auto& size : a.sizes) {
+    absl::StatusOr<BenchShape> shape = Shape(size, a.batch, a.seq);
     if (!shape.ok()) {
       std::fprintf(stderr, "lm_train_bench: %s\n", rlforge::Msg(shape.status()).c_str());
       return 2;
     }
-    const BenchShape& s = *shape;
-    Transformer model(s.config);
-    model->to(*device, *dtype);
-    std::vector<torch::Tensor> params;
-    for (auto& p : model->parameters()) params.push_back(p);
-    rlforge::FlatAdamW opt = FlatAdamWInPlace(params, {.lr = 1e-4, .weight_decay = 0.01});
-    const auto longs = torch::TensorOptions().dtype(torch::kInt64).device(*device);
-    auto tokens = torch::randint(s.config.vocab_size, {s.batch, s.seq + 1}, longs);
-    auto inputs = tokens.narrow(1, 0, s.seq), targets = tokens.narrow(1, 1, s.seq);
-    auto pos = torch::arange(s.seq, longs).view({1, s.seq}).expand({s.batch, s.seq});
-    auto seg = torch::zeros({s.batch, s.seq}, longs);
-    std::vector<double> times, fwd, bwd, upd;
-    auto step = [&] {
-      const rlforge::Stopwatch timer;
-      opt.ZeroGrad();
-      auto logits = model->Logits(model->Hidden(inputs, pos, seg));
-      auto loss = torch::nn::functional::cross_entropy(logits.reshape({-1, s.config.vocab_size}),
-                                                       targets.reshape({-1}));
-      rlforge::bench::SyncDevice(*device);
-      const double t_fwd = timer.Seconds();
-      loss.backward();
-      rlforge::bench::SyncDevice(*device);
-      const double t_bwd = timer.Seconds() - t_fwd;
-      opt.ClipGradNorm(1.0);
-      opt.Step();
-      rlforge::bench::SyncDevice(*device);
-      const double total = timer.Seconds();
-      return std::array<double, 3>{t_fwd, t_bwd, total - t_fwd - t_bwd};
-    };
-    for (int i = 0; i < steps + 1; ++i) {  // the first step warms up
-      const auto t = step();
-      if (i == 0) continue;
-      fwd.push_back(t[0]);
-      bwd.push_back(t[1]);
-      upd.push_back(t[2]);
-      times.push_back(t[0] + t[1] + t[2]);
-    }
-    auto med = [](std::vector<double> v) {
-      std::sort(v.begin(), v.end());
-      return v[v.size() / 2];
-    };
-    double median = med(times);
-    double flops = StepFlops(s);
-    std::printf(
-        "{\"impl\": \"rlforge\", \"size\": \"%s\", \"params\": %ld, \"batch\": %ld, \"seq\": %ld, "
-        "\"device\": \"%s\", \"dtype\": \"%s\", \"threads\": %d, \"step_s\": %.4f, "
-        "\"flops_per_step\": %.4g, \"achieved_flops\": %.4g, "
-        "\"matmul_peak_flops\": %.4g, \"share_of_peak\": %.3f, \"forward_s\": %.4f, "
-        "\"backward_s\": %.4f, \"optimizer_s\": %.4f}\n",
-        size.c_str(), static_cast<long>(rlforge::models::ParameterCount(s.config)),
-        static_cast<long>(s.batch), static_cast<long>(s.seq), device->str().c_str(),
-        dtype_name.c_str(), threads, median, flops, flops / median, peak, flops / median / peak,
-        med(fwd), med(bwd), med(upd));
-    std::fflush(stdout);
-    if (profile) {
-      using namespace torch::autograd::profiler;
-      enableProfilerLegacy(ProfilerConfig(ProfilerState::CPU, /*report_input_shapes=*/true));
-      step();
-      PrintProfile(size, SelfTimes(disableProfilerLegacy()), peak);
-    }
+    BenchShapeSteps(size, *shape, a, *device, *dtype, peak);
   }
   return 0;
 }

@@ -508,6 +508,37 @@ void CheckMappedWeights(const JobConfig& c, config::CheckContext& ctx) {
   }
 }
 
+// trainer.ranks and trainer.device against what the algorithm trains and where ranks can run.
+void CheckTrainerPlacement(const JobConfig& c, config::CheckContext& ctx) {
+  if (c.job.algorithm == nullptr) return;
+  if (c.trainer.ranks != 1) {
+    const std::string why = OneRankReason(c.job.algorithm->family);
+    if (!why.empty()) {
+      ctx.Error("trainer.ranks",
+                absl::StrCat(c.job.algorithm->name, " ", why, "; got ", c.trainer.ranks));
+    }
+  }
+  if (c.trainer.device != "cpu") {
+    const AlgorithmFamily f = c.job.algorithm->family;
+    if (f == AlgorithmFamily::kControlPpo || f == AlgorithmFamily::kEcho) {
+      ctx.Error("trainer.device",
+                absl::StrCat(c.job.algorithm->name,
+                             f == AlgorithmFamily::kEcho ? " starts no trainer"
+                                                         : " trains its control policy on the CPU",
+                             "; got ", c.trainer.device, " (remove it)"));
+    } else if (c.trainer.ranks > 1) {
+      // dist::Communicator is gloo over CPU tensors; staging every collective through the
+      // host would cost more than the GPU gains.
+      ctx.Error(
+          "trainer.device",
+          absl::StrCat("trainer.ranks ", c.trainer.ranks, " with trainer.device ", c.trainer.device,
+                       ": ranks on GPUs need an NCCL communicator, not built yet (the "
+                       "gloo one moves CPU tensors); set trainer.ranks: 1 or "
+                       "trainer.device: cpu"));
+    }
+  }
+}
+
 std::shared_ptr<const Schema> BuildJobSchema() {
   SchemaBuilder<JobConfig> b("An rlforge job.");
   b.Section("job", &JobConfig::job, JobSection());
@@ -545,32 +576,7 @@ std::shared_ptr<const Schema> BuildJobSchema() {
                                c.checkpoint.every, " (set 0, or rollout.max_staleness: 0)"));
       }
     }
-    if (c.job.algorithm != nullptr && c.trainer.ranks != 1) {
-      const std::string why = OneRankReason(c.job.algorithm->family);
-      if (!why.empty()) {
-        ctx.Error("trainer.ranks",
-                  absl::StrCat(c.job.algorithm->name, " ", why, "; got ", c.trainer.ranks));
-      }
-    }
-    if (c.job.algorithm != nullptr && c.trainer.device != "cpu") {
-      const AlgorithmFamily f = c.job.algorithm->family;
-      if (f == AlgorithmFamily::kControlPpo || f == AlgorithmFamily::kEcho) {
-        ctx.Error("trainer.device", absl::StrCat(c.job.algorithm->name,
-                                                 f == AlgorithmFamily::kEcho
-                                                     ? " starts no trainer"
-                                                     : " trains its control policy on the CPU",
-                                                 "; got ", c.trainer.device, " (remove it)"));
-      } else if (c.trainer.ranks > 1) {
-        // dist::Communicator is gloo over CPU tensors; staging every collective through the
-        // host would cost more than the GPU gains.
-        ctx.Error("trainer.device",
-                  absl::StrCat("trainer.ranks ", c.trainer.ranks, " with trainer.device ",
-                               c.trainer.device,
-                               ": ranks on GPUs need an NCCL communicator, not built yet (the "
-                               "gloo one moves CPU tensors); set trainer.ranks: 1 or "
-                               "trainer.device: cpu"));
-      }
-    }
+    CheckTrainerPlacement(c, ctx);
     const bool lm =
         c.job.algorithm != nullptr && (c.job.algorithm->family == AlgorithmFamily::kLmRl ||
                                        c.job.algorithm->family == AlgorithmFamily::kDpo);
