@@ -96,7 +96,7 @@ LlmEngine::LlmEngine(models::Transformer model, const EngineSettings& options,
 
 LlmEngine::~LlmEngine() = default;
 
-absl::Status LlmEngine::Submit(GenerationRequest request) {
+absl::Status LlmEngine::CheckRequest(const GenerationRequest& request) const {
   const auto& c = model_->config();
   const int64_t len = static_cast<int64_t>(request.prompt.size());
   const std::string where = absl::StrCat("generation request ", request.id);
@@ -137,6 +137,12 @@ absl::Status LlmEngine::Submit(GenerationRequest request) {
       return absl::InvalidArgumentError(absl::StrCat(where, ": id already in flight"));
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status LlmEngine::Submit(GenerationRequest request) {
+  RETURN_IF_ERROR(CheckRequest(request));
+  const int64_t len = static_cast<int64_t>(request.prompt.size());
   auto group = std::make_unique<Group>();
   group->request = std::move(request);
   group->remaining = group->request.n;

@@ -134,6 +134,8 @@ class LlmEngine {
   struct Group;
   struct PendingUpdate;
 
+  // Submit's checks: what makes a request unservable, named with its id.
+  absl::Status CheckRequest(const GenerationRequest& request) const;
   absl::Status MaybeApplyWeightUpdate();
   bool Schedule(std::vector<Sequence*>& batch, std::vector<int64_t>& chunk);
   void Preempt(Sequence* seq);
