@@ -68,15 +68,8 @@ struct EngineResult {
   int64_t tokens = 0;
   rlforge::EngineStats stats;
   int64_t kv_bytes_per_slot = 0;
+  bool kernel_path = false;  // the engine's step went through the kernel library
 };
-
-// The engine's own CPU path is fp32 only; a bf16 model on the CPU runs the kernel library's
-// CPU references (slow: for checking the bench, not for figures). On a GPU the engine takes
-// the kernel path whatever this says.
-bool KernelPath(Transformer& model) {
-  const torch::Tensor p = model->parameters().front();
-  return p.is_cuda() || p.scalar_type() != torch::kFloat32;
-}
 
 // kv_only: one new token per sample, to read the prompt KV footprint quickly.
 EngineResult RunEngine(Transformer& model, const Workload& w, bool prefix_sharing,
@@ -92,7 +85,6 @@ EngineResult RunEngine(Transformer& model, const Workload& w, bool prefix_sharin
   s.max_batch = 512;
   s.max_tokens_per_step = 2048;
   s.prefix_sharing = prefix_sharing;
-  s.use_kernel_library = KernelPath(model);
   rlforge::LlmEngine engine(model, s, 0);
   for (size_t p = 0; p < w.prompts.size(); ++p) {
     rlforge::GenerationRequest r;
@@ -125,6 +117,7 @@ EngineResult RunEngine(Transformer& model, const Workload& w, bool prefix_sharin
   }
   out.tokens = tokens;
   out.stats = engine.stats();
+  out.kernel_path = engine.uses_kernel_library();
   const TransformerConfig& c = model->config();
   const int64_t element = model->parameters().front().element_size();  // the KV pool's dtype
   out.kv_bytes_per_slot = 2 * c.num_hidden_layers * c.num_key_value_heads * c.head_dim * element;
@@ -231,7 +224,7 @@ int main(int argc, char** argv) {
       {"threads", threads},
       {"device", device->str()},
       {"dtype", dtype_name},
-      {"engine_path", KernelPath(model) ? "kernel library" : "libtorch"},
+      {"engine_path", shared.kernel_path ? "kernel library" : "libtorch"},
       {"requested_tokens", want_tokens},
       {"engine_shared", as_json(shared)},
       {"engine_unshared", as_json(unshared)},

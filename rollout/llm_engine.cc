@@ -79,7 +79,9 @@ LlmEngine::LlmEngine(models::Transformer model, const EngineSettings& options,
   torch::TensorOptions pool = torch::dtype(torch::kFloat32);
   const std::vector<torch::Tensor> params = model_->parameters();
   if (!params.empty()) device_ = params.front().device();
-  use_kernels_ = options.use_kernel_library || device_.is_cuda();
+  // The engine's own step is fp32 on the CPU; anything else goes through the kernel library.
+  use_kernels_ = options.use_kernel_library || device_.is_cuda() ||
+                 (!params.empty() && params.front().scalar_type() != torch::kFloat32);
   if (use_kernels_ && !params.empty()) {
     pool = pool.dtype(params.front().scalar_type()).device(device_);
   }

@@ -5,7 +5,8 @@
 // finished groups
 //
 // The model's step runs either on the CPU engine's own code (the default) or through the
-// kernel library (EngineSettings::use_kernel_library, or a model on a CUDA device).
+// kernel library (EngineSettings::use_kernel_library, a model on a CUDA device, or one not in
+// fp32: the engine's own code is fp32 only).
 //
 // A request asks for n samples of one prompt (a GRPO group). With prefix
 // sharing on, the prompt is prefilled once and its KV blocks are shared by
@@ -59,7 +60,7 @@ struct EngineSettings {
   // (rollout/kernel_ops.h) instead of the CPU engine's own code, with KV pools in the model's
   // dtype on the model's device; tokens are still drawn by the sampler below. On a CPU model
   // that runs the kernels' CPU references (slow; how the path is tested without a GPU); a
-  // model on a CUDA device always takes this path.
+  // model on a CUDA device, or in another dtype than fp32, always takes this path.
   bool use_kernel_library = false;
 };
 
@@ -122,6 +123,8 @@ class LlmEngine {
                            int64_t version);
   bool weight_update_pending() const { return pending_update_ != nullptr; }
   int64_t policy_version() const { return version_; }
+  // Whether the model step goes through the kernel library (see EngineSettings).
+  bool uses_kernel_library() const { return use_kernels_; }
   // Why the weights are torn ("" when they are a whole version).
   const std::string& torn() const { return torn_; }
 
@@ -154,7 +157,7 @@ class LlmEngine {
   int64_t version_;
   BlockManager blocks_;
   torch::Device device_;      // the model's
-  bool use_kernels_ = false;  // options_.use_kernel_library or a CUDA model
+  bool use_kernels_ = false;  // options_.use_kernel_library, a CUDA model or a non-fp32 one
   std::vector<torch::Tensor> k_pool_, v_pool_;
   std::vector<std::unique_ptr<Group>> groups_;
   std::deque<Sequence*> waiting_;

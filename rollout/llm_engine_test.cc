@@ -119,6 +119,27 @@ TEST(LlmEngine, GreedyMatchesNaiveRecomputeTokenForToken) {
   }
 }
 
+// The engine's own step is fp32 only: a bf16 model takes the kernel library's path unasked,
+// and generates (its numerics against fp32: EngineKernelLibraryTest's bf16 case).
+TEST(LlmEngine, ABf16ModelTakesTheKernelLibraryPathUnasked) {
+  Transformer fp32 = TinyModel(1);
+  EXPECT_FALSE(LlmEngine(fp32, Settings(64), 0).uses_kernel_library());
+  Transformer bf16 = TinyModel(1);
+  bf16->to(torch::kBFloat16);
+  LlmEngine engine(bf16, Settings(64), 0);
+  EXPECT_TRUE(engine.uses_kernel_library());
+  GenerationRequest r;
+  r.id = 1;
+  r.prompt = {3, 4, 5};
+  r.n = 2;
+  r.params.temperature = 0;
+  r.params.max_tokens = 4;
+  ASSERT_TRUE(engine.Submit(r).ok());
+  auto done = RunAll(engine);
+  ASSERT_EQ(done.size(), 1u);
+  for (const auto& smp : done[0].samples) EXPECT_EQ(smp.tokens.size(), 4u);
+}
+
 // Qwen3 checkpoints made by transformers (tools/make_lm_fixtures.py) with the tokens its
 // greedy generate produced: q/k norms, head_dim != hidden / heads, tied and untied with
 // attention biases, through chunked prefill, paging and a shared prompt.
