@@ -92,28 +92,6 @@ double MatmulPeak(const torch::Device& device, torch::Dtype dtype) {
   return 2.0 * static_cast<double>(n) * n * n / best;
 }
 
-// FlatAdamW over the parameters where they are. Its own flattening makes fp32 CPU buffers;
-// this lays them out the same way (each parameter a view of one flat data tensor, its grad a
-// view of one flat grad tensor) in the parameters' device and dtype, then adopts the buffers.
-rlforge::FlatAdamW FlatAdamWInPlace(const std::vector<torch::Tensor>& params,
-                                    rlforge::FlatAdamW::Options options) {
-  int64_t n = 0;
-  for (const auto& p : params) n += p.numel();
-  const auto where = params.front().options();
-  torch::Tensor data = torch::empty({n}, where), grad = torch::zeros({n}, where);
-  torch::NoGradGuard g;
-  int64_t off = 0;
-  for (torch::Tensor p : params) {
-    const int64_t k = p.numel();
-    torch::Tensor view = data.narrow(0, off, k).view(p.sizes());
-    view.copy_(p);
-    p.set_data(view);
-    p.mutable_grad() = grad.narrow(0, off, k).view(p.sizes());
-    off += k;
-  }
-  return rlforge::FlatAdamW(data, grad, options);
-}
-
 // FLOPs of one matrix-product call from its recorded input shapes (0 for other operators).
 double GemmFlops(const std::string& name, const std::vector<std::vector<int64_t>>& shapes) {
   auto dims = [&](size_t i) { return i < shapes.size() ? shapes[i] : std::vector<int64_t>{}; };
@@ -261,7 +239,7 @@ void BenchShapeSteps(const std::string& size, const BenchShape& s, const Args& a
   model->to(device, dtype);
   std::vector<torch::Tensor> params;
   for (auto& p : model->parameters()) params.push_back(p);
-  rlforge::FlatAdamW opt = FlatAdamWInPlace(params, {.lr = 1e-4, .weight_decay = 0.01});
+  rlforge::FlatAdamW opt(params, {.lr = 1e-4, .weight_decay = 0.01});
   const auto longs = torch::TensorOptions().dtype(torch::kInt64).device(device);
   auto tokens = torch::randint(s.config.vocab_size, {s.batch, s.seq + 1}, longs);
   auto inputs = tokens.narrow(1, 0, s.seq), targets = tokens.narrow(1, 1, s.seq);

@@ -10,7 +10,9 @@ FlatAdamW::FlatAdamW(std::vector<torch::Tensor> params, Options options)
     : options_(options), params_(std::move(params)) {
   int64_t n = 0;
   for (const auto& p : params_) n += p.numel();
-  auto opts = torch::TensorOptions().dtype(torch::kFloat32);
+  // The parameters' dtype and device (fp32 on the CPU for the control policy).
+  auto opts = params_.empty() ? torch::TensorOptions().dtype(torch::kFloat32)
+                              : params_.front().options().requires_grad(false);
   data_ = torch::empty({n}, opts);
   grad_ = torch::zeros({n}, opts);
   m_ = torch::zeros({n}, opts);

@@ -24,6 +24,8 @@ class FlatAdamW {
   struct Options {
     double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
   };
+  // Moves `params` into one flat buffer of their (shared) dtype and device, views of which they
+  // become, with their gradients in a second one.
   FlatAdamW(std::vector<torch::Tensor> params, Options options);
   // Adopts buffers that already are flat (a sharded model's shard_data and shard_grad).
   FlatAdamW(torch::Tensor data, torch::Tensor grad, Options options);

@@ -59,5 +59,22 @@ TEST(FlatAdamWTest, ClippingMatchesTorchAndGradsLiveInTheFlatBuffer) {
   EXPECT_NEAR(flat.flat_grad().norm().item<double>(), 0.5, 1e-4);
 }
 
+// The flat buffers take the parameters' dtype (and device): bf16 parameters stay bf16, each a
+// view of the flat data, their gradients of the flat grad.
+TEST(FlatAdamWTest, FlatBuffersTakeTheParametersDtype) {
+  torch::Tensor a = torch::randn({3, 4}).to(torch::kBFloat16).requires_grad_(true);
+  torch::Tensor b = torch::randn({5}).to(torch::kBFloat16).requires_grad_(true);
+  const torch::Tensor a0 = a.detach().clone(), b0 = b.detach().clone();
+  FlatAdamW opt({a, b}, {.lr = 0.1});
+  EXPECT_EQ(opt.flat_data().scalar_type(), torch::kBFloat16);
+  EXPECT_EQ(opt.flat_grad().scalar_type(), torch::kBFloat16);
+  EXPECT_EQ(a.data_ptr(), opt.flat_data().data_ptr());
+  EXPECT_TRUE(torch::equal(a, a0) && torch::equal(b, b0)) << "values kept";
+  (a.sum() + b.sum()).backward();
+  EXPECT_EQ(opt.flat_grad().sum().item<float>(), 17.0f) << "gradients land in the flat grad";
+  opt.Step();
+  EXPECT_FALSE(torch::equal(a, a0)) << "the step moved the parameters";
+}
+
 }  // namespace
 }  // namespace rlforge
