@@ -11,7 +11,7 @@ samples follow from its seed, whichever engine makes them). PPO must still learn
 episodic return over the last 20 iterations at least 3x its first iteration's. Faults change
 which envs reset when, so a faulted PPO run is a fresh draw, and at this budget unfaulted
 seeds end anywhere from ~100 to 500 (seeds 1-11: 98 to 500), which no band around three
-unfaulted seeds bounds reliably (one once failed below it); a run whose replacements broke
+unfaulted seeds bounds reliably (two faulted runs came within 35 of it); a run whose replacements broke
 learning stays near the untrained policy's ~20. The asynchronous GRPO loop (configs/grpo_arith_async.yaml, rollout.max_staleness 1)
 takes the same faults: it must finish with every sample and keep every trained token within
 one version, nothing discarded as stale (its runs are not bit-reproducible, so it is not
