@@ -293,6 +293,11 @@ absl::StatusOr<std::unique_ptr<Communicator>> ConnectGroup(const GroupOptions& o
     return absl::InvalidArgumentError(
         absl::StrCat("group ", o.name, ": rank ", o.rank, " is not in a group of ", o.size));
   }
+  if (o.device != "cpu") {
+    return absl::UnimplementedError(absl::StrCat("group ", o.name, ", rank ", o.rank, ": device ",
+                                                 o.device,
+                                                 ": this build has no NCCL communicator"));
+  }
   if (o.size == 1) return std::unique_ptr<Communicator>(new SoloCommunicator());
   const auto [host, port] = SplitAddress(o.store_address);
   if (host.empty() || port <= 0 || port > 65535) {

@@ -72,6 +72,9 @@ struct GroupOptions {
   int rank = 0;
   int size = 1;
   double timeout_s = 30;  // connecting, and every collective
+  // Where the group's tensors live: "cpu" (gloo) or "cuda:N" (NCCL over this rank's GPU N;
+  // every tensor handed to the communicator must be on that device).
+  std::string device = "cpu";
 };
 
 // Where a rank's gloo device listens for its peers: every host in the group must reach it.
