@@ -515,6 +515,123 @@ std::function<void()> PumpObserver(Controller& controller, ActorMetrics& actor_m
   };
 }
 
+// What an attempt opened before its controller starts: the run directory and its files.
+struct AttemptFiles {
+  RunDirectory* dir = nullptr;
+  StatusWriter* status = nullptr;
+  MetricsLog* metrics = nullptr;
+  const JobCheckpoint* resume = nullptr;  // null: a fresh run
+  dashboard::ProgressPrinter* progress = nullptr;
+  std::string dashboard_token;
+  std::string actor_key_path;  // "" without CURVE
+};
+
+// An error before the job runs: logged (what is wrong, with the key it is about) and in
+// status.json; the exit code.
+int FailBeforeRun(const StatusWriter& status_file, const std::string& key, const absl::Status& s) {
+  spdlog::error("{}{}", key.empty() ? "" : key + ": ", Msg(s));
+  status_file.Write("failed", std::string(s.message()));
+  return 1;
+}
+
+// The actors launched and registered, then the algorithm's loop; the loop's status.
+absl::Status LaunchAndRun(Controller& controller, const JobConfig& config,
+                          const RunOptions& options, const AttemptFiles& files, ActorLaunch& launch,
+                          const std::string& endpoint, Algorithm& algorithm, IterationSinks sinks,
+                          bool defer_stop) {
+  files.status->Write("starting", "");
+  const std::string connect = ActorConnectAddress(endpoint, config);
+  absl::Status status = NeedsStore(controller, config)
+                            ? StartTrainerStore(controller, *files.dir, options, config.controller)
+                            : absl::OkStatus();
+  auto actor_spec = [&](const ActorInfo& a) {
+    ProcessSpec spec = LaunchedActorSpec(a, options.self_exe, config.job.log_level, connect,
+                                         files.dir->LogPath(a.id), files.actor_key_path);
+    launch.Place(spec);
+    return spec;
+  };
+  if (status.ok()) status = controller.LaunchAll(actor_spec);
+  if (status.ok()) status = controller.WaitForActors();
+  if (!status.ok()) return status;
+  files.status->Write("running", "");
+  spdlog::info("all {} actors registered; running {}", controller.actors().ConfiguredCount(),
+               config.job.algorithm->name);
+  Context job_ctx(&controller, &config, files.dir, sinks, files.resume,
+                  defer_stop ? options.stop : nullptr);
+  status = algorithm.Run(job_ctx);
+  files.progress->Finish();
+  return status;
+}
+
+// The controller, its dashboard and the job, once the run directory is open; RunJob's exit
+// code.
+int ServeAttempt(const JobConfig& config, const RunOptions& options, const AttemptFiles& files,
+                 Algorithm& algorithm, Attempt* attempt) {
+  auto security = PrepareJobSecurity(config.controller, files.dir->path());
+  if (!security.ok()) return FailBeforeRun(*files.status, "controller.security", security.status());
+  WarnPlaintextSockets(config);
+  zmq::context_t ctx;
+  ZmqOptions zo;
+  zo.limits.max_message_bytes = static_cast<size_t>(config.controller.max_message_mb) << 20;
+  zo.curve = security->controller_keys;
+  auto transport = ZmqServerTransport::Bind(
+      ctx, absl::StrCat("tcp://", config.controller.host, ":", config.controller.port), zo);
+  if (!transport.ok()) {
+    return FailBeforeRun(*files.status, "controller.host/controller.port", transport.status());
+  }
+  spdlog::info("controller listening on {}", (*transport)->endpoint());
+  AttemptFiles f = files;
+  f.actor_key_path = security->actor_key_path;
+  const Controller::Options co =
+      ControllerOptionsFor(config, *f.dir, f.actor_key_path, (*transport)->endpoint());
+  ActorLaunch launch;
+  absl::Status s = SetUpLaunch(config, algorithm.Roles(), &launch);
+  if (!s.ok()) return FailBeforeRun(*f.status, "", s);
+  // With checkpoints, the first signal waits for the iteration's end (the loop checkpoints and
+  // stops); the controller itself stops at the second.
+  const bool defer_stop = config.checkpoint.every > 0 && options.signals != nullptr;
+  std::atomic<int> hard_stop{0};
+  Controller controller(co, transport->get(), RealClock::Get(), launch.launcher(),
+                        defer_stop ? &hard_stop : options.stop);
+  ExpectRoles(controller, algorithm.Roles(), config.launch);
+  // events.jsonl: every failure, restart and rejoin of a worker, with its wall-clock time.
+  auto events = MetricsLog::Open(f.dir->path() + "/events.jsonl");
+  if (!events.ok()) return FailBeforeRun(*f.status, "", events.status());
+  controller.set_fault_sink([&](const FaultEvent& e) { RecordFault(e, &*events); });
+
+  // The dashboard reads a copy of the run that the loop refreshes (at most every 200 ms).
+  dashboard::RunState run_state(RealClock::Get(), static_cast<size_t>(config.dashboard.max_points),
+                                static_cast<size_t>(config.dashboard.max_samples));
+  run_state.SetInfo({f.dir->name(), config.job.algorithm->name, co.job_id, f.dir->path(),
+                     ShownConfig(config), config.job.iterations});
+  f.status->set_state(&run_state);
+  controller.set_status_sink([&](const std::string& state, const std::string& message) {
+    f.status->Write(state, message);
+  });
+  ActorMetrics actor_metrics;
+  controller.set_metrics_sink([&](const std::string& actor, const proto::Metrics& m) {
+    for (const auto& [k, v] : m.values()) actor_metrics[actor][k] = v;
+  });
+  PublishActors(controller, actor_metrics, &run_state);
+  controller.set_pump_observer(PumpObserver(controller, actor_metrics, run_state,
+                                            defer_stop ? &options : nullptr, hard_stop));
+  auto server = StartDashboard(config.dashboard, f.dashboard_token, &run_state);
+  if (!server.ok()) return FailBeforeRun(*f.status, "", server.status());
+  if (*server != nullptr) f.status->set_dashboard_url((*server)->url());
+  std::unique_ptr<dashboard::EventFileWriter> tensorboard = OpenTensorBoard(config, *f.dir);
+
+  const absl::Status status =
+      LaunchAndRun(controller, config, options, f, launch, (*transport)->endpoint(), algorithm,
+                   {f.metrics, &run_state, tensorboard.get(), f.progress}, defer_stop);
+  controller.Shutdown(status.ok() ? "job finished" : std::string(status.message()));
+  PublishActors(controller, actor_metrics, &run_state);
+  const int code = ExitCodeFor(status, options.stop);
+  attempt->actor_lost = controller.faults().fatal_losses > 0;
+  ReportOutcome(status, code, f.dir->path(), controller.drops(), *f.status);
+  if (*server != nullptr) Linger(**server, config.dashboard.linger_s, options.stop);
+  return code;
+}
+
 // One attempt at the job; returns RunJob's exit code.
 int RunAttempt(const JobConfig& config, const RunOptions& options, Attempt* attempt) {
   auto token = ResolveDashboardToken(config.dashboard, std::getenv("RLFORGE_DASHBOARD_TOKEN"));
@@ -535,104 +652,22 @@ int RunAttempt(const JobConfig& config, const RunOptions& options, Attempt* atte
   spdlog::info("run directory {}", dir->path());
   attempt->run_dir = dir->path();
   StatusWriter status_file(&*dir, &config);
-  // An error before the job runs: logged (what is wrong, with the key it is about) and in
-  // status.json; the exit code.
-  auto fail = [&](const std::string& key, const absl::Status& s) {
-    spdlog::error("{}{}", key.empty() ? "" : key + ": ", Msg(s));
-    status_file.Write("failed", std::string(s.message()));
-    return 1;
-  };
   std::optional<JobCheckpoint> resume;
   absl::Status written = resuming ? FindResumePoint(*dir, &resume)
                                   : dir->WriteFile("config.resolved.yaml", ResolvedYaml(config));
   auto metrics = MetricsLog::Open(dir->path() + "/metrics.jsonl");
   auto algorithm = CreateAlgorithm(config);
   for (const absl::Status& s : {written, metrics.status(), algorithm.status()}) {
-    if (!s.ok()) return fail("", s);
+    if (!s.ok()) return FailBeforeRun(status_file, "", s);
   }
-
-  auto security = PrepareJobSecurity(config.controller, dir->path());
-  if (!security.ok()) return fail("controller.security", security.status());
-  WarnPlaintextSockets(config);
-  zmq::context_t ctx;
-  ZmqOptions zo;
-  zo.limits.max_message_bytes = static_cast<size_t>(config.controller.max_message_mb) << 20;
-  zo.curve = security->controller_keys;
-  auto transport = ZmqServerTransport::Bind(
-      ctx, absl::StrCat("tcp://", config.controller.host, ":", config.controller.port), zo);
-  if (!transport.ok()) return fail("controller.host/controller.port", transport.status());
-  spdlog::info("controller listening on {}", (*transport)->endpoint());
-
-  const Controller::Options co =
-      ControllerOptionsFor(config, *dir, security->actor_key_path, (*transport)->endpoint());
-  ActorLaunch launch;
-  if (absl::Status s = SetUpLaunch(config, (*algorithm)->Roles(), &launch); !s.ok()) {
-    return fail("", s);
-  }
-  // With checkpoints, the first signal waits for the iteration's end (the loop checkpoints and
-  // stops); the controller itself stops at the second.
-  const bool defer_stop = config.checkpoint.every > 0 && options.signals != nullptr;
-  std::atomic<int> hard_stop{0};
-  Controller controller(co, transport->get(), RealClock::Get(), launch.launcher(),
-                        defer_stop ? &hard_stop : options.stop);
-  ExpectRoles(controller, (*algorithm)->Roles(), config.launch);
-  // events.jsonl: every failure, restart and rejoin of a worker, with its wall-clock time.
-  auto events = MetricsLog::Open(dir->path() + "/events.jsonl");
-  if (!events.ok()) return fail("", events.status());
-  controller.set_fault_sink([&](const FaultEvent& e) { RecordFault(e, &*events); });
-
-  // The dashboard reads a copy of the run that the loop refreshes (at most every 200 ms).
-  dashboard::RunState run_state(RealClock::Get(), static_cast<size_t>(config.dashboard.max_points),
-                                static_cast<size_t>(config.dashboard.max_samples));
-  run_state.SetInfo({dir->name(), config.job.algorithm->name, co.job_id, dir->path(),
-                     ShownConfig(config), config.job.iterations});
-  status_file.set_state(&run_state);
-  controller.set_status_sink([&](const std::string& state, const std::string& message) {
-    status_file.Write(state, message);
-  });
-  ActorMetrics actor_metrics;
-  controller.set_metrics_sink([&](const std::string& actor, const proto::Metrics& m) {
-    for (const auto& [k, v] : m.values()) actor_metrics[actor][k] = v;
-  });
-  PublishActors(controller, actor_metrics, &run_state);
-  controller.set_pump_observer(PumpObserver(controller, actor_metrics, run_state,
-                                            defer_stop ? &options : nullptr, hard_stop));
-  auto server = StartDashboard(config.dashboard, *token, &run_state);
-  if (!server.ok()) return fail("", server.status());
-  if (*server != nullptr) status_file.set_dashboard_url((*server)->url());
-  std::unique_ptr<dashboard::EventFileWriter> tensorboard = OpenTensorBoard(config, *dir);
-
-  status_file.Write("starting", "");
-  std::string connect = ActorConnectAddress((*transport)->endpoint(), config);
-  absl::Status status = NeedsStore(controller, config)
-                            ? StartTrainerStore(controller, *dir, options, config.controller)
-                            : absl::OkStatus();
-  auto actor_spec = [&](const ActorInfo& a) {
-    ProcessSpec spec = LaunchedActorSpec(a, options.self_exe, config.job.log_level, connect,
-                                         dir->LogPath(a.id), security->actor_key_path);
-    launch.Place(spec);
-    return spec;
-  };
-  if (status.ok()) status = controller.LaunchAll(actor_spec);
-  if (status.ok()) status = controller.WaitForActors();
-  if (status.ok()) {
-    PublishActors(controller, actor_metrics, &run_state);
-    status_file.Write("running", "");
-    spdlog::info("all {} actors registered; running {}", controller.actors().ConfiguredCount(),
-                 config.job.algorithm->name);
-    Context job_ctx(&controller, &config, &*dir,
-                    {&*metrics, &run_state, tensorboard.get(), progress.get()},
-                    resume ? &*resume : nullptr, defer_stop ? options.stop : nullptr);
-    status = (*algorithm)->Run(job_ctx);
-    progress->Finish();
-  }
-  controller.Shutdown(status.ok() ? "job finished" : std::string(status.message()));
-  PublishActors(controller, actor_metrics, &run_state);
-  int code = ExitCodeFor(status, options.stop);
-  attempt->actor_lost = controller.faults().fatal_losses > 0;
-  ReportOutcome(status, code, dir->path(), controller.drops(), status_file);
-  if (*server != nullptr) Linger(**server, config.dashboard.linger_s, options.stop);
-  return code;
+  AttemptFiles files;
+  files.dir = &*dir;
+  files.status = &status_file;
+  files.metrics = &*metrics;
+  files.resume = resume ? &*resume : nullptr;
+  files.progress = progress.get();
+  files.dashboard_token = *token;
+  return ServeAttempt(config, options, files, **algorithm, attempt);
 }
 
 }  // namespace
