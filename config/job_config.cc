@@ -425,8 +425,8 @@ std::shared_ptr<const Schema> TrainerSection() {
   b.String("device", &TrainerOptions::device,
            "Where language-model trainer ranks compute: cpu, cuda (rank r on its host's GPU r) "
            "or cuda:N. The policy, reference and critic, their gradients and AdamW state live "
-           "there; a GPU trainer has one rank (trainer.ranks: 1). ppo's control policy trains "
-           "on the CPU.");
+           "there. Several ranks on GPUs form an NCCL group, one GPU per rank (a build against "
+           "a CUDA libtorch; docs/gpu.md). ppo's control policy trains on the CPU.");
   b.Check([](const TrainerOptions& t, config::CheckContext& ctx) { CheckDevice(t.device, ctx); });
   return b.Build();
 }
