@@ -13,14 +13,16 @@
 // CUDA legacy default stream orders with it both ways: work libtorch queued before a
 // collective (on its current stream, which is the legacy default stream since rlforge sets no
 // other) finishes before the collective starts, and work queued after it waits for it. So a
-// tensor handed to a collective may be freed or rewritten by libtorch right after the call;
-// what the caller must still do is Wait() before reading the results on the host.
+// tensor handed to a collective may be freed or rewritten by libtorch right after the call.
+// Wait() is still owed before the results are used: it is where a collective that failed or
+// passed its deadline is reported (its output is then garbage).
 //
 // Deadlines: every Wait() polls the event and ncclCommGetAsyncError until done or
 // GroupOptions::timeout_s; on the deadline, or on an asynchronous NCCL error, it aborts the
 // communicator (ncclCommAbort), and every later call fails at once naming that abort.
-// Every CUDA and NCCL call is made with the group's device current (cudaSetDevice first), so
-// a process may hold groups on several GPUs. One thread per communicator, as dist::Communicator.
+// Every CUDA and NCCL call is made with the group's device current (cudaSetDevice first, and
+// left current: restoring a device the thread never used would create a context there), so a
+// process may hold groups on several GPUs. One thread per communicator, as dist::Communicator.
 #pragma once
 
 #include <memory>
