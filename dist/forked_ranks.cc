@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <exception>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -42,8 +44,13 @@ std::vector<int> RunForked(int size, const std::function<void(int)>& fn, double 
   std::vector<pid_t> pids;
   for (int r = 0; r < size; ++r) {
     const pid_t pid = fork();
-    if (pid == 0) {
-      fn(r);
+    if (pid == 0) {  // never returns: a throw must not go on to run the parent's other tests
+      try {
+        fn(r);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "rank %d threw: %s\n", r, e.what());
+        _exit(2);
+      }
       _exit(::testing::Test::HasFailure() ? 1 : 0);
     }
     pids.push_back(pid);

@@ -15,7 +15,8 @@ namespace rlforge::dist {
 // found 1".
 std::string WhyNoGpus(int gpus);
 
-// Runs fn(rank) in `size` forked processes; a child whose expectations failed exits 1.
+// Runs fn(rank) in `size` forked processes; a child whose expectations failed exits 1, one
+// that threw exits 2.
 // Returns each child's exit code (-signal when a signal ended it). Children still running
 // after `deadline_s` are killed, so a hung rank fails the test instead of hanging it.
 std::vector<int> RunForked(int size, const std::function<void(int)>& fn, double deadline_s = 120);
