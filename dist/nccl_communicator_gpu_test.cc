@@ -1,9 +1,12 @@
 // The NCCL communicator on real GPUs, against values computed on the CPU. Every rank is a
-// forked process (dist/forked_ranks.h). Without a CUDA libtorch, or with too few GPUs, each
-// test skips saying why; launch/gpu-check runs them (NcclTwoGpuTest only where 2 GPUs are).
+// forked process (dist/forked_ranks.h, whose own test runs on the CPU). Without a CUDA
+// libtorch, or with too few GPUs, each GPU test skips saying why; launch/gpu-check runs them
+// (NcclTwoGpuTest only where 2 GPUs are).
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <unistd.h>
 
+#include <stdexcept>
 #include <string>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -67,6 +70,19 @@ void ExpectCollectivesMatchTheCpu(Communicator& c, torch::ScalarType dtype) {
   torch::Tensor b = Input(r, k, dtype).to(dev);
   ASSERT_TRUE(c.Broadcast(b, n - 1)->Wait().ok());
   EXPECT_TRUE(b.cpu().equal(Input(n - 1, k, dtype))) << "broadcast " << dtype;
+}
+
+// The harness itself, on the CPU: every way a rank can end is reported as such.
+TEST(ForkedRanksTest, ReportsEachRanksEndAndKillsOneThatHangs) {
+  const std::vector<int> codes = RunForked(
+      4,
+      [](int rank) {
+        if (rank == 1) ADD_FAILURE() << "rank 1 fails on purpose (this test expects it)";
+        if (rank == 2) throw std::runtime_error("rank 2 throws on purpose");
+        if (rank == 3) pause();  // hangs until killed at the deadline
+      },
+      /*deadline_s=*/1);
+  EXPECT_EQ(codes, (std::vector<int>{0, 1, 2, -SIGKILL}));
 }
 
 TEST(NcclGpuTest, AGroupOfOneComputesEachCollectiveOnItsGpu) {
