@@ -413,7 +413,6 @@ absl::StatusOr<ncclComm_t> InitComm(const GroupOptions& o, int device, const ncc
 
 absl::StatusOr<std::unique_ptr<Communicator>> Connect(const GroupOptions& o, int device,
                                                       c10d::Store* store) {
-  const Clock::time_point deadline = DeadlineIn(o.timeout_s);
   cudaError_t e = cudaSetDevice(device);
   if (e != cudaSuccess) {
     return absl::FailedPreconditionError(
@@ -425,7 +424,9 @@ absl::StatusOr<std::unique_ptr<Communicator>> Connect(const GroupOptions& o, int
   }
   absl::StatusOr<ncclUniqueId> id = ShareUniqueId(o, device, store);
   if (!id.ok()) return id.status();
-  absl::StatusOr<ncclComm_t> comm = InitComm(o, device, *id, deadline);
+  // A deadline of its own: the store's waits above may have used most of theirs for a rank
+  // that came late but came.
+  absl::StatusOr<ncclComm_t> comm = InitComm(o, device, *id, DeadlineIn(o.timeout_s));
   if (!comm.ok()) return comm.status();
   cudaStream_t stream = nullptr;
   e = cudaStreamCreate(&stream);  // blocking: ordered with the legacy default stream
