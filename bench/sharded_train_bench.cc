@@ -173,6 +173,7 @@ class TimedCommunicator final : public dist::Communicator {
   explicit TimedCommunicator(dist::Communicator* inner) : inner_(inner) {}
   int rank() const override { return inner_->rank(); }
   int size() const override { return inner_->size(); }
+  torch::Device device() const override { return inner_->device(); }
   std::unique_ptr<dist::Pending> AllGather(const torch::Tensor& in,
                                            const torch::Tensor& out) override {
     return Timed([&] { return inner_->AllGather(in, out); });

@@ -32,3 +32,30 @@ if(NOT RLFORGE_CUDA STREQUAL "OFF")
     message(STATUS "CUDA kernels: not built (no nvcc on PATH or in /usr/local/cuda/bin)")
   endif()
 endif()
+
+# NCCL for dist/nccl_communicator.cc, wherever the toolkit is: the torch wheel's
+# (nvidia/nccl, searched first so a wheel build loads one libnccl, the one libtorch_cuda uses)
+# or the toolkit's. RLFORGE_NCCL_FOUND: the communicator and its test compile (CI, any build);
+# RLFORGE_NCCL (config/build_info.h): rlforge itself links it, only with a CUDA libtorch, so a
+# CPU build never needs libnccl at run time.
+set(RLFORGE_NCCL_FOUND OFF)
+set(RLFORGE_NCCL 0)
+if(RLFORGE_CUDA_KERNELS)
+  # The nvidia-nccl wheel's folder (nvidia/nccl, or under a per-CUDA folder such as nvidia/cu13).
+  file(GLOB nccl_roots LIST_DIRECTORIES true "${TORCH_INSTALL_PREFIX}/../nvidia/nccl"
+       "${TORCH_INSTALL_PREFIX}/../nvidia/*/nccl" "${TORCH_INSTALL_PREFIX}/../nvidia/cu*")
+  list(APPEND nccl_roots "${CUDAToolkit_LIBRARY_ROOT}" "${CUDAToolkit_TARGET_DIR}")
+  find_path(RLFORGE_NCCL_INCLUDE_DIR nccl.h PATHS ${nccl_roots} PATH_SUFFIXES include
+            NO_DEFAULT_PATH)
+  find_library(RLFORGE_NCCL_LIBRARY NAMES nccl libnccl.so.2 NAMES_PER_DIR PATHS ${nccl_roots}
+               PATH_SUFFIXES lib lib64 NO_DEFAULT_PATH)
+  if(RLFORGE_NCCL_INCLUDE_DIR AND RLFORGE_NCCL_LIBRARY)
+    set(RLFORGE_NCCL_FOUND ON)
+    if(RLFORGE_TORCH_CUDA)
+      set(RLFORGE_NCCL 1)
+    endif()
+    message(STATUS "NCCL: ${RLFORGE_NCCL_LIBRARY} (linked into rlforge: ${RLFORGE_NCCL})")
+  else()
+    message(STATUS "NCCL: not found beside the torch wheel or the CUDA toolkit")
+  endif()
+endif()

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/host_address.h"
+#include "config/build_info.h"
 #include "config/control_config.h"
 #include "config/dashboard_config.h"
 #include "config/device.h"
@@ -424,8 +425,8 @@ std::shared_ptr<const Schema> TrainerSection() {
   b.String("device", &TrainerOptions::device,
            "Where language-model trainer ranks compute: cpu, cuda (rank r on its host's GPU r) "
            "or cuda:N. The policy, reference and critic, their gradients and AdamW state live "
-           "there; a GPU trainer has one rank (trainer.ranks: 1). ppo's control policy trains "
-           "on the CPU.");
+           "there. Several ranks on GPUs form an NCCL group, one GPU per rank (a build against "
+           "a CUDA libtorch; docs/gpu.md). ppo's control policy trains on the CPU.");
   b.Check([](const TrainerOptions& t, config::CheckContext& ctx) { CheckDevice(t.device, ctx); });
   return b.Build();
 }
@@ -508,6 +509,30 @@ void CheckMappedWeights(const JobConfig& c, config::CheckContext& ctx) {
   }
 }
 
+// Ranks on GPUs form an NCCL group (dist/nccl_communicator.h), one GPU per rank.
+void CheckGpuTrainerRanks(const JobConfig& c, config::CheckContext& ctx) {
+  const std::string what = absl::StrCat("trainer.ranks ", c.trainer.ranks, " with trainer.device ",
+                                        c.trainer.device, ": ");
+  if (!RLFORGE_NCCL) {
+    ctx.Error("trainer.device",
+              absl::StrCat(what, "ranks on GPUs form an NCCL group, and this build has no NCCL (",
+                           RLFORGE_TORCH_CUDA
+                               ? "CMake found none beside the CUDA toolkit or the torch wheel"
+                               : "it links Debian's CPU-only libtorch",
+                           "); set trainer.ranks: 1 or trainer.device: cpu, or build with "
+                           "-DRLFORGE_CUDA=ON against the torch wheel (docs/gpu.md)"));
+    return;
+  }
+  const absl::StatusOr<DeviceSpec> d = ParseDevice(c.trainer.device);
+  // NCCL refuses two ranks on one GPU; under the local backend every rank is on this host.
+  if (d.ok() && d->index >= 0 && !UnderSlurm(c.launch) && !EveryRoleJoins(c.launch)) {
+    ctx.Error("trainer.device",
+              absl::StrCat(what, "every rank would be on GPU ", d->index,
+                           " of this host, and NCCL needs a GPU per rank; set trainer.device: "
+                           "cuda (rank r takes GPU r)"));
+  }
+}
+
 // trainer.ranks and trainer.device against what the algorithm trains and where ranks can run.
 void CheckTrainerPlacement(const JobConfig& c, config::CheckContext& ctx) {
   if (c.job.algorithm == nullptr) return;
@@ -527,14 +552,7 @@ void CheckTrainerPlacement(const JobConfig& c, config::CheckContext& ctx) {
                                                          : " trains its control policy on the CPU",
                              "; got ", c.trainer.device, " (remove it)"));
     } else if (c.trainer.ranks > 1) {
-      // dist::Communicator is gloo over CPU tensors; staging every collective through the
-      // host would cost more than the GPU gains.
-      ctx.Error(
-          "trainer.device",
-          absl::StrCat("trainer.ranks ", c.trainer.ranks, " with trainer.device ", c.trainer.device,
-                       ": ranks on GPUs need an NCCL communicator, not built yet (the "
-                       "gloo one moves CPU tensors); set trainer.ranks: 1 or "
-                       "trainer.device: cpu"));
+      CheckGpuTrainerRanks(c, ctx);
     }
   }
 }

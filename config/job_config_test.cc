@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "config/build_info.h"
 #include "config/device.h"
 #include "rlforge_paths.h"
 
@@ -154,12 +155,29 @@ TEST(JobConfigTest, DevicesAreCheckedNamingTheKeyAndWhatThisBuildLacks) {
     EXPECT_NE(why.find("-DRLFORGE_CUDA=ON"), std::string::npos);
   }
   EXPECT_EQ(DeviceUnsupportedReason(DeviceSpec{}), "") << "every build runs on the CPU";
-  // Trainer ranks on GPUs need NCCL: refused by every build; ranks on the CPU are fine.
-  const std::string ranks = "ranks on GPUs need an NCCL communicator, not built yet";
-  EXPECT_NE(errors("job: {algorithm: grpo}\ntrainer: {device: 'cuda:0', ranks: 2}\n")
-                .find("t.yaml:2:11: trainer.device: trainer.ranks 2 with trainer.device cuda:0: " +
-                      ranks),
-            std::string::npos);
+  // Trainer ranks on GPUs form an NCCL group: refused by a build without NCCL (as this CPU
+  // build), and by every build when they would share one GPU; ranks on the CPU are fine.
+  const std::string gpu_ranks =
+      errors("job: {algorithm: grpo}\ntrainer: {device: cuda, ranks: 2}\n");
+  const std::string no_nccl =
+      "t.yaml:2:11: trainer.device: trainer.ranks 2 with trainer.device cuda: ranks on GPUs form "
+      "an NCCL group, and this build has no NCCL (";
+  if (RLFORGE_NCCL) {
+    EXPECT_EQ(gpu_ranks, "");
+  } else {
+    EXPECT_NE(gpu_ranks.find(no_nccl), std::string::npos) << gpu_ranks;
+    EXPECT_NE(gpu_ranks.find(RLFORGE_TORCH_CUDA ? "CMake found none" : "CPU-only libtorch"),
+              std::string::npos)
+        << gpu_ranks;
+  }
+  const std::string one_gpu =
+      errors("job: {algorithm: grpo}\ntrainer: {device: 'cuda:1', ranks: 2}\n");
+  EXPECT_NE(
+      one_gpu.find(RLFORGE_NCCL ? "trainer.device cuda:1: every rank would be on GPU 1 of this "
+                                  "host, and NCCL needs a GPU per rank"
+                                : "this build has no NCCL"),
+      std::string::npos)
+      << one_gpu;
   EXPECT_EQ(errors("job: {algorithm: grpo}\ntrainer: {device: cpu, ranks: 2}\n"), "");
   // Roles that cannot use a GPU, and weights that cannot reach one, are named.
   EXPECT_NE(errors("job: {algorithm: ppo}\ntrainer: {device: cuda}\n")

@@ -8,11 +8,16 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/exceptions.h"
 #include "common/net_address.h"
 #include "common/status.h"
+#include "config/build_info.h"
+#if RLFORGE_NCCL
+#include "dist/nccl_communicator.h"
+#endif
 
 namespace rlforge::dist {
 namespace {
@@ -48,31 +53,46 @@ class Done : public Pending {
   absl::Status status_;
 };
 
-// A group of one: every collective is a local copy.
+// A group of one: every collective is a local copy, on the group's device.
 class SoloCommunicator : public Communicator {
  public:
+  explicit SoloCommunicator(torch::Device device) : device_(device) {}
   int rank() const override { return 0; }
   int size() const override { return 1; }
+  torch::Device device() const override { return device_; }
   std::unique_ptr<Pending> AllGather(const torch::Tensor& in, const torch::Tensor& out) override {
-    return Copy(in, out);
+    return Copy("all_gather", in, out);
   }
   std::unique_ptr<Pending> ReduceScatter(const torch::Tensor& in,
                                          const torch::Tensor& out) override {
-    return Copy(in, out);
+    return Copy("reduce_scatter", in, out);
   }
-  std::unique_ptr<Pending> AllReduceSum(const torch::Tensor&) override {
-    return std::make_unique<Done>();
+  std::unique_ptr<Pending> AllReduceSum(const torch::Tensor& t) override {
+    return std::make_unique<Done>(OnDevice("all_reduce", t));
   }
-  std::unique_ptr<Pending> Broadcast(const torch::Tensor&, int) override {
-    return std::make_unique<Done>();
+  std::unique_ptr<Pending> Broadcast(const torch::Tensor& t, int) override {
+    return std::make_unique<Done>(OnDevice("broadcast", t));
   }
 
  private:
-  static std::unique_ptr<Pending> Copy(const torch::Tensor& in, const torch::Tensor& out) {
+  // A tensor elsewhere would work here and fail once the group grows: refused alike.
+  absl::Status OnDevice(const char* what, const torch::Tensor& t) const {
+    if (t.device() == device_) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat("group of one: ", what, ": a tensor on ",
+                                                   t.device().str(), "; this group's are on ",
+                                                   device_.str()));
+  }
+  std::unique_ptr<Pending> Copy(const char* what, const torch::Tensor& in,
+                                const torch::Tensor& out) {
+    absl::Status s = OnDevice(what, in);
+    if (s.ok()) s = OnDevice(what, out);
+    if (!s.ok()) return std::make_unique<Done>(std::move(s));
     torch::NoGradGuard ng;
     if (!in.is_same(out)) out.copy_(in);
     return std::make_unique<Done>();
   }
+
+  torch::Device device_;
 };
 
 class GlooCommunicator;
@@ -288,45 +308,106 @@ class TcpStoreServer : public StoreServer {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Communicator>> ConnectGroup(const GroupOptions& o) {
-  if (o.size < 1 || o.rank < 0 || o.rank >= o.size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("group ", o.name, ": rank ", o.rank, " is not in a group of ", o.size));
+namespace {
+
+// "cpu" -> -1; "cuda:N" -> N.
+absl::StatusOr<int> GroupDevice(const GroupOptions& o) {
+  if (o.device == "cpu") return -1;
+  int index = -1;
+  if (absl::StartsWith(o.device, "cuda:") && absl::SimpleAtoi(o.device.substr(5), &index) &&
+      index >= 0) {
+    return index;
   }
-  if (o.device != "cpu") {
-    return absl::UnimplementedError(absl::StrCat("group ", o.name, ", rank ", o.rank, ": device ",
-                                                 o.device,
-                                                 ": this build has no NCCL communicator"));
-  }
-  if (o.size == 1) return std::unique_ptr<Communicator>(new SoloCommunicator());
-  const auto [host, port] = SplitAddress(o.store_address);
-  if (host.empty() || port <= 0 || port > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("group ", o.name, ": store address '", o.store_address, "' is not host:port"));
-  }
-  absl::StatusOr<GlooDeviceAddress> device =
-      ChooseGlooDevice(host, port, std::getenv("GLOO_SOCKET_IFNAME"));
-  if (!device.ok()) {
-    return absl::Status(device.status().code(), absl::StrCat("group ", o.name, ", rank ", o.rank,
-                                                             ": ", device.status().message()));
-  }
+  return absl::InvalidArgumentError(absl::StrCat("group ", o.name, ", rank ", o.rank, ": device '",
+                                                 o.device, "' is not cpu or cuda:N (N >= 0)"));
+}
+
+// The job's store, its keys prefixed with the group's name; every wait on it has the group's
+// deadline.
+absl::StatusOr<c10::intrusive_ptr<c10d::Store>> ConnectStore(const GroupOptions& o,
+                                                             const std::string& host, int port) {
   return CallCatching(
-      [&]() -> absl::StatusOr<std::unique_ptr<Communicator>> {
+      [&]() -> absl::StatusOr<c10::intrusive_ptr<c10d::Store>> {
         c10d::TCPStoreOptions so;
         so.port = static_cast<uint16_t>(port);
         so.isServer = false;
         so.waitWorkers = false;
         so.timeout = Millis(o.timeout_s);
         auto store = c10::make_intrusive<c10d::TCPStore>(host, so);
-        auto prefixed = c10::make_intrusive<c10d::PrefixStore>(o.name, store);
+        return c10::intrusive_ptr<c10d::Store>(
+            c10::make_intrusive<c10d::PrefixStore>(o.name, store));
+      },
+      absl::StrCat("group ", o.name, ", rank ", o.rank, " of ", o.size,
+                   ": connecting to the store ", host, ":", port, ": ")
+          .c_str());
+}
+
+absl::StatusOr<std::pair<std::string, int>> StoreHostPort(const GroupOptions& o) {
+  const auto [host, port] = SplitAddress(o.store_address);
+  if (host.empty() || port <= 0 || port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("group ", o.name, ": store address '", o.store_address, "' is not host:port"));
+  }
+  return std::make_pair(host, port);
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> ConnectCudaGroup(const GroupOptions& o, int device) {
+  const std::string where = absl::StrCat("group ", o.name, ", rank ", o.rank, " of ", o.size,
+                                         ": device ", o.device, ": ");
+  if (!RLFORGE_TORCH_CUDA) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        where,
+        "this rlforge is built against a CPU-only libtorch (Debian's), which has no CUDA "
+        "tensors and links no NCCL; build it with -DRLFORGE_CUDA=ON against the torch wheel's "
+        "CUDA libtorch (docs/gpu.md)"));
+  }
+  if (o.size == 1) {
+    return std::unique_ptr<Communicator>(
+        new SoloCommunicator(torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(device))));
+  }
+#if RLFORGE_NCCL
+  ASSIGN_OR_RETURN(const auto host_port, StoreHostPort(o));
+  ASSIGN_OR_RETURN(c10::intrusive_ptr<c10d::Store> store,
+                   ConnectStore(o, host_port.first, host_port.second));
+  return ConnectNcclGroup(o, device, store);
+#else
+  return absl::FailedPreconditionError(
+      absl::StrCat(where,
+                   "this rlforge was built without NCCL (CMake found no libnccl beside the CUDA "
+                   "toolkit or the torch wheel), so ranks on GPUs cannot form a group"));
+#endif
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Communicator>> ConnectGroup(const GroupOptions& o) {
+  if (o.size < 1 || o.rank < 0 || o.rank >= o.size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("group ", o.name, ": rank ", o.rank, " is not in a group of ", o.size));
+  }
+  ASSIGN_OR_RETURN(const int device, GroupDevice(o));
+  if (device >= 0) return ConnectCudaGroup(o, device);
+  if (o.size == 1) return std::unique_ptr<Communicator>(new SoloCommunicator(torch::kCPU));
+  ASSIGN_OR_RETURN(const auto host_port, StoreHostPort(o));
+  const auto& [host, port] = host_port;
+  absl::StatusOr<GlooDeviceAddress> gloo_device =
+      ChooseGlooDevice(host, port, std::getenv("GLOO_SOCKET_IFNAME"));
+  if (!gloo_device.ok()) {
+    return absl::Status(
+        gloo_device.status().code(),
+        absl::StrCat("group ", o.name, ", rank ", o.rank, ": ", gloo_device.status().message()));
+  }
+  ASSIGN_OR_RETURN(c10::intrusive_ptr<c10d::Store> store, ConnectStore(o, host, port));
+  return CallCatching(
+      [&]() -> absl::StatusOr<std::unique_ptr<Communicator>> {
         auto go = c10d::ProcessGroupGloo::Options::create();
         go->devices.push_back(
-            device->interface.empty()
-                ? c10d::ProcessGroupGloo::createDeviceForHostname(device->address)
-                : c10d::ProcessGroupGloo::createDeviceForInterface(device->interface));
+            gloo_device->interface.empty()
+                ? c10d::ProcessGroupGloo::createDeviceForHostname(gloo_device->address)
+                : c10d::ProcessGroupGloo::createDeviceForInterface(gloo_device->interface));
         go->timeout = Millis(o.timeout_s);
         go->threads = 1;
-        auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, o.rank, o.size, go);
+        auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, o.rank, o.size, go);
         return std::unique_ptr<Communicator>(new GlooCommunicator(o, std::move(pg)));
       },
       absl::StrCat("group ", o.name, ", rank ", o.rank, " of ", o.size, ": connecting through ",

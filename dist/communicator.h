@@ -6,9 +6,11 @@
 //   interface that routes to the store (ChooseGlooDevice) -> Communicator
 //   -> AllGather / ReduceScatter / AllReduce / Broadcast, each returning a Pending handle
 //
-// Backends: gloo through libtorch's c10d on CPU (Debian's libtorch 1.13 has no gloo
-// reduce-scatter, so it is a ring of send/recv here: each rank sends (N-1)/N of the buffer,
-// the ideal). A group of one needs no store and moves no bytes.
+// Backends, by GroupOptions::device: "cpu" is gloo through libtorch's c10d (Debian's libtorch
+// 1.13 has no gloo reduce-scatter, so it is a ring of send/recv here: each rank sends (N-1)/N
+// of the buffer, the ideal); "cuda:N" is NCCL over this rank's GPU N (dist/nccl_communicator.h,
+// linked only into a build against a CUDA libtorch). A group of one needs no store and moves
+// no bytes, on either device.
 //
 // Every wait has a deadline (GroupOptions::timeout_s); a rank that died or hangs makes its
 // peers' waits fail within it, naming the group and this rank, never a silent hang.
@@ -48,6 +50,8 @@ class Communicator {
   virtual ~Communicator() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
+  // Where every tensor handed to a collective must live.
+  virtual torch::Device device() const { return torch::kCPU; }
 
   // in: [k] contiguous on every rank; out: [size * k] contiguous, rank r's `in` at r * k.
   virtual std::unique_ptr<Pending> AllGather(const torch::Tensor& in, const torch::Tensor& out) = 0;
@@ -89,7 +93,9 @@ absl::StatusOr<GlooDeviceAddress> ChooseGlooDevice(const std::string& store_host
                                                    const char* ifname_env);
 
 // Joins the group (blocks until all `size` ranks joined or the deadline passed). A group of
-// one returns a communicator whose collectives copy locally.
+// one returns a communicator whose collectives copy locally. A cuda device in a build whose
+// libtorch is CPU-only, or that has no NCCL (for a group of more than one), is refused, saying
+// which.
 absl::StatusOr<std::unique_ptr<Communicator>> ConnectGroup(const GroupOptions& options);
 
 // The rendezvous point of one job: a key-value store the ranks meet at. Owned by the

@@ -8,7 +8,9 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/clock.h"
+#include "config/build_info.h"
 
 namespace rlforge::dist {
 namespace {
@@ -143,6 +145,50 @@ TEST(CommunicatorFailureTest, BadAddressAndRankAreNamed) {
   o.rank = 2;
   EXPECT_NE(ConnectGroup(o).status().message().find("rank 2 is not in a group of 2"),
             absl::string_view::npos);
+}
+
+TEST(CommunicatorDeviceTest, ACudaGroupInABuildWithoutNcclIsRefusedSayingWhy) {
+  if (RLFORGE_NCCL) GTEST_SKIP() << "this build links NCCL: nccl_communicator_gpu_test covers it";
+  GroupOptions o;
+  o.store_address = "127.0.0.1:1";  // never reached: refused before any connection
+  o.rank = 1;
+  o.size = 2;
+  o.device = "cuda:1";
+  absl::Status s = ConnectGroup(o).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(s.message().find("group trainer, rank 1 of 2: device cuda:1: "), std::string::npos)
+      << s;
+  EXPECT_NE(s.message().find(RLFORGE_TORCH_CUDA ? "this rlforge was built without NCCL"
+                                                : "this rlforge is built against a CPU-only "
+                                                  "libtorch (Debian's), which has no CUDA tensors "
+                                                  "and links no NCCL"),
+            std::string::npos)
+      << s;
+}
+
+TEST(CommunicatorDeviceTest, ADeviceThatIsNotCpuOrCudaNIsNamed) {
+  for (const char* bad : {"gpu", "cuda", "cuda:x", "cuda:-1"}) {
+    GroupOptions o;
+    o.device = bad;
+    EXPECT_NE(ConnectGroup(o).status().message().find(
+                  absl::StrCat("group trainer, rank 0: device '", bad, "' is not cpu or cuda:N")),
+              std::string::npos)
+        << bad;
+  }
+}
+
+TEST(CommunicatorDeviceTest, AGroupOfOneRefusesTensorsOffItsDevice) {
+  GroupOptions o;
+  auto comm = ConnectGroup(o);
+  ASSERT_TRUE(comm.ok()) << comm.status();
+  EXPECT_EQ((*comm)->device(), torch::Device(torch::kCPU));
+  torch::Tensor elsewhere = torch::empty({4}, torch::kMeta);  // any device but the group's
+  absl::Status s = (*comm)->AllReduceSum(elsewhere)->Wait();
+  EXPECT_NE(s.message().find("group of one: all_reduce: a tensor on meta; this group's are on cpu"),
+            std::string::npos)
+      << s;
+  EXPECT_FALSE((*comm)->AllGather(elsewhere, torch::zeros({4}))->Wait().ok());
+  EXPECT_TRUE((*comm)->AllGather(torch::ones({4}), torch::zeros({4}))->Wait().ok());
 }
 
 TEST(GlooDeviceTest, GlooSocketIfnameNamesTheInterface) {

@@ -102,11 +102,10 @@ std::vector<BadCase> Cases() {
        "s.py, '{bind}']\n",
        {},
        {"@:5:3: sim.transport: shm is spoken by the built-in `rlforge sim-server` only"}},
-      {"gpu_trainer_with_ranks",  // refused by every build, whatever its libtorch
-       "job:\n  algorithm: grpo\ntrainer:\n  ranks: 2\n  device: cuda\n",
+      {"gpu_trainer_with_ranks",  // refused by every build: no NCCL, or every rank on GPU 0
+       "job:\n  algorithm: grpo\ntrainer:\n  ranks: 2\n  device: 'cuda:0'\n",
        {},
-       {"@:5:3: trainer.device: trainer.ranks 2 with trainer.device cuda: ranks on GPUs need an "
-        "NCCL communicator, not built yet"}},
+       {"@:5:3: trainer.device: trainer.ranks 2 with trainer.device cuda:0: "}},
       {"missing_file", nullptr, {}, {"@: cannot open job file: No such file or directory"}},
       {"override_without_equals",
        kGood,

@@ -42,7 +42,8 @@ double FlatAdamW::ClipGradNorm(double max_norm, dist::Communicator* comm) {
     norm = grad_.norm().item<double>();
   } else {
     const double local = grad_.norm().item<double>();  // no copy of the gradient
-    torch::Tensor sq = torch::full({1}, local * local, torch::kDouble);
+    torch::Tensor sq = torch::full({1}, local * local,
+                                   torch::TensorOptions(torch::kDouble).device(comm->device()));
     absl::Status s = comm->AllReduceSum(sq)->Wait();
     if (!s.ok()) throw std::runtime_error(std::string(s.message()));
     norm = std::sqrt(sq.item<double>());

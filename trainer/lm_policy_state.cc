@@ -138,7 +138,7 @@ absl::StatusOr<std::unique_ptr<LmPolicyState>> LmPolicyState::Create(
   SetComputeThreads(config.trainer.threads, config.trainer.ranks);
   torch::manual_seed(static_cast<uint64_t>(config.job.seed));
   std::unique_ptr<LmPolicyState> s(new LmPolicyState(config));
-  ASSIGN_OR_RETURN(s->comm_, ConnectTrainerRanks(assignment));
+  ASSIGN_OR_RETURN(s->comm_, ConnectTrainerRanks(assignment, config.trainer));
   ASSIGN_OR_RETURN(const ShardedModel::Options options,
                    ShardingOptions(config.trainer, s->comm_->rank(), /*trainable=*/true));
   ASSIGN_OR_RETURN(s->policy_, LoadShardedModel(config.model.path, s->comm_.get(), options));

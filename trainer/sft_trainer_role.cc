@@ -182,7 +182,7 @@ absl::StatusOr<WorkReply> SftTrainerRole::Init() {
                    models::PromptTemplate::Create(d.prompt_template, tokenizer_.get()));
   template_ = tmpl;
 
-  ASSIGN_OR_RETURN(comm_, ConnectTrainerRanks(assignment_));
+  ASSIGN_OR_RETURN(comm_, ConnectTrainerRanks(assignment_, config_.trainer));
   ASSIGN_OR_RETURN(const ShardedModel::Options sharding,
                    ShardingOptions(config_.trainer, comm_->rank(), /*trainable=*/true));
   if (!m.path.empty()) {

@@ -32,7 +32,7 @@ std::string RankFile(int rank, int size) {
 // pointing at the ranks that did. Agreement is what lets no rank go on alone into the next
 // collective (or report a checkpoint complete that is not).
 absl::Status Agree(dist::Communicator& comm, const absl::Status& mine, const std::string& what) {
-  torch::Tensor failed = torch::full({1}, mine.ok() ? 0.0f : 1.0f);
+  torch::Tensor failed = torch::full({1}, mine.ok() ? 0.0f : 1.0f, torch::device(comm.device()));
   const absl::Status s = comm.AllReduceSum(failed)->Wait();
   if (!mine.ok()) return mine;
   if (!s.ok()) return Annotate(s, what);

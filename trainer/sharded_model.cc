@@ -65,6 +65,13 @@ ShardedModel::~ShardedModel() {
 absl::StatusOr<std::unique_ptr<ShardedModel>> ShardedModel::Create(models::Transformer model,
                                                                    dist::Communicator* comm,
                                                                    Options options) {
+  // Shards, gathered units and gradients go to the collectives as they are: they must live
+  // where the group's tensors do (a group of one moves nothing, so any device serves).
+  if (comm->size() > 1 && options.device != comm->device()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sharded model on ", options.device.str(), ", but its group of ", comm->size(),
+                     " ranks holds tensors on ", comm->device().str()));
+  }
   std::unique_ptr<ShardedModel> m(new ShardedModel(std::move(model), comm, options));
   RETURN_IF_ERROR(CallCatching([&] { return m->Build(); }));
   return m;
@@ -150,7 +157,9 @@ void ShardedModel::Gather(size_t u) {
   AllocStorage(s.full, unit.padded * static_cast<int64_t>(s.full.element_size()));
   torch::Tensor mine = shard_data_.narrow(0, shard_offsets_[u], k);
   if (options_.compute_dtype != torch::kFloat32) mine = mine.to(options_.compute_dtype);
-  s.gathering = comm_->AllGather(mine, s.full);  // copies `mine` before it returns
+  // `mine` may be a temporary: the collective reads it before anything queued later (on the
+  // host, or on the GPU's default stream) can reuse its memory.
+  s.gathering = comm_->AllGather(mine, s.full);
   s.gathered = true;
 }
 

@@ -293,5 +293,40 @@ TEST(ShardedModelDeviceTest, StateLivesOnTheDeviceAndGatherStagesOnlyOffTheCpu) 
   }
 }
 
+// A group of two whose tensors live elsewhere than the model: never asked for a collective.
+class ElsewhereGroup : public dist::Communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 2; }
+  torch::Device device() const override { return torch::kMeta; }
+  std::unique_ptr<dist::Pending> AllGather(const torch::Tensor&, const torch::Tensor&) override {
+    ADD_FAILURE() << "all_gather";
+    return nullptr;
+  }
+  std::unique_ptr<dist::Pending> ReduceScatter(const torch::Tensor&,
+                                               const torch::Tensor&) override {
+    ADD_FAILURE() << "reduce_scatter";
+    return nullptr;
+  }
+  std::unique_ptr<dist::Pending> AllReduceSum(const torch::Tensor&) override {
+    ADD_FAILURE() << "all_reduce";
+    return nullptr;
+  }
+  std::unique_ptr<dist::Pending> Broadcast(const torch::Tensor&, int) override {
+    ADD_FAILURE() << "broadcast";
+    return nullptr;
+  }
+};
+
+TEST(ShardedModelDeviceTest, AModelOffItsGroupsDeviceIsRefused) {
+  ElsewhereGroup group;
+  auto made = ShardedModel::Create(ModelWith(InitialValues()), &group, {});
+  ASSERT_FALSE(made.ok());
+  EXPECT_NE(made.status().message().find(
+                "sharded model on cpu, but its group of 2 ranks holds tensors on meta"),
+            std::string::npos)
+      << made.status();
+}
+
 }  // namespace
 }  // namespace rlforge

@@ -12,8 +12,12 @@
 namespace rlforge {
 
 absl::StatusOr<std::unique_ptr<dist::Communicator>> ConnectTrainerRanks(
-    const proto::Assignment& a) {
+    const proto::Assignment& a, const TrainerOptions& trainer) {
   dist::GroupOptions o;
+  // The group's tensors live where the rank trains: gloo on the CPU, NCCL on its GPU.
+  ASSIGN_OR_RETURN(const torch::Device device,
+                   models::TorchDevice("trainer.device", trainer.device, a.rank()));
+  o.device = device.str();
   o.store_address = a.store_address();
   o.name = "trainer";
   o.rank = a.rank();
@@ -86,21 +90,22 @@ absl::StatusOr<torch::Tensor> AssembleRows(dist::Communicator& comm, const torch
                                            const Share& share, int64_t group_size, int64_t rows,
                                            int64_t width) {
   if (comm.size() == 1 && part.size(0) == rows && part.size(1) == width) return part;
-  torch::Tensor whole = torch::zeros({rows, width}, part.options());
+  torch::Tensor whole = torch::zeros({rows, width}, part.options().device(comm.device()));
   if (!share.weight_zero) {
     whole.narrow(0, static_cast<int64_t>(share.begin) * group_size, part.size(0))
         .narrow(1, 0, part.size(1))
         .copy_(part);
   }
   RETURN_IF_ERROR(comm.AllReduceSum(whole)->Wait());
-  return whole;
+  return whole.to(part.device());
 }
 
 absl::StatusOr<std::vector<double>> SumOverRanks(dist::Communicator& comm,
                                                  const std::vector<double>& values) {
   if (comm.size() == 1 || values.empty()) return values;
-  torch::Tensor t = torch::tensor(values, torch::kDouble);
+  torch::Tensor t = torch::tensor(values, torch::kDouble).to(comm.device());
   RETURN_IF_ERROR(comm.AllReduceSum(t)->Wait());
+  t = t.cpu();
   return std::vector<double>(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
 }
 

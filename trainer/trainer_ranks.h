@@ -27,9 +27,10 @@
 
 namespace rlforge {
 
-// The group of this job's trainer ranks (a group of one without a store address).
+// The group of this job's trainer ranks (a group of one without a store address), on the
+// device trainer.device resolves to for this rank: gloo on the CPU, NCCL on a GPU.
 absl::StatusOr<std::unique_ptr<dist::Communicator>> ConnectTrainerRanks(
-    const proto::Assignment& assignment);
+    const proto::Assignment& assignment, const TrainerOptions& trainer);
 
 // trainer.reshard_after_forward, trainer.mixed_precision and trainer.device (resolved for
 // `rank` by models::TorchDevice; an error names the key, its value and the rank).
