@@ -73,12 +73,10 @@ class Sink final : public CudaIpcSink {
 
 class Source final : public CudaIpcSource {
  public:
-  Source(std::string location, const proto::WeightManifest& m, torch::Device device,
-         uint64_t stride, double timeout_s, std::unique_ptr<SlotMarkerReader> markers,
-         std::unique_ptr<CudaIpcMapping> mapping)
+  Source(std::string location, const proto::WeightManifest& m, uint64_t stride, double timeout_s,
+         std::unique_ptr<SlotMarkerReader> markers, std::unique_ptr<CudaIpcMapping> mapping)
       : location_(std::move(location)),
         m_(m),
-        device_(device),
         stride_(stride),
         timeout_s_(timeout_s),
         markers_(std::move(markers)),
@@ -91,7 +89,10 @@ class Source final : public CudaIpcSource {
           absl::StrCat("the weight stream changed its layout under ", location_));
     }
     RETURN_IF_ERROR(markers_->AwaitVersion(version, timeout_s_));
-    slot_ = SlotTensor(mapping_->data(), stride_, version, m_.total_bytes(), device_);
+    // The slot lives on the trainer's GPU, which may not be this engine's: a device without an
+    // index lets torch read it from the pointer, and copy_ into the parameters crosses devices.
+    slot_ = SlotTensor(mapping_->data(), stride_, version, m_.total_bytes(),
+                       torch::Device(torch::kCUDA));
     return absl::OkStatus();
   }
   absl::StatusOr<torch::Tensor> Next(int64_t version, int64_t bucket) override {
@@ -107,7 +108,6 @@ class Source final : public CudaIpcSource {
  private:
   std::string location_;
   const proto::WeightManifest m_;
-  torch::Device device_;
   uint64_t stride_;
   double timeout_s_;
   std::unique_ptr<SlotMarkerReader> markers_;
@@ -152,7 +152,7 @@ absl::StatusOr<std::unique_ptr<CudaIpcSource>> CudaIpcSource::Open(const std::st
   ASSIGN_OR_RETURN(std::unique_ptr<CudaIpcMapping> mapping,
                    CudaIpcMapping::Open(parts[2], Index(device)));
   return std::unique_ptr<CudaIpcSource>(
-      new Source(location, m, device, stride, timeout_s, std::move(markers), std::move(mapping)));
+      new Source(location, m, stride, timeout_s, std::move(markers), std::move(mapping)));
 }
 
 #else  // a CPU-only libtorch: no tensor is on a GPU, and CUDA IPC is not linked
