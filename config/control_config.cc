@@ -203,7 +203,7 @@ std::shared_ptr<const Schema> WeightsSection() {
            "arrives (memory: model + 2 buckets; a failed load leaves it torn, serving nothing); "
            "staged loads a whole version beside the model first (memory: 2 models; a failed "
            "load leaves it serving the previous version; with cuda_ipc or nccl the staged copy "
-           "is the stream itself on the engine's GPU); mapped (weights.transport shm, "
+           "is on the engine's GPU); mapped (weights.transport shm, "
            "weights.dtype float32) checks each version in a shared segment of two versions and "
            "serves straight from it, with no copy (memory: that segment, shared by every engine "
            "on the host, and no private model; a failed load leaves it serving the previous "
