@@ -5,6 +5,8 @@
 //   location) -> engines: CudaIpcMapping::Open(handle, their device) -> data() (a pointer
 //   their device reads, peer access enabled when the devices differ)
 //
+// The mapping side must be another process: CUDA refuses to open a handle in the process
+// that exported it (rlforge's engines are processes of their own).
 // Compiled wherever the CUDA toolkit is (so CI compiles it); linked into rlforge only by a
 // build whose libtorch has CUDA. Errors name the call, the device and cudaGetErrorString.
 // Objects are not thread-safe; the memory outlives nothing that points into it (the mapping
