@@ -5,6 +5,8 @@
 //
 //   build/bench/weight_sync_bench [--dtype float32|bfloat16] [--bucket-mb 256] [--engines 2]
 //                                 [--reps 3] [--paths shm,mapped,...]
+//   build/bench/weight_sync_bench --transport cuda_ipc|nccl [--dtype ...] [--bucket-mb ...]
+//                                 [--reps 3]   (the GPU transports: bench/weight_sync_device.h)
 //
 // The weight set: Qwen2.5-0.5B's config (vocab 151936, hidden 896, 24 layers, 14 heads, 2 KV
 // heads, MLP 4864, tied embeddings, q/k/v biases), random values: 494M parameters, 1.98 GB in
@@ -32,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/weight_sync_device.h"
 #include "dist/communicator.h"
 #include "weights/bucket_stream.h"
 #include "weights/gloo_plane.h"
@@ -53,6 +56,7 @@ struct Args {
   int rank = 0;
   int reps = 3;
   std::string paths = "shm,mapped,mapped-windows,bare,gloo";  // publisher: which paths to run
+  std::string transport;  // cuda_ipc | nccl: the GPU transports' bench instead
 };
 
 double Now() {
@@ -478,6 +482,8 @@ Args Parse(int argc, char** argv) {
       a.reps = std::stoi(v);
     else if (k == "--paths")
       a.paths = v;
+    else if (k == "--transport")
+      a.transport = v;
     else {
       std::fprintf(stderr, "unknown flag %s\n", k.c_str());
       std::exit(2);
@@ -492,6 +498,10 @@ Args Parse(int argc, char** argv) {
 int main(int argc, char** argv) {
   const rlforge::Args a = rlforge::Parse(argc, argv);
   torch::set_num_threads(1);
+  if (!a.transport.empty()) {
+    const rlforge::DeviceBenchArgs d{a.transport, a.role, a.where, a.dtype, a.bucket_mb, a.reps};
+    return rlforge::RunDeviceTransportBench(d, rlforge::Qwen05B());
+  }
   if (a.role == "engine") return rlforge::RunEngine(a);
   if (a.role == "memcpy") return rlforge::RunMemcpy(a);
   return rlforge::RunPublisher(a);

@@ -177,12 +177,18 @@ std::shared_ptr<const Schema> PpoSection() {
 
 std::shared_ptr<const Schema> WeightsSection() {
   SchemaBuilder<WeightsOptions> b("How new policy weights reach rollout workers.");
-  b.Choice("transport", &WeightsOptions::transport, {"auto", "shm", "gloo", "zmq"},
+  b.Choice("transport", &WeightsOptions::transport,
+           {"auto", "shm", "gloo", "zmq", "cuda_ipc", "nccl"},
            "shm: POSIX shared memory (same host); gloo: a broadcast group of trainer rank 0 and "
            "the engines (language models; any host); zmq: in ZeroMQ frames through the "
-           "controller (any host; holds a whole copy there); auto: shm, or gloo for a language "
-           "model job with external rollout workers, or zmq for one under launch.backend slurm "
-           "or whose engines may join (rollout.max_workers above rollout.workers); a "
+           "controller (any host; holds a whole copy there); cuda_ipc: the engines copy each "
+           "version device-to-device from the trainer's GPU memory (language models; "
+           "trainer.device and engine.device on cuda, one host, a CUDA build); nccl: bucket "
+           "broadcasts from the trainer's GPU to the engines' GPUs (language models; both on "
+           "cuda, any host, a CUDA build); auto: shm, or gloo for a language model job with "
+           "external rollout workers, or zmq for one under launch.backend slurm or whose engines "
+           "may join (rollout.max_workers above rollout.workers) — with trainer and engines on "
+           "cuda, cuda_ipc instead of shm and nccl instead of gloo and of Slurm's zmq; a "
            "control-policy job picks zmq when a worker reports another host or may join.");
   b.Double("bucket_mb", &WeightsOptions::bucket_mb,
            "Language models: the weight stream's bucket size in MiB (two buffers of it per "
@@ -196,7 +202,8 @@ std::shared_ptr<const Schema> WeightsSection() {
            "Language models: in_place writes each bucket into the engine's parameters as it "
            "arrives (memory: model + 2 buckets; a failed load leaves it torn, serving nothing); "
            "staged loads a whole version beside the model first (memory: 2 models; a failed "
-           "load leaves it serving the previous version); mapped (weights.transport shm, "
+           "load leaves it serving the previous version; with cuda_ipc or nccl the staged copy "
+           "is on the engine's GPU); mapped (weights.transport shm, "
            "weights.dtype float32) checks each version in a shared segment of two versions and "
            "serves straight from it, with no copy (memory: that segment, shared by every engine "
            "on the host, and no private model; a failed load leaves it serving the previous "
@@ -210,8 +217,9 @@ std::shared_ptr<const Schema> WeightsSection() {
 // Control policies are a few hundred KB: one double-buffered segment, no buckets.
 void CheckControlWeights(const WeightsOptions& w, CheckContext& ctx) {
   const WeightsOptions d;
-  if (w.transport == "gloo") {
-    ctx.Error("weights.transport", "gloo carries language models' weight streams; use shm or zmq");
+  if (w.transport == "gloo" || w.transport == "cuda_ipc" || w.transport == "nccl") {
+    ctx.Error("weights.transport",
+              w.transport + " carries language models' weight streams; use shm or zmq");
   }
   const char* lm_only = "is for language-model jobs (a control policy moves in one piece)";
   if (w.bucket_mb != d.bucket_mb) ctx.Error("weights.bucket_mb", lm_only);

@@ -73,7 +73,7 @@ struct PpoOptions {
 };
 
 struct WeightsOptions {
-  std::string transport = "auto";  // auto | shm | gloo | zmq
+  std::string transport = "auto";  // auto | shm | gloo | zmq | cuda_ipc | nccl
   // Language models' bucketed stream (weights/bucket_stream.h).
   double bucket_mb = 256;
   std::string dtype = "float32";   // float32 | bfloat16 on the wire

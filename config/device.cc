@@ -22,6 +22,11 @@ absl::StatusOr<DeviceSpec> ParseDevice(const std::string& value) {
       absl::StrCat("'", value, "' is not a device: expected cpu, cuda or cuda:N (N >= 0)"));
 }
 
+bool OnCuda(const std::string& value) {
+  absl::StatusOr<DeviceSpec> d = ParseDevice(value);
+  return d.ok() && d->cuda;
+}
+
 std::string DeviceUnsupportedReason(const DeviceSpec& device) {
   if (!device.cuda || RLFORGE_TORCH_CUDA) return "";
   return "this rlforge is built against a CPU-only libtorch (Debian's); build it with "

@@ -19,6 +19,9 @@ struct DeviceSpec {
 // An error says what was written and what is accepted.
 absl::StatusOr<DeviceSpec> ParseDevice(const std::string& value);
 
+// Whether a `device` value names a GPU (cuda or cuda:N; false for cpu and for a bad value).
+bool OnCuda(const std::string& value);
+
 // Whether this build can compute on `device`: "" if so, else the reason (a CPU-only libtorch
 // has no CUDA, whatever the machine has).
 std::string DeviceUnsupportedReason(const DeviceSpec& device);

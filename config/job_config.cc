@@ -533,6 +533,40 @@ void CheckGpuTrainerRanks(const JobConfig& c, config::CheckContext& ctx) {
   }
 }
 
+// weights.transport cuda_ipc and nccl move device memory: both ends on a GPU, a build whose
+// libtorch has CUDA, and (cuda_ipc) the engines on the trainer's host.
+void CheckDeviceWeights(const JobConfig& c, config::CheckContext& ctx) {
+  const std::string t = LmWeightTransport(c);
+  if (!IsDeviceWeightTransport(t)) return;
+  const std::string why = t + " moves GPU memory";
+  if (!RLFORGE_TORCH_CUDA && c.weights.transport == t) {
+    ctx.Error("weights.transport", absl::StrCat(t,
+                                                ": this build has a CPU-only libtorch (build with "
+                                                "-DRLFORGE_CUDA=ON, or use shm, gloo or zmq)"));
+  }
+  for (const auto& [key, device] : {std::pair{"trainer.device", &c.trainer.device},
+                                    std::pair{"engine.device", &c.engine.device}}) {
+    if (!OnCuda(*device)) {
+      ctx.Error("weights.transport",
+                absl::StrCat(why, " from the trainer's GPU to the engines'; ", key, " is ", *device,
+                             " (set it to cuda, or use shm, gloo or zmq)"));
+    }
+  }
+  if (t == "cuda_ipc" && (c.rollout.external || UnderSlurm(c.launch))) {
+    ctx.Error("weights.transport",
+              absl::StrCat("cuda_ipc maps the trainer's GPU memory, which only processes on its "
+                           "host can; ",
+                           c.rollout.external ? "rollout.external engines join from any host"
+                                              : "launch.backend slurm runs engines on other nodes",
+                           " (use nccl)"));
+  }
+  if (c.weights.apply == "mapped") {
+    ctx.Error("weights.apply",
+              absl::StrCat("mapped serves the engines from host shared memory; ", why,
+                           " into the engines' own parameters (use in_place or staged)"));
+  }
+}
+
 // trainer.ranks and trainer.device against what the algorithm trains and where ranks can run.
 void CheckTrainerPlacement(const JobConfig& c, config::CheckContext& ctx) {
   if (c.job.algorithm == nullptr) return;
@@ -598,7 +632,10 @@ std::shared_ptr<const Schema> BuildJobSchema() {
     const bool lm =
         c.job.algorithm != nullptr && (c.job.algorithm->family == AlgorithmFamily::kLmRl ||
                                        c.job.algorithm->family == AlgorithmFamily::kDpo);
-    if (lm) CheckMappedWeights(c, ctx);
+    if (lm) {
+      CheckMappedWeights(c, ctx);
+      CheckDeviceWeights(c, ctx);
+    }
     if (lm && c.rollout.workers > kMaxLmEngines) {
       ctx.Error("rollout.workers",
                 absl::StrCat("language-model jobs run at most ", kMaxLmEngines,
@@ -657,11 +694,15 @@ void ApplyBackendDefaults(JobConfig& c) {
 
 std::string LmWeightTransport(const JobConfig& c) {
   if (c.weights.transport != "auto") return c.weights.transport;
-  if (c.rollout.external) return "gloo";
   // Engines that may join (from any host) and leave at any moment: inline weights, which
   // reach every engine from the controller, and which an engine leaving mid-load cannot cut
   // short as it would a stream.
   const bool joins = c.rollout.max_staleness == 0 && c.rollout.max_workers > c.rollout.workers;
+  const bool other_hosts = c.rollout.external || UnderSlurm(c.launch);
+  if (OnCuda(c.trainer.device) && OnCuda(c.engine.device) && !joins) {
+    return other_hosts ? "nccl" : "cuda_ipc";
+  }
+  if (c.rollout.external) return "gloo";
   return UnderSlurm(c.launch) || joins ? "zmq" : "shm";
 }
 

@@ -192,6 +192,67 @@ TEST(JobConfigTest, DevicesAreCheckedNamingTheKeyAndWhatThisBuildLacks) {
             std::string::npos);
 }
 
+TEST(JobConfigTest, DeviceWeightTransportsNeedGpusOnBothEndsAndTheirHost) {
+  auto errors = [](const std::string& yaml) {
+    return config::FormatErrors(LoadJobText(yaml, "t.yaml").errors);
+  };
+  const std::string gpus =
+      "job: {algorithm: grpo}\ntrainer: {device: cuda}\nengine: {device: cuda}\n";
+  // auto: cuda_ipc on one host, nccl where engines may be elsewhere, zmq where they may join.
+  EXPECT_EQ(LmWeightTransport(LoadJobText(gpus, "t.yaml").config), "cuda_ipc");
+  EXPECT_EQ(LmWeightTransport(LoadJobText(gpus + "rollout: {external: true}\n", "t.yaml").config),
+            "nccl");
+  EXPECT_EQ(LmWeightTransport(LoadJobText(gpus + "launch: {backend: slurm}\n", "t.yaml").config),
+            "nccl");
+  EXPECT_EQ(LmWeightTransport(
+                LoadJobText(gpus + "rollout: {workers: 1, max_workers: 2}\n", "t.yaml").config),
+            "zmq");
+  EXPECT_EQ(LmWeightTransport(
+                LoadJobText("job: {algorithm: grpo}\nengine: {device: cuda}\n", "t.yaml").config),
+            "shm");  // a CPU trainer: the host path
+  // A CPU end is named with its key, on the transport's line.
+  const std::string cpu_trainer =
+      errors("job: {algorithm: grpo}\nengine: {device: cuda}\nweights: {transport: cuda_ipc}\n");
+  EXPECT_NE(cpu_trainer.find("t.yaml:3:11: weights.transport: cuda_ipc moves GPU memory from the "
+                             "trainer's GPU to the engines'; trainer.device is cpu (set it to "
+                             "cuda, or use shm, gloo or zmq)"),
+            std::string::npos)
+      << cpu_trainer;
+  EXPECT_NE(errors("job: {algorithm: grpo}\ntrainer: {device: cuda}\nweights: {transport: nccl}\n")
+                .find("weights.transport: nccl moves GPU memory from the trainer's GPU to the "
+                      "engines'; engine.device is cpu"),
+            std::string::npos);
+  // cuda_ipc maps the trainer's memory: its host only.
+  EXPECT_NE(errors(gpus + "rollout: {external: true}\nweights: {transport: cuda_ipc}\n")
+                .find("weights.transport: cuda_ipc maps the trainer's GPU memory, which only "
+                      "processes on its host can; rollout.external engines join from any host "
+                      "(use nccl)"),
+            std::string::npos);
+  EXPECT_NE(errors(gpus + "launch: {backend: slurm}\nweights: {transport: cuda_ipc}\n")
+                .find("launch.backend slurm runs engines on other nodes (use nccl)"),
+            std::string::npos);
+  EXPECT_NE(errors(gpus + "weights: {apply: mapped}\n")
+                .find("weights.apply: mapped serves the engines from host shared memory; "
+                      "cuda_ipc moves GPU memory into the engines' own parameters (use in_place "
+                      "or staged)"),
+            std::string::npos);
+  // Control policies move in one piece, on the CPU.
+  EXPECT_NE(errors("job: {algorithm: ppo}\nweights: {transport: nccl}\n")
+                .find("weights.transport: nccl carries language models' weight streams; use shm "
+                      "or zmq"),
+            std::string::npos);
+  // A build whose libtorch has no CUDA refuses them by name; one with CUDA takes them.
+  const std::string named = errors(gpus + "weights: {transport: nccl, apply: staged}\n");
+  if (RLFORGE_TORCH_CUDA) {
+    EXPECT_EQ(named, "");
+  } else {
+    EXPECT_NE(named.find("t.yaml:4:11: weights.transport: nccl: this build has a CPU-only "
+                         "libtorch (build with -DRLFORGE_CUDA=ON, or use shm, gloo or zmq)"),
+              std::string::npos)
+        << named;
+  }
+}
+
 TEST(JobConfigTest, PlacementIsAnErrorUnderTheLocalBackend) {
   LoadedJob j = LoadJobText(
       "job: {algorithm: ppo}\nlaunch:\n  nodes: 2\n  placement:\n    rollout: {per_node: 1}\n",

@@ -676,7 +676,7 @@ bool NeedsTrainerStore(const JobConfig& config, int trainer_ranks) {
   if (trainer_ranks > 1) return true;
   const AlgorithmFamily f = config.job.algorithm->family;
   return (f == AlgorithmFamily::kLmRl || f == AlgorithmFamily::kDpo) &&
-         LmWeightTransport(config) == "gloo";
+         IsGroupWeightTransport(LmWeightTransport(config));
 }
 
 int RunJob(const JobConfig& config, const RunOptions& options) {

@@ -26,7 +26,7 @@ struct RunOptions {
 };
 
 // Whether the job starts rlforge-store: several trainer ranks meet there, and so do trainer
-// rank 0 and the engines of a language-model job whose weights travel by gloo broadcast.
+// rank 0 and the engines of a language-model job whose weights travel by gloo or nccl broadcast.
 bool NeedsTrainerStore(const JobConfig& config, int trainer_ranks);
 
 // Exit codes: 0 finished, 1 failed, 128+N stopped by signal N.

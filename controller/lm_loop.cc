@@ -473,14 +473,18 @@ absl::Status LmLoop::LoadOnto(const std::vector<size_t>& loaders, IterationRecor
   proto::WorkRequest load;
   *load.mutable_load_weights()->mutable_weights() = last_weights_;
   const bool streamed = last_weights_.location() != "inline";
-  const bool gloo = absl::StartsWith(last_weights_.location(), "gloo:");
+  // gloo and nccl stream in a group of the trainer and exactly these loaders:
+  // "<transport>:<group>".
+  const std::string& location = last_weights_.location();
+  const std::string transport = location.substr(0, location.find(':'));
+  const bool grouped = IsGroupWeightTransport(transport);
   if (streamed) {
     proto::WorkRequest publish;
     publish.mutable_publish_weights()->set_readers(static_cast<int32_t>(loaders.size()));
-    if (gloo) {
+    if (grouped) {
       const std::string group = WeightGroupFor(loaders);
       publish.mutable_publish_weights()->set_group(group);
-      load.mutable_load_weights()->mutable_weights()->set_location("gloo:" + group);
+      load.mutable_load_weights()->mutable_weights()->set_location(transport + ":" + group);
       load.mutable_load_weights()->set_group_size(static_cast<int32_t>(loaders.size()) + 1);
     }
     RETURN_IF_ERROR(trainer_->Submit(std::move(publish)));
@@ -488,7 +492,7 @@ absl::Status LmLoop::LoadOnto(const std::vector<size_t>& loaders, IterationRecor
   std::vector<uint64_t> ids;
   for (size_t i = 0; i < loaders.size(); ++i) {
     const size_t e = loaders[i];
-    if (gloo) load.mutable_load_weights()->set_group_rank(static_cast<int32_t>(i) + 1);
+    if (grouped) load.mutable_load_weights()->set_group_rank(static_cast<int32_t>(i) + 1);
     std::vector<TensorFrame> frames;
     for (const TensorFrame& w : last_frames_) {
       frames.push_back(TensorFrame::Copy(w.name(), w.dtype(), w.shape(), w.data()));

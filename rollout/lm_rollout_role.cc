@@ -61,9 +61,11 @@ absl::StatusOr<std::unique_ptr<Role>> LmRolloutRole::Create(const JobConfig& con
     const models::Tokenizer* tok = role->tokenizer_.get();
     s.detokenize = [tok](const std::vector<int32_t>& ids) { return tok->Decode(ids); };
     role->layout_hash_ = LayoutHash(*model);
-    // A GPU's parameters cannot be the stream's destination: it is read into host memory, then
-    // copied to the device (in_place: while the engine pauses; staged: before).
-    if (config.weights.apply == "staged" || !device.is_cpu()) {
+    // Over a host transport a GPU's parameters cannot be the stream's destination: it is read
+    // into host memory, then copied to the device (in_place: while the engine pauses; staged:
+    // before). The device transports need no host copy.
+    if (!IsDeviceWeightTransport(LmWeightTransport(config)) &&
+        (config.weights.apply == "staged" || !device.is_cpu())) {
       role->staged_.resize(static_cast<size_t>(FlatSize(*model)));
     }
     role->engine_ = std::make_unique<LlmEngine>(model, s, 0);
@@ -188,23 +190,10 @@ absl::StatusOr<BucketSource*> LmRolloutRole::SourceFor(const proto::LoadWeights&
     return ring_.get();
   }
   if (absl::StartsWith(where, "gloo:")) {
-    const std::string group = where.substr(5);
-    if (broadcast_ != nullptr && group != weight_group_name_) {  // the engines changed
-      broadcast_.reset();
-      weight_group_.reset();
-    }
+    ASSIGN_OR_RETURN(dist::Communicator * comm,
+                     WeightGroup(load, where.substr(5), "cpu", [this] { broadcast_.reset(); }));
     if (broadcast_ == nullptr) {
-      dist::GroupOptions g;
-      g.store_address = assignment_.store_address();
-      g.name = group;
-      g.rank = load.group_rank() > 0 ? load.group_rank() : assignment_.rank() + 1;
-      g.size = load.group_size() > 0 ? load.group_size()
-                                     : static_cast<int>(config_->rollout.workers) + 1;
-      weight_group_name_ = group;
-      g.timeout_s = timeout;
-      ASSIGN_OR_RETURN(weight_group_, dist::ConnectGroup(g));
-      broadcast_ =
-          std::make_unique<GlooBroadcastSource>(weight_group_.get(), w.manifest().bucket_bytes());
+      broadcast_ = std::make_unique<GlooBroadcastSource>(comm, w.manifest().bucket_bytes());
     }
     if (broadcast_->bucket_bytes() != w.manifest().bucket_bytes()) {
       return absl::FailedPreconditionError("the weight stream's bucket size changed");
@@ -212,6 +201,104 @@ absl::StatusOr<BucketSource*> LmRolloutRole::SourceFor(const proto::LoadWeights&
     return broadcast_.get();
   }
   return absl::InvalidArgumentError(absl::StrCat("unknown weight location '", where, "'"));
+}
+
+absl::StatusOr<dist::Communicator*> LmRolloutRole::WeightGroup(
+    const proto::LoadWeights& load, const std::string& group, const std::string& device,
+    const std::function<void()>& dropped) {
+  if (weight_group_ != nullptr && group != weight_group_name_) {  // the engines changed
+    dropped();
+    weight_group_.reset();
+  }
+  if (weight_group_ == nullptr) {
+    dist::GroupOptions g;
+    g.store_address = assignment_.store_address();
+    g.name = group;
+    g.rank = load.group_rank() > 0 ? load.group_rank() : assignment_.rank() + 1;
+    g.size =
+        load.group_size() > 0 ? load.group_size() : static_cast<int>(config_->rollout.workers) + 1;
+    g.timeout_s = config_->weights.timeout_s;
+    g.device = device;
+    ASSIGN_OR_RETURN(weight_group_, dist::ConnectGroup(g));
+    weight_group_name_ = group;
+  }
+  return weight_group_.get();
+}
+
+bool OnDeviceLocation(const std::string& location) {
+  return absl::StartsWith(location, kCudaIpcPrefix) || absl::StartsWith(location, "nccl:");
+}
+
+absl::StatusOr<DeviceBucketSource*> LmRolloutRole::DeviceSourceFor(const proto::LoadWeights& load) {
+  const proto::WeightsReady& w = load.weights();
+  const std::string& where = w.location();
+  const torch::Device device = engine_->model()->parameters().front().device();
+  if (absl::StartsWith(where, kCudaIpcPrefix)) {
+    if (ipc_ == nullptr || ipc_->location() != where) {  // a new trainer exports anew
+      ipc_.reset();
+      ASSIGN_OR_RETURN(
+          ipc_, CudaIpcSource::Open(where, w.manifest(), device, config_->weights.timeout_s));
+    }
+    return ipc_.get();
+  }
+  ASSIGN_OR_RETURN(dist::Communicator * comm, WeightGroup(load, where.substr(5), device.str(),
+                                                          [this] { device_broadcast_.reset(); }));
+  if (device_broadcast_ == nullptr ||
+      device_broadcast_->bucket_bytes() != w.manifest().bucket_bytes()) {
+    device_broadcast_.reset();
+    device_broadcast_ =
+        std::make_unique<DeviceBroadcastSource>(comm, w.manifest().bucket_bytes(), device);
+  }
+  return device_broadcast_.get();
+}
+
+namespace {
+
+std::vector<std::pair<std::string, torch::Tensor>> NamedParameters(torch::nn::Module& model) {
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for (const auto& p : model.named_parameters()) out.push_back({p.key(), p.value()});
+  return out;
+}
+
+}  // namespace
+
+absl::Status LmRolloutRole::LoadOnDevice(const proto::LoadWeights& load, ReadStats* stats) {
+  const proto::WeightsReady& w = load.weights();
+  const std::string& who = assignment_.actor_id();
+  ASSIGN_OR_RETURN(DeviceBucketSource * source, DeviceSourceFor(load));
+  if (config_->weights.apply == "staged") {
+    torch::NoGradGuard ng;
+    if (device_staged_.empty()) {  // a device copy of the parameters, kept for every version
+      for (const auto& p : engine_->model()->parameters()) device_staged_.push_back(p.clone());
+    }
+    std::vector<std::pair<std::string, torch::Tensor>> named = NamedParameters(*engine_->model());
+    for (size_t i = 0; i < named.size(); ++i) named[i].second = device_staged_[i];
+    ASSIGN_OR_RETURN(std::vector<torch::Tensor> dest,
+                     MatchDeviceDestinations(w.manifest(), named, who));
+    // Whole, and (cuda_ipc) its slot not rewritten meanwhile, before the engine sees it.
+    ASSIGN_OR_RETURN(*stats, ReadDeviceVersion(w.manifest(), w.version(), *source, dest, who));
+    engine_->RequestWeightUpdate(
+        [this](models::Transformer& model) {
+          torch::NoGradGuard ng;
+          const std::vector<torch::Tensor> params = model->parameters();
+          for (size_t i = 0; i < params.size(); ++i) params[i].copy_(device_staged_[i]);
+          return absl::OkStatus();
+        },
+        w.version());
+    return absl::OkStatus();
+  }
+  // Applied by the engine between steps, before Load returns (it steps until then).
+  engine_->RequestWeightUpdate(
+      [source, stats, manifest = &w.manifest(), version = w.version(),
+       who](models::Transformer& model) -> absl::Status {
+        torch::NoGradGuard ng;
+        ASSIGN_OR_RETURN(std::vector<torch::Tensor> dest,
+                         MatchDeviceDestinations(*manifest, NamedParameters(*model), who));
+        ASSIGN_OR_RETURN(*stats, ReadDeviceVersion(*manifest, version, *source, dest, who));
+        return absl::OkStatus();
+      },
+      w.version());
+  return absl::OkStatus();
 }
 
 absl::StatusOr<ReadStats> LmRolloutRole::ReadInto(const proto::WeightsReady& w,
@@ -261,7 +348,9 @@ absl::StatusOr<WorkReply> LmRolloutRole::Load(const proto::LoadWeights& load,
                      " is for another model layout (trainer and rollout configs differ)"));
   }
   ReadStats stats;
-  if (config_->weights.apply == "mapped") {
+  if (OnDeviceLocation(w.location())) {
+    RETURN_IF_ERROR(LoadOnDevice(load, &stats));
+  } else if (config_->weights.apply == "mapped") {
     // Whole and verified in the segment before the engine sees it, like staged.
     ASSIGN_OR_RETURN(stats, LoadMapped(w));
   } else if (config_->weights.apply == "staged") {

@@ -2,7 +2,8 @@
 // lands in the engine; one checked in the mapped segment is served from it, as in place; a
 // publisher killed mid-transfer leaves a staged engine on the previous version (and serving) and an
 // in-place one torn (and refusing work); a corrupted bucket is refused naming the engine, the
-// version and the bucket.
+// version and the bucket; a version broadcast over the nccl transport's device path (a gloo
+// group on the CPU) lands in place or staged.
 #include "rollout/lm_rollout_role.h"
 
 #include <gtest/gtest.h>
@@ -22,6 +23,7 @@
 #include "models/hf_checkpoint.h"
 #include "models/tokenizer.h"
 #include "proto/lm_groups.h"
+#include "weights/device_broadcast.h"
 #include "weights/dying_publisher_testing.h"
 #include "weights/shm_mapped.h"
 #include "weights/shm_ring.h"
@@ -69,7 +71,8 @@ struct Engine {
 // rollout-1 of 2. `device` is set past the config's check (this build may refuse cuda there),
 // to reach the role's own; `created` gets Create's status, else a failure is reported.
 Engine MakeEngine(const std::string& apply, const std::string& more_yaml = "",
-                  const std::string& device = "cpu", absl::Status* created = nullptr) {
+                  const std::string& device = "cpu", absl::Status* created = nullptr,
+                  const std::string& store_address = "") {
   Engine e;
   LoadedJob j = LoadJobText("job: {algorithm: grpo}\nmodel: {path: " + TinyCheckpoint() +
                                 "}\nweights: {apply: " + apply + ", timeout_s: 20}\n" + more_yaml,
@@ -82,6 +85,7 @@ Engine MakeEngine(const std::string& apply, const std::string& more_yaml = "",
   a.set_role("rollout");
   a.set_rank(1);
   a.set_world_size(2);
+  a.set_store_address(store_address);
   auto role = LmRolloutRole::Create(e.config, a);
   if (created != nullptr) {
     *created = role.status();
@@ -178,6 +182,63 @@ TEST(LmRolloutRoleTest, VersionStreamedThroughTheRingLandsInTheEngine) {
   EXPECT_EQ(i, w.size());
   auto gen = Generate(*e.role);
   ASSERT_TRUE(gen.ok()) << gen.status();
+}
+
+// The nccl transport's engine side, run on the CPU: a "nccl:<group>" location forms the weight
+// group on the engine's device (the CPU here, so gloo) and reads through the device broadcast
+// source, in place or into the device staging copy; two versions through one group.
+TEST(LmRolloutRoleTest, DeviceBroadcastVersionsLandInTheEngineInPlaceAndStaged) {
+  for (const std::string apply : {"in_place", "staged"}) {
+    SCOPED_TRACE(apply);
+    auto store = dist::StoreServer::Start("127.0.0.1");
+    ASSERT_TRUE(store.ok()) << store.status();
+    Engine e = MakeEngine(apply, "", "cpu", nullptr, (*store)->address());
+    ASSERT_TRUE(e.role);
+    const std::string group = "weights-" + apply;
+    std::unique_ptr<dist::Communicator> comm;
+    std::thread connect([&] {
+      dist::GroupOptions g;
+      g.store_address = (*store)->address();
+      g.name = group;
+      g.size = 2;
+      g.timeout_s = 20;
+      auto made = dist::ConnectGroup(g);
+      EXPECT_TRUE(made.ok()) << made.status();
+      if (made.ok()) comm = std::move(*made);
+    });
+    for (int64_t version = 1; version <= 2; ++version) {
+      const auto w = TrainerWeights(0.25f * static_cast<float>(version));
+      const proto::WeightsReady r = Announce(w, version, "nccl:" + group);
+      ASSERT_GT(BucketCount(r.manifest()), 4);
+      absl::Status written;
+      std::thread publisher([&] {
+        if (connect.joinable()) connect.join();
+        if (comm == nullptr) return;
+        DeviceBroadcastSink sink(comm.get(), r.manifest().bucket_bytes(), torch::kCPU);
+        DeviceBucketWriter writer(r.manifest(), sink, version);
+        for (const auto& [name, t] : w) {
+          if (written = writer.Append(name, t); !written.ok()) return;
+        }
+        written = writer.Finish();
+      });
+      proto::WorkRequest req;
+      *req.mutable_load_weights()->mutable_weights() = r;
+      req.mutable_load_weights()->set_group_rank(1);
+      req.mutable_load_weights()->set_group_size(2);
+      auto reply = e.role->Handle(req, {});
+      publisher.join();
+      ASSERT_TRUE(written.ok()) << written;
+      ASSERT_TRUE(reply.ok()) << reply.status();
+      EXPECT_EQ(e.role->policy_version(), version);
+      EXPECT_EQ(reply->result.metrics().at("weight_bytes"), r.manifest().total_bytes());
+      size_t i = 0;
+      for (const auto& p :
+           static_cast<LmRolloutRole&>(*e.role).engine().model()->named_parameters()) {
+        EXPECT_TRUE(torch::equal(p.value(), w[i++].second)) << p.key();
+      }
+    }
+    ASSERT_TRUE(Generate(*e.role).ok());
+  }
 }
 
 // A child process publishes bucket 0 of version 1, then is killed.

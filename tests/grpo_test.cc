@@ -3,6 +3,7 @@
 // run on it with the trainer, the rollout engine and a reward worker as separate processes.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -277,6 +278,35 @@ TEST(GrpoTest, GpuCheckJobRunsOnTheCpuWithItsDevicesOverridden) {
     for (const char* key : {"trainer.device: cuda", "engine.device: cuda"}) {
       EXPECT_NE(vout.find(key), std::string::npos) << key << " in " << vout;
     }
+  }
+}
+
+// launch/gpu-check's job on a GPU with weights.transport cuda_ipc named: the engine copies each
+// version device-to-device from the trainer's exported slots (weights/cuda_ipc_plane.h), and
+// serves it (policy_version follows the trainer's). Skips, saying why, where it cannot run.
+TEST(GrpoGpuTest, CudaIpcWeightsReachTheEngineOnTheGpu) {
+  if (!RLFORGE_TORCH_CUDA) GTEST_SKIP() << "this build has a CPU-only libtorch";
+  if (access("/dev/nvidia0", F_OK) != 0) GTEST_SKIP() << "no CUDA device (/dev/nvidia0)";
+  const std::string root = FreshDir("grpo_cuda_ipc");
+  auto [scode, sout] = RunRlforge(
+      {"run", SourceDir() + "/configs/sft_tiny.yaml", "job.run_root=" + root, "job.name=sft",
+       "sft.steps=4", "sft.eval_every=0", "sft.save_every=0", "model.architecture=Qwen2ForCausalLM",
+       "model.hidden_size=256", "model.intermediate_size=704", "model.num_hidden_layers=4"},
+      300);
+  ASSERT_EQ(scode, 0) << sout;
+  for (const char* apply : {"in_place", "staged"}) {
+    const std::string name = std::string("g_") + apply;
+    auto [code, out] = RunRlforge(
+        {"run", SourceDir() + "/configs/grpo_arith_gpu.yaml", "job.run_root=" + root,
+         "job.name=" + name, "model.path=" + root + "/sft/checkpoints/step_4", "job.iterations=2",
+         "weights.transport=cuda_ipc", std::string("weights.apply=") + apply},
+        300);
+    ASSERT_EQ(code, 0) << out;
+    auto m = ReadMetricsJsonl(root + "/" + name);
+    ASSERT_EQ(m.size(), 3u) << out;  // the start evaluation, then 2 iterations
+    EXPECT_EQ(m.back()["metrics"]["policy_version"].get<double>(), 2) << apply;
+    EXPECT_NE(ReadFile(root + "/" + name + "/config.resolved.yaml").find("transport: cuda_ipc"),
+              std::string::npos);
   }
 }
 

@@ -157,11 +157,14 @@ absl::StatusOr<std::unique_ptr<LmPolicyState>> LmPolicyState::Create(
     const std::string transport = LmWeightTransport(config);
     if (transport == "zmq") {
       s->location_ = "inline";
-    } else if (transport == "gloo") {
-      s->location_ = absl::StrCat("gloo:", kWeightGroup);
+    } else if (IsGroupWeightTransport(transport)) {
+      s->location_ = absl::StrCat(transport, ":", kWeightGroup);
     } else if (s->comm_->rank() == 0) {
       const std::string name = PublisherSegmentName(assignment.actor_id());
-      if (w.apply == "mapped") {
+      if (transport == "cuda_ipc") {
+        ASSIGN_OR_RETURN(s->ipc_, CudaIpcSink::Create(name, s->manifest_, s->policy_->device()));
+        s->location_ = s->ipc_->location();
+      } else if (w.apply == "mapped") {
         ASSIGN_OR_RETURN(s->mapped_, MappedSink::Create(name, s->manifest_, w.timeout_s));
         s->location_ = s->mapped_->location();
       } else {
@@ -271,34 +274,80 @@ absl::StatusOr<WorkReply> LmPolicyState::Announce() {
   return reply;
 }
 
-absl::StatusOr<BucketSink*> LmPolicyState::Sink(int readers, const std::string& group) {
-  if (ring_ != nullptr) {
-    ring_->set_readers(readers);
-    return ring_.get();
-  }
-  if (mapped_ != nullptr) return mapped_.get();  // every engine on the host may read it
+absl::StatusOr<dist::Communicator*> LmPolicyState::WeightGroup(
+    int readers, const std::string& group, const std::string& device,
+    const std::function<void()>& dropped) {
   const std::string name = group.empty() ? kWeightGroup : group;
-  if (broadcast_ != nullptr && name != weight_group_name_) {  // the engines changed
-    broadcast_.reset();                                       // drains its broadcasts first
+  if (weight_group_ != nullptr && name != weight_group_name_) {  // the engines changed
+    dropped();
     weight_group_.reset();
   }
-  if (broadcast_ == nullptr) {
+  if (weight_group_ == nullptr) {
     dist::GroupOptions g;
     g.store_address = store_address_;
     g.name = name;
-    weight_group_name_ = name;
     g.rank = 0;
     g.size = readers + 1;
     g.timeout_s = config_.weights.timeout_s;
+    g.device = device;
     ASSIGN_OR_RETURN(weight_group_, dist::ConnectGroup(g));
-    broadcast_ = std::make_unique<GlooBroadcastSink>(weight_group_.get(), manifest_.bucket_bytes());
+    weight_group_name_ = name;
   }
   if (weight_group_->size() != readers + 1) {
     return absl::FailedPreconditionError(
         absl::StrCat("the weight group formed with ", weight_group_->size() - 1, " engines; ",
                      readers, " asked to load now in the same group '", name, "'"));
   }
+  return weight_group_.get();
+}
+
+absl::StatusOr<BucketSink*> LmPolicyState::Sink(int readers, const std::string& group) {
+  if (ring_ != nullptr) {
+    ring_->set_readers(readers);
+    return ring_.get();
+  }
+  if (mapped_ != nullptr) return mapped_.get();  // every engine on the host may read it
+  // The old sink drains its broadcasts before its group goes.
+  ASSIGN_OR_RETURN(dist::Communicator * comm,
+                   WeightGroup(readers, group, "cpu", [this] { broadcast_.reset(); }));
+  if (broadcast_ == nullptr) {
+    broadcast_ = std::make_unique<GlooBroadcastSink>(comm, manifest_.bucket_bytes());
+  }
   return broadcast_.get();
+}
+
+absl::StatusOr<DeviceBucketSink*> LmPolicyState::DeviceSink(int readers, const std::string& group) {
+  if (ipc_ != nullptr) return ipc_.get();  // every engine on the host may read it
+  const torch::Device device = policy_->device();
+  ASSIGN_OR_RETURN(dist::Communicator * comm, WeightGroup(readers, group, device.str(),
+                                                          [this] { device_broadcast_.reset(); }));
+  if (device_broadcast_ == nullptr) {
+    device_broadcast_ =
+        std::make_unique<DeviceBroadcastSink>(comm, manifest_.bucket_bytes(), device);
+  }
+  return device_broadcast_.get();
+}
+
+absl::Status LmPolicyState::GatherIntoDevice(DeviceBucketWriter* writer) {
+  absl::Status first;
+  RETURN_IF_ERROR(policy_->GatherUnits(
+      [&](const ShardUnit& unit, const torch::Tensor& flat) {
+        if (writer == nullptr || !first.ok()) return absl::OkStatus();
+        for (const ShardedParam& p : unit.params) {
+          first = writer->Append(p.name, flat.narrow(0, p.offset, p.numel));
+          if (!first.ok()) break;
+        }
+        return absl::OkStatus();
+      },
+      ShardedModel::GatherTo::kDevice));
+  return first;
+}
+
+absl::Status LmPolicyState::StreamDevice(DeviceBucketSink* sink) {
+  std::optional<DeviceBucketWriter> writer;
+  if (sink != nullptr) writer.emplace(manifest_, *sink, version_);
+  RETURN_IF_ERROR(GatherIntoDevice(sink != nullptr ? &*writer : nullptr));
+  return sink != nullptr ? writer->Finish() : absl::OkStatus();
 }
 
 absl::StatusOr<WorkReply> LmPolicyState::Stream(int readers, const std::string& group) {
@@ -309,15 +358,26 @@ absl::StatusOr<WorkReply> LmPolicyState::Stream(int readers, const std::string& 
   }
   const Stopwatch timer;
   const bool leader = comm_->rank() == 0;
-  std::optional<BucketWriter> writer;
-  if (leader) {
-    ASSIGN_OR_RETURN(BucketSink * sink, Sink(readers, group));
-    writer.emplace(manifest_, *sink, version_);
+  std::vector<uint64_t> sums;  // the device transports hash nothing (device_stream.h says why)
+  if (IsDeviceWeightTransport(LmWeightTransport(config_))) {
+    DeviceBucketSink* sink = nullptr;
+    if (leader) {
+      ASSIGN_OR_RETURN(sink, DeviceSink(readers, group));
+    }
+    RETURN_IF_ERROR(StreamDevice(sink));
+  } else {
+    std::optional<BucketWriter> writer;
+    if (leader) {
+      ASSIGN_OR_RETURN(BucketSink * sink, Sink(readers, group));
+      writer.emplace(manifest_, *sink, version_);
+    }
+    RETURN_IF_ERROR(GatherInto(leader ? &*writer : nullptr));
+    if (leader) {
+      ASSIGN_OR_RETURN(sums, writer->Finish());
+    }
   }
-  RETURN_IF_ERROR(GatherInto(leader ? &*writer : nullptr));
   WorkReply reply;
   if (!leader) return reply;
-  ASSIGN_OR_RETURN(std::vector<uint64_t> sums, writer->Finish());
   ASSIGN_OR_RETURN(reply, Announce());
   for (uint64_t c : sums) reply.result.mutable_weights()->add_bucket_checksums(c);
   auto& m = *reply.result.mutable_metrics();

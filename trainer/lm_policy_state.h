@@ -7,13 +7,16 @@
 //   PublishWeights -> Stream(readers): gathered unit by unit, rank 0 packs each tensor into
 //   the bucket stream (shm ring, mapped segment or gloo broadcast) while the engines load it;
 //   never a second full copy. weights.transport zmq: Announce packs the stream into an inline frame
-//   itself.
+//   itself. cuda_ipc and nccl (a GPU trainer and GPU engines): the units stay on the trainer's
+//   GPU and are packed there (weights/device_stream.h) into the exported slot or the device
+//   broadcast buffers; nothing crosses host memory.
 //
 // Also the padded [B, T] batch the learners score sequences with. One thread; owned by its role.
 #pragma once
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -29,6 +32,9 @@
 #include "trainer/flat_adamw.h"
 #include "trainer/sharded_model.h"
 #include "weights/bucket_stream.h"
+#include "weights/cuda_ipc_plane.h"
+#include "weights/device_broadcast.h"
+#include "weights/device_stream.h"
 #include "weights/gloo_plane.h"
 #include "weights/shm_mapped.h"
 #include "weights/shm_ring.h"
@@ -124,10 +130,24 @@ class LmPolicyState {
   // Gathers every unit and appends its tensors to `writer` (rank 0; null elsewhere). The
   // first failure of the writer is returned after the gather: the ranks stay in step.
   absl::Status GatherInto(BucketWriter* writer);
+  // The same onto the device transports' writer: the units stay on the trainer's device.
+  absl::Status GatherIntoDevice(DeviceBucketWriter* writer);
   // Rank 0's, made on first use and again for each new gloo `group` ("": kWeightGroup).
   absl::StatusOr<BucketSink*> Sink(int readers, const std::string& group);
+  // The same for the device transports (cuda_ipc's slots; nccl's broadcast group).
+  absl::StatusOr<DeviceBucketSink*> DeviceSink(int readers, const std::string& group);
+  // Rank 0 of the broadcast group `group` ("": kWeightGroup) with `readers` engines, on
+  // `device` ("cpu": gloo; "cuda:N": NCCL), formed anew when the group's name changes.
+  // `dropped` runs before an old group goes (its sink must drain first).
+  absl::StatusOr<dist::Communicator*> WeightGroup(int readers, const std::string& group,
+                                                  const std::string& device,
+                                                  const std::function<void()>& dropped);
+  // Streams the current version through the device path (rank 0: into `sink`).
+  absl::Status StreamDevice(DeviceBucketSink* sink);
 
-  std::string location_;  // "shm-ring:/...", "shm-mapped:/...", "gloo:weights" or "inline"
+  // "shm-ring:/...", "shm-mapped:/...", "gloo:weights", "nccl:weights", "cuda-ipc:..." or
+  // "inline"
+  std::string location_;
   std::string store_address_;
   proto::WeightManifest manifest_;
   std::unique_ptr<ShmRingSink> ring_;
@@ -135,6 +155,8 @@ class LmPolicyState {
   std::unique_ptr<dist::Communicator> weight_group_;  // rank 0 of the weight group (gloo)
   std::string weight_group_name_;
   std::unique_ptr<GlooBroadcastSink> broadcast_;
+  std::unique_ptr<DeviceBroadcastSink> device_broadcast_;  // weights.transport nccl
+  std::unique_ptr<CudaIpcSink> ipc_;                       // weights.transport cuda_ipc
   uint64_t layout_hash_ = 0;
   int64_t version_ = 0;
   int64_t optimizer_steps_ = 0;

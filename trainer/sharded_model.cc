@@ -313,7 +313,7 @@ absl::Status ShardedModel::FinishBackward() {
 }
 
 absl::Status ShardedModel::GatherUnits(
-    const std::function<absl::Status(const ShardUnit&, const torch::Tensor&)>& sink) {
+    const std::function<absl::Status(const ShardUnit&, const torch::Tensor&)>& sink, GatherTo to) {
   return CallCatching([&]() -> absl::Status {
     torch::NoGradGuard ng;
     for (size_t u = 0; u < units_.size(); ++u) {
@@ -325,8 +325,10 @@ absl::Status ShardedModel::GatherUnits(
         full = torch::empty({unit.padded}, shard_data_.options());
         RETURN_IF_ERROR(comm_->AllGather(mine, full)->Wait());
       }
-      // Sinks write through raw pointers: device memory comes to the CPU first.
-      RETURN_IF_ERROR(sink(unit, full.narrow(0, 0, unit.numel).to(torch::kCPU)));
+      torch::Tensor values = full.narrow(0, 0, unit.numel);
+      // Raw-pointer sinks read host memory: device memory comes to the CPU first.
+      if (to == GatherTo::kCpu) values = values.to(torch::kCPU);
+      RETURN_IF_ERROR(sink(unit, values));
     }
     return absl::OkStatus();
   });

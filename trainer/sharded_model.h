@@ -97,13 +97,18 @@ class ShardedModel {
   // collective, frees everything gathered. Gradients accumulate over calls until ZeroGrad.
   absl::Status FinishBackward();
 
-  // Gathers unit by unit (in module order) and calls sink(unit, flat full
-  // values [numel], fp32, contiguous on the CPU) for each; never more than one unit is held at
-  // a time. On a GPU each unit is staged through a CPU copy (sinks read raw pointers); on the
-  // CPU the values are the shard or gathered buffer itself, no copy. Every rank must call it;
-  // `sink` runs on every rank (a rank that does not need the values ignores it).
+  // Where GatherUnits hands each unit's values: staged to the CPU for sinks that read raw host
+  // pointers, or left on device() for sinks that are torch code on the device (the GPU weight
+  // transports, weights/device_stream.h).
+  enum class GatherTo { kCpu, kDevice };
+  // Gathers unit by unit (in module order) and calls sink(unit, flat full values [numel], fp32,
+  // contiguous) for each; never more than one unit is held at a time. kCpu: on a GPU each unit
+  // is staged through a CPU copy; on the CPU the values are the shard or gathered buffer
+  // itself, no copy. kDevice: the values stay on device(), no copy anywhere. Every rank must
+  // call it; `sink` runs on every rank (a rank that does not need the values ignores it).
   absl::Status GatherUnits(
-      const std::function<absl::Status(const ShardUnit&, const torch::Tensor&)>& sink);
+      const std::function<absl::Status(const ShardUnit&, const torch::Tensor&)>& sink,
+      GatherTo to = GatherTo::kCpu);
 
   // Bytes of parameters and gradients this rank holds now (shards, gathered units, live
   // parameter gradients), counted from the tensors' storages.

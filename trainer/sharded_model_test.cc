@@ -288,6 +288,23 @@ TEST(ShardedModelDeviceTest, StateLivesOnTheDeviceAndGatherStagesOnlyOffTheCpu) 
                      }
                      return absl::OkStatus();
                    }).ok());
+      // GatherTo::kDevice: the same values, left on the device (the GPU weight transports').
+      std::vector<torch::Tensor> staged, kept;
+      ASSERT_TRUE(m.GatherUnits([&](const ShardUnit&, const torch::Tensor& flat) {
+                     staged.push_back(flat.clone());
+                     return absl::OkStatus();
+                   }).ok());
+      ASSERT_TRUE(m.GatherUnits(
+                       [&](const ShardUnit& unit, const torch::Tensor& flat) {
+                         EXPECT_EQ(flat.device(), m.device()) << unit.name;
+                         EXPECT_TRUE(flat.is_contiguous()) << unit.name;
+                         kept.push_back(flat.clone());
+                         return absl::OkStatus();
+                       },
+                       ShardedModel::GatherTo::kDevice)
+                      .ok());
+      ASSERT_EQ(kept.size(), staged.size());
+      for (size_t u = 0; u < kept.size(); ++u) EXPECT_TRUE(kept[u].equal(staged[u])) << u;
     });
     ASSERT_TRUE(s.ok()) << s;
   }

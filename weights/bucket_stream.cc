@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "common/bfloat16.h"
 #include "common/clock.h"
+#include "common/status.h"
 
 namespace rlforge {
 
@@ -138,22 +139,30 @@ void Unpack(const char* src, int64_t n, uint64_t esize, float* dst) {
 // Copies stream bytes [lo, hi), found at `data` (stream offset `lo`), into the tensors.
 void UnpackRange(const proto::WeightManifest& m, uint64_t lo, uint64_t hi, const char* data,
                  const std::vector<float*>& dest, uint64_t esize) {
+  for (const StreamSpan& s : SpansIn(m, lo, hi)) {
+    const uint64_t offset = m.tensors(s.tensor).offset();
+    Unpack(data + (s.begin - lo), static_cast<int64_t>((s.end - s.begin) / esize), esize,
+           dest[static_cast<size_t>(s.tensor)] + (s.begin - offset) / esize);
+  }
+}
+
+}  // namespace
+
+std::vector<StreamSpan> SpansIn(const proto::WeightManifest& m, uint64_t lo, uint64_t hi) {
   const auto& ts = m.tensors();
   // The last tensor starting at or before lo.
   auto it =
       std::upper_bound(ts.begin(), ts.end(), lo,
                        [](uint64_t v, const proto::WeightTensor& t) { return v < t.offset(); });
-  size_t i = static_cast<size_t>(std::max<ptrdiff_t>(0, (it - ts.begin()) - 1));
-  for (; i < static_cast<size_t>(ts.size()) && ts[i].offset() < hi; ++i) {
+  std::vector<StreamSpan> out;
+  for (int i = static_cast<int>(std::max<ptrdiff_t>(0, (it - ts.begin()) - 1));
+       i < ts.size() && ts[i].offset() < hi; ++i) {
     const uint64_t a = std::max(lo, ts[i].offset());
     const uint64_t b = std::min(hi, ts[i].offset() + ts[i].nbytes());
-    if (a >= b) continue;
-    Unpack(data + (a - lo), static_cast<int64_t>((b - a) / esize), esize,
-           dest[i] + (a - ts[i].offset()) / esize);
+    if (a < b) out.push_back({i, a, b});
   }
+  return out;
 }
-
-}  // namespace
 
 uint64_t BucketChecksum(const void* data, uint64_t size) {
   const auto* p = static_cast<const uint8_t*>(data);
@@ -195,9 +204,9 @@ uint64_t BucketBytes(const proto::WeightManifest& m, int64_t bucket) {
   return std::min(m.bucket_bytes(), m.total_bytes() - begin);
 }
 
-absl::StatusOr<std::vector<float*>> MatchDestinations(const proto::WeightManifest& m,
-                                                      const std::vector<Destination>& mine,
-                                                      const std::string& who) {
+absl::StatusOr<std::vector<size_t>> MatchOrder(const proto::WeightManifest& m,
+                                               const std::vector<TensorSpec>& mine,
+                                               const std::string& who) {
   if (m.dtype() != "float32" && m.dtype() != "bfloat16") {
     return absl::InvalidArgumentError(absl::StrCat(who, ": the weight stream's dtype '", m.dtype(),
                                                    "' is not float32 or bfloat16"));
@@ -206,9 +215,9 @@ absl::StatusOr<std::vector<float*>> MatchDestinations(const proto::WeightManifes
     return absl::InvalidArgumentError(
         absl::StrCat(who, ": bucket size ", m.bucket_bytes(), " is not a positive multiple of 64"));
   }
-  std::map<std::string, const Destination*> by_name;
-  for (const Destination& d : mine) by_name[d.name] = &d;
-  std::vector<float*> out;
+  std::map<std::string, size_t> by_name;
+  for (size_t i = 0; i < mine.size(); ++i) by_name[mine[i].name] = i;
+  std::vector<size_t> out;
   for (const proto::WeightTensor& t : m.tensors()) {
     auto it = by_name.find(t.name());
     if (it == by_name.end()) {
@@ -217,12 +226,12 @@ absl::StatusOr<std::vector<float*>> MatchDestinations(const proto::WeightManifes
                        "' that this model does not (trainer and rollout load different models)"));
     }
     const std::vector<int64_t> shape(t.shape().begin(), t.shape().end());
-    if (shape != it->second->shape) {
+    if (shape != mine[it->second].shape) {
       return absl::FailedPreconditionError(absl::StrCat(
           who, ": tensor '", t.name(), "' is [", absl::StrJoin(shape, ", "),
-          "] in the stream but [", absl::StrJoin(it->second->shape, ", "), "] in this model"));
+          "] in the stream but [", absl::StrJoin(mine[it->second].shape, ", "), "] in this model"));
     }
-    out.push_back(it->second->data);
+    out.push_back(it->second);
     by_name.erase(it);
   }
   if (!by_name.empty()) {
@@ -230,6 +239,17 @@ absl::StatusOr<std::vector<float*>> MatchDestinations(const proto::WeightManifes
         absl::StrCat(who, ": this model's tensor '", by_name.begin()->first,
                      "' is not in the weight stream (trainer and rollout load different models)"));
   }
+  return out;
+}
+
+absl::StatusOr<std::vector<float*>> MatchDestinations(const proto::WeightManifest& m,
+                                                      const std::vector<Destination>& mine,
+                                                      const std::string& who) {
+  std::vector<TensorSpec> specs;
+  for (const Destination& d : mine) specs.push_back({d.name, d.shape});
+  ASSIGN_OR_RETURN(const std::vector<size_t> order, MatchOrder(m, specs, who));
+  std::vector<float*> out;
+  for (size_t i : order) out.push_back(mine[i].data);
   return out;
 }
 

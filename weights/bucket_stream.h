@@ -43,6 +43,22 @@ proto::WeightManifest MakeManifest(const std::vector<TensorSpec>& tensors, const
 int64_t BucketCount(const proto::WeightManifest& m);
 uint64_t BucketBytes(const proto::WeightManifest& m, int64_t bucket);  // the last one shorter
 
+// The part of m's tensor `tensor` (its index) that lies in stream bytes [begin, end).
+struct StreamSpan {
+  int tensor = 0;
+  uint64_t begin = 0, end = 0;
+};
+// Every tensor's part of stream bytes [lo, hi), in stream order (the writer's and every
+// reader's way to cut a bucket into tensors).
+std::vector<StreamSpan> SpansIn(const proto::WeightManifest& m, uint64_t lo, uint64_t hi);
+
+// `mine` (a reader's names and shapes) in m's order: for each of m's tensors, its index in
+// `mine`. An error naming `who` and the first tensor that differs (missing on either side, or
+// another shape), or a dtype or bucket size this reader does not know.
+absl::StatusOr<std::vector<size_t>> MatchOrder(const proto::WeightManifest& m,
+                                               const std::vector<TensorSpec>& mine,
+                                               const std::string& who);
+
 // A model's own fp32 parameter, where a reader writes what the stream holds for `name`.
 struct Destination {
   std::string name;
@@ -50,8 +66,7 @@ struct Destination {
   float* data = nullptr;
 };
 
-// `mine` ordered as m's tensors. An error naming `who` and the first tensor that differs
-// (missing on either side, or another shape), or a dtype this reader does not know.
+// `mine` ordered as m's tensors (MatchOrder, its errors).
 absl::StatusOr<std::vector<float*>> MatchDestinations(const proto::WeightManifest& m,
                                                       const std::vector<Destination>& mine,
                                                       const std::string& who);
