@@ -12,11 +12,13 @@
 // tokens: it is quadratic). Writes the model as a Hugging Face checkpoint and the workload as JSON
 // into --dir, and one JSON line of results to stdout. The checkpoint is written in fp32 from the
 // CPU; the model is then moved to --device in --dtype, and the engine follows its parameters (on a
-// GPU it runs its model step through the CUDA kernels, docs/gpu.md).
+// GPU it runs its model step through the CUDA kernels, docs/gpu.md). On a GPU the shared run
+// replays CUDA graphs for its decode steps (--cuda-graphs 0: not), and a second shared run without
+// them is timed for comparison (engine_shared_no_graphs).
 //
 //   build/bench/engine_bench --size 10m --dir /tmp/engine-bench [--threads 1]
 //       [--prompts 64] [--n 8] [--naive-tokens 32] [--time-unshared 1]
-//       [--device cpu|cuda|cuda:N] [--dtype float32|bfloat16] [--max-new N]
+//       [--device cpu|cuda|cuda:N] [--dtype float32|bfloat16] [--max-new N] [--cuda-graphs 1]
 #include <malloc.h>
 
 #include <cstdio>
@@ -72,7 +74,7 @@ struct EngineResult {
 };
 
 // kv_only: one new token per sample, to read the prompt KV footprint quickly.
-EngineResult RunEngine(Transformer& model, const Workload& w, bool prefix_sharing,
+EngineResult RunEngine(Transformer& model, const Workload& w, bool prefix_sharing, bool cuda_graphs,
                        bool kv_only = false) {
   rlforge::EngineSettings s;
   s.block_size = 16;
@@ -85,6 +87,7 @@ EngineResult RunEngine(Transformer& model, const Workload& w, bool prefix_sharin
   s.max_batch = 512;
   s.max_tokens_per_step = 2048;
   s.prefix_sharing = prefix_sharing;
+  s.cuda_graphs = cuda_graphs;
   rlforge::LlmEngine engine(model, s, 0);
   for (size_t p = 0; p < w.prompts.size(); ++p) {
     rlforge::GenerationRequest r;
@@ -162,7 +165,7 @@ int main(int argc, char** argv) {
   std::string size = "10m", dir = "/tmp/engine-bench", device_name = "cpu", dtype_name = "float32";
   int threads = 1;
   int64_t prompts = 64, n = 8, naive_tokens = 32, max_new = -1;
-  bool time_unshared = false;
+  bool time_unshared = false, cuda_graphs = true;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i], v = argv[i + 1];
     if (k == "--size") size = v;
@@ -175,6 +178,7 @@ int main(int argc, char** argv) {
     if (k == "--device") device_name = v;
     if (k == "--dtype") dtype_name = v;
     if (k == "--max-new") max_new = std::stoll(v);
+    if (k == "--cuda-graphs") cuda_graphs = v == "1";
   }
   absl::StatusOr<TransformerConfig> config_or = rlforge::bench::BenchModelConfig(size);
   absl::StatusOr<torch::Dtype> dtype = rlforge::bench::BenchDtype(dtype_name);
@@ -202,9 +206,9 @@ int main(int argc, char** argv) {
   nlohmann::json wj = {{"prompts", w.prompts}, {"max_new", w.max_new}, {"n", w.n}};
   std::ofstream(dir + "/workload-" + size + ".json") << wj.dump();
 
-  EngineResult shared = RunEngine(model, w, true);
+  EngineResult shared = RunEngine(model, w, true, cuda_graphs);
   // Without sharing only the KV footprint is needed (--time-unshared 1 times it too).
-  EngineResult unshared = RunEngine(model, w, false, !time_unshared);
+  EngineResult unshared = RunEngine(model, w, false, cuda_graphs, !time_unshared);
   double naive = NaiveTokensPerSecond(model, w.prompts[0], n, naive_tokens);
   int64_t want_tokens = 0;
   for (int64_t m : w.max_new) want_tokens += m * n;
@@ -216,7 +220,8 @@ int main(int argc, char** argv) {
                           {"prompt_kv_mib", mib(r.stats.prompt_kv_slots * r.kv_bytes_per_slot)},
                           {"peak_kv_mib", mib(r.stats.peak_blocks * 16 * r.kv_bytes_per_slot)},
                           {"preemptions", r.stats.preemptions},
-                          {"steps", r.stats.steps}};
+                          {"steps", r.stats.steps},
+                          {"graph_steps", r.stats.graph_steps}};
   };
   nlohmann::json out = {
       {"size", size},
@@ -231,6 +236,10 @@ int main(int argc, char** argv) {
       {"naive", {{"tokens_per_s", naive}, {"sequences", n}, {"new_tokens", naive_tokens}}},
       {"model_dir", model_dir},
   };
+  out["cuda_graphs"] = device->is_cuda() && cuda_graphs;
+  if (device->is_cuda() && cuda_graphs) {  // the same load without graphs, for comparison
+    out["engine_shared_no_graphs"] = as_json(RunEngine(model, w, true, false));
+  }
   std::printf("%s\n", out.dump().c_str());
   return 0;
 }

@@ -79,6 +79,9 @@ def main():
     ap.add_argument("--dir", default="/tmp/rlforge-engine-bench")
     ap.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (both sides)")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    ap.add_argument("--cuda-graphs", type=int, default=1, choices=[0, 1],
+                    help="on a GPU: decode steps replay CUDA graphs (and a run without them is "
+                         "timed for comparison)")
     ap.add_argument("--max-new", type=int, default=-1,
                     help="new tokens of every prompt (-1: the size's own)")
     a = ap.parse_args()
@@ -90,7 +93,7 @@ def main():
             [os.path.join(a.build, "bench", "engine_bench"), "--size", size, "--dir", a.dir,
              "--threads", str(threads), "--prompts", str(a.prompts), "--n", str(a.n),
              "--naive-tokens", str(a.naive_tokens), "--device", a.device, "--dtype", a.dtype,
-             "--max-new", str(a.max_new)],
+             "--max-new", str(a.max_new), "--cuda-graphs", str(a.cuda_graphs)],
             env=env, check=True, stdout=subprocess.PIPE, text=True).stdout
         r = json.loads(out.strip().splitlines()[-1])
         with open(os.path.join(a.dir, f"workload-{size}.json")) as f:
@@ -111,6 +114,13 @@ def main():
               f"{h['tokens_per_s']:>9.0f} {e['tokens_per_s'] / h['tokens_per_s']:>9.2f}x "
               f"{e['tokens_per_s'] / nv['tokens_per_s']:>12.1f}x {e['prompt_kv_mib']:>13.1f} MiB "
               f"{r['engine_unshared']['prompt_kv_mib']:>5.1f} MiB {cut:>5.2f}x")
+    for r in rows:
+        if "engine_shared_no_graphs" in r:
+            e, off = r["engine_shared"], r["engine_shared_no_graphs"]
+            print(f"{r['size']:>8} CUDA graphs: {e['tokens_per_s']:.0f} tok/s with "
+                  f"({e['graph_steps']} of {e['steps']} steps replayed), "
+                  f"{off['tokens_per_s']:.0f} tok/s without: "
+                  f"{e['tokens_per_s'] / off['tokens_per_s']:.2f}x")
 
 
 if __name__ == "__main__":

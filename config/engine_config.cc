@@ -30,7 +30,33 @@ void AddEngineSection(SchemaBuilder<JobConfig>& job) {
   b.String("device", &EngineOptions::device,
            "Where the engine holds its model and KV pool: cpu, cuda (engine r on its host's GPU "
            "r) or cuda:N. On a GPU the model step runs through the CUDA kernels (docs/gpu.md).");
-  b.Check([](const EngineOptions& e, config::CheckContext& ctx) { CheckDevice(e.device, ctx); });
+  b.Typed<std::optional<bool>>(
+      "cuda_graphs", &EngineOptions::cuda_graphs,
+      "On a GPU (engine.device cuda): decode steps replay CUDA graphs, one captured per padded "
+      "batch size on first use, instead of launching every kernel from the host (docs/gpu.md). "
+      "auto: on for a cuda engine. A cpu engine has none: true there is an error.",
+      "true, false or auto",
+      [](const YAML::Node& n, std::optional<bool>* out, std::string* why) {
+        if (n.IsScalar() && n.Scalar() == "auto") {
+          out->reset();
+          return true;
+        }
+        bool v = false;
+        if (!config::ParseBool(n, &v, why)) return false;
+        *out = v;
+        return true;
+      },
+      [](const std::optional<bool>& v) {
+        return v.has_value() ? YAML::Node(*v) : YAML::Node("auto");
+      });
+  b.Check([](const EngineOptions& e, config::CheckContext& ctx) {
+    CheckDevice(e.device, ctx);
+    if (e.device == "cpu" && e.cuda_graphs.value_or(false)) {
+      ctx.Error("cuda_graphs",
+                "true needs a GPU engine, and engine.device is cpu (CUDA graphs replay CUDA "
+                "kernels only; set engine.device cuda, or drop the key)");
+    }
+  });
   job.Section("engine", &JobConfig::engine, b.Build());
 }
 

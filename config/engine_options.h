@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace rlforge {
@@ -14,6 +15,9 @@ struct EngineOptions {
   int64_t max_tokens_per_step = 2048;
   bool prefix_sharing = true;
   std::string device = "cpu";  // "cpu" | "cuda" | "cuda:N" (config/device.h)
+  // A GPU engine's decode steps replay CUDA graphs; unset ("auto"): on for a cuda device (a cpu
+  // engine has none).
+  std::optional<bool> cuda_graphs;
 };
 
 }  // namespace rlforge

@@ -145,6 +145,12 @@ TEST(JobConfigTest, DevicesAreCheckedNamingTheKeyAndWhatThisBuildLacks) {
             std::string::npos);
   EXPECT_NE(errors("job: {algorithm: grpo}\nengine: {device: 'cuda:-1'}\n").find("engine.device"),
             std::string::npos);
+  // engine.cuda_graphs set true on a cpu engine would do nothing: refused where it was written.
+  EXPECT_NE(errors("job: {algorithm: grpo}\nengine: {device: cpu, cuda_graphs: true}\n")
+                .find("t.yaml:2:23: engine.cuda_graphs: true needs a GPU engine, and engine.device "
+                      "is cpu"),
+            std::string::npos);
+  EXPECT_EQ(errors("job: {algorithm: grpo}\nengine: {cuda_graphs: false}\n"), "");
   // cuda is refused by a build whose libtorch has none, and accepted by one that has it.
   const std::string why = DeviceUnsupportedReason(DeviceSpec{true, 0});
   const std::string cuda = errors("job: {algorithm: grpo}\ntrainer: {device: 'cuda:0'}\n");

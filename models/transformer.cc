@@ -277,7 +277,12 @@ torch::Tensor TransformerImpl::HiddenThroughKernels(const torch::Tensor& tokens,
     std::tie(cos, sin) = RopeTables(positions, embed_->weight.scalar_type(), positions + 1);
     cos = cos.unsqueeze(1), sin = sin.unsqueeze(1);
   } else {
-    inv_freq = rope_.inv_freq.to(positions.device()).contiguous();
+    // The table moves to the step's device once and stays: a copy each step would be a
+    // host-to-device copy, which a CUDA graph's capture refuses (RopeTables copies as it needs).
+    if (rope_.inv_freq.device() != positions.device()) {
+      rope_.inv_freq = rope_.inv_freq.to(positions.device()).contiguous();
+    }
+    inv_freq = rope_.inv_freq;
   }
   auto heads = [&](const torch::nn::Linear& proj, const torch::Tensor& hn, int64_t n) {
     return Lin(proj, hn).view({N, n, d});

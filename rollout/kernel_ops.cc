@@ -103,6 +103,9 @@ int DeviceLaunch(const kernels::PagedAttentionArgs& a, const torch::Device& devi
 int DeviceLaunch(const kernels::LogprobArgs& a, const torch::Device&, void* stream) {
   return kernels::cuda::LaunchLogprob(a, stream);
 }
+int DeviceLaunch(const kernels::SampleArgs& a, const torch::Device&, void* stream) {
+  return kernels::cuda::LaunchSample(a, stream);
+}
 int DeviceLaunch(const kernels::RmsNormArgs& a, const torch::Device&, void* stream) {
   return kernels::cuda::LaunchRmsNorm(a, stream);
 }
@@ -293,6 +296,39 @@ absl::StatusOr<torch::Tensor> TokenLogprobs(const torch::Tensor& logits,
   a.logprobs = out.data_ptr<float>();
   a.rows = static_cast<int32_t>(rows), a.vocab = static_cast<int32_t>(vocab), a.dtype = dtype;
   if (rows > 0) RETURN_IF_ERROR(Run(op, device, a, &kernels::ReferenceLogprob));
+  return out;
+}
+
+absl::StatusOr<SampledRows> Sample(const torch::Tensor& logits, const SampleSettings& settings) {
+  const char* op = "Sample";
+  ASSIGN_OR_RETURN(const DType dtype, FloatDType(op, "logits", logits));
+  RETURN_IF_ERROR(CheckDevice(op, logits.device()));
+  const torch::Device device = logits.device();
+  RETURN_IF_ERROR(Check(op, "logits", logits, device, logits.scalar_type(), {-1, -1}));
+  const int64_t rows = logits.size(0), vocab = logits.size(1);
+  const SampleSettings& p = settings;
+  RETURN_IF_ERROR(Check(op, "temperature", p.temperature, device, torch::kFloat32, {rows}));
+  RETURN_IF_ERROR(Check(op, "top_k", p.top_k, device, torch::kInt32, {rows}));
+  RETURN_IF_ERROR(Check(op, "top_p", p.top_p, device, torch::kFloat32, {rows}));
+  RETURN_IF_ERROR(Check(op, "seeds", p.seeds, device, torch::kInt64, {rows}));
+  RETURN_IF_ERROR(Check(op, "steps", p.steps, device, torch::kInt64, {rows}));
+  RETURN_IF_ERROR(FitsInt32(op, "rows", rows));
+  RETURN_IF_ERROR(FitsInt32(op, "vocab", vocab));
+  if (vocab == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "kernel_ops::", op, ": logits: expected a vocabulary, got ", ShapeText(logits)));
+  }
+  SampledRows out;
+  out.tokens = torch::empty({rows}, torch::dtype(torch::kInt32).device(device));
+  out.logprobs = torch::empty({rows}, torch::dtype(torch::kFloat32).device(device));
+  kernels::SampleArgs a;
+  a.logits = logits.data_ptr(), a.temperature = p.temperature.data_ptr<float>();
+  a.top_k = p.top_k.data_ptr<int32_t>(), a.top_p = p.top_p.data_ptr<float>();
+  a.seeds = reinterpret_cast<const uint64_t*>(p.seeds.data_ptr<int64_t>());
+  a.steps = p.steps.data_ptr<int64_t>();
+  a.tokens = out.tokens.data_ptr<int32_t>(), a.logprobs = out.logprobs.data_ptr<float>();
+  a.rows = static_cast<int32_t>(rows), a.vocab = static_cast<int32_t>(vocab), a.dtype = dtype;
+  if (rows > 0) RETURN_IF_ERROR(Run(op, device, a, &kernels::ReferenceSample));
   return out;
 }
 

@@ -59,6 +59,25 @@ absl::StatusOr<torch::Tensor> PagedAttention(const torch::Tensor& q, const torch
 absl::StatusOr<torch::Tensor> TokenLogprobs(const torch::Tensor& logits,
                                             const torch::Tensor& targets);
 
+// Each row's sampling settings for Sample: [rows] tensors on the logits' device.
+struct SampleSettings {
+  torch::Tensor temperature;  // fp32; <= 0: greedy (the lowest id among ties)
+  torch::Tensor top_k;        // int32; 0: every token
+  torch::Tensor top_p;        // fp32; 1: every token
+  torch::Tensor seeds;        // int64, read as the bits of uint64 seeds (libtorch 1.13 has no
+                              // uint64 dtype)
+  torch::Tensor steps;        // int64, e.g. the drawn token's position
+};
+struct SampledRows {
+  torch::Tensor tokens;    // [rows] int32
+  torch::Tensor logprobs;  // [rows] fp32, under the untempered, untruncated distribution
+};
+
+// One token per row of logits [rows, vocab] by the sampler kernel (kernels/kernel_args.h's
+// SampleArgs: top-k, then top-p, then Gumbel-max with noise from the row's seed and step), with
+// the drawn token's logprob; both on the logits' device.
+absl::StatusOr<SampledRows> Sample(const torch::Tensor& logits, const SampleSettings& settings);
+
 // RMSNorm of x [rows, dim] by weight [dim], with the residual add fused in when `residual` is
 // given (residual <- x + residual, normalised in its place); returns the normed rows.
 absl::StatusOr<torch::Tensor> RmsNorm(const torch::Tensor& x, torch::Tensor* residual,

@@ -5,10 +5,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
 #include "absl/status/status.h"
+#include "kernels/reference.h"
 
 namespace rlforge {
 namespace {
@@ -88,6 +90,53 @@ TEST(KernelOpsTest, TokenLogprobsAreTheLogSoftmaxAtTheTargets) {
                              .gather(1, targets.to(torch::kLong).unsqueeze(1))
                              .squeeze(1);
     EXPECT_TRUE(torch::allclose(*got, want, 1e-5, 1e-5)) << t;
+  }
+}
+
+kernel_ops::SampleSettings Settings(std::vector<float> temperature, std::vector<int32_t> top_k,
+                                    std::vector<float> top_p, std::vector<int64_t> seeds,
+                                    std::vector<int64_t> steps) {
+  kernel_ops::SampleSettings s;
+  s.temperature = torch::tensor(temperature, torch::kFloat32);
+  s.top_k = torch::tensor(top_k, torch::kInt32), s.top_p = torch::tensor(top_p, torch::kFloat32);
+  s.seeds = torch::tensor(seeds, torch::kInt64), s.steps = torch::tensor(steps, torch::kInt64);
+  return s;
+}
+
+// Greedy rows take the argmax, top_k 1 too; a sampled row draws a candidate of its top-k and
+// top-p; every row's logprob is the untempered log-softmax at its token; a row's draw depends on
+// its seed and step, not on its neighbours.
+TEST(KernelOpsTest, SampleDrawsCandidatesWithUntemperedLogprobs) {
+  for (torch::Dtype t : {torch::kFloat32, torch::kBFloat16}) {
+    torch::manual_seed(3);
+    torch::Tensor logits = (torch::randn({4, 300}) * 3).to(t);
+    const kernel_ops::SampleSettings settings =
+        Settings({0, 1, 0.7f, 2}, {0, 1, 10, 0}, {1, 1, 1, 0.8f}, {1, 2, -3, 4}, {0, 5, 6, 7});
+    absl::StatusOr<kernel_ops::SampledRows> got = kernel_ops::Sample(logits, settings);
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_EQ(got->tokens.scalar_type(), torch::kInt32);
+    torch::Tensor lp = torch::log_softmax(logits.to(torch::kFloat32), -1);
+    torch::Tensor argmax = lp.argmax(1);
+    EXPECT_EQ(got->tokens[0].item<int64_t>(), argmax[0].item<int64_t>()) << t;
+    EXPECT_EQ(got->tokens[1].item<int64_t>(), argmax[1].item<int64_t>()) << t;
+    const torch::Tensor raw = logits.to(torch::kFloat32).contiguous();
+    const float* row2 = raw[2].data_ptr<float>();
+    const float* row3 = raw[3].data_ptr<float>();
+    const kernels::Candidates top10 = kernels::SampleCandidates(row2, 300, 0.7f, 10, 1);
+    const kernels::Candidates nucleus = kernels::SampleCandidates(row3, 300, 2, 0, 0.8f);
+    auto has = [](const kernels::Candidates& c, int32_t id) {
+      return std::find(c.tokens.begin(), c.tokens.end(), id) != c.tokens.end();
+    };
+    EXPECT_TRUE(has(top10, got->tokens[2].item<int32_t>())) << t;
+    EXPECT_TRUE(has(nucleus, got->tokens[3].item<int32_t>())) << t;
+    torch::Tensor want = lp.gather(1, got->tokens.to(torch::kLong).unsqueeze(1)).squeeze(1);
+    EXPECT_TRUE(torch::allclose(got->logprobs, want, 1e-5, 1e-5)) << t;
+
+    kernel_ops::SampleSettings last_only = Settings({2}, {0}, {0.8f}, {4}, {7});
+    absl::StatusOr<kernel_ops::SampledRows> alone =
+        kernel_ops::Sample(logits.narrow(0, 3, 1).contiguous(), last_only);
+    ASSERT_TRUE(alone.ok()) << alone.status();
+    EXPECT_EQ(alone->tokens[0].item<int32_t>(), got->tokens[3].item<int32_t>()) << t;
   }
 }
 
@@ -203,6 +252,12 @@ TEST(KernelOpsTest, BadArgumentsAreNamed) {
   ExpectError(
       kernel_ops::TokenLogprobs(torch::randn({2, 9}), torch::tensor({1, 2}, torch::kLong)).status(),
       bad, "kernel_ops::TokenLogprobs: targets: expected dtype Int, got Long");
+  kernel_ops::SampleSettings settings = Settings({1, 1}, {0, 0}, {1, 1}, {1, 2}, {0, 0});
+  settings.seeds = settings.seeds.to(torch::kInt32);
+  ExpectError(kernel_ops::Sample(torch::randn({2, 9}), settings).status(), bad,
+              "kernel_ops::Sample: seeds: expected dtype Long, got Int");
+  ExpectError(kernel_ops::Sample(torch::randn({3, 9}), settings).status(), bad,
+              "kernel_ops::Sample: temperature: expected shape [3], got [2]");
   ExpectError(kernel_ops::SiluMul(torch::randn({2, 9})).status(), bad,
               "x: expected an even last dimension (gate, then up), got [2, 9]");
   torch::Tensor meta = torch::empty({2, 8}, torch::kMeta);

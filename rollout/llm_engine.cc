@@ -85,14 +85,31 @@ LlmEngine::LlmEngine(models::Transformer model, const EngineSettings& options,
   if (use_kernels_ && !params.empty()) {
     pool = pool.dtype(params.front().scalar_type()).device(device_);
   }
+  const bool graphs =
+      use_kernels_ && (device_.is_cuda() ? options.cuda_graphs : options.pad_decode_steps_on_cpu);
+  // Decode graphs' padding rows write into one more block, which the block manager never owns.
+  const int64_t pool_blocks = options.num_blocks + (graphs ? 1 : 0);
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     // zero_() touches every page now: a lazily zeroed allocation would fault
     // its pages in during generation instead (~6% of a run).
     k_pool_.push_back(
-        torch::empty({options.num_blocks, options.block_size, c.num_key_value_heads, c.head_dim},
-                     pool)
+        torch::empty({pool_blocks, options.block_size, c.num_key_value_heads, c.head_dim}, pool)
             .zero_());
     v_pool_.push_back(torch::empty_like(k_pool_.back()).zero_());
+  }
+  if (graphs) {
+    DecodeGraphOptions g;
+    g.device = device_;
+    g.max_batch = options.max_batch;
+    g.block_size = options.block_size;
+    g.scratch_block = static_cast<int32_t>(options.num_blocks);
+    // CheckRequest bounds every sequence by both; a fork's gap adds less than a block.
+    g.max_context = static_cast<int32_t>(
+        std::min(c.max_position_embeddings, options.num_blocks * options.block_size));
+    g.max_blocks = (g.max_context + 2 * options.block_size - 2) / options.block_size;
+    graphs_ =
+        std::make_unique<DecodeGraphs>(g, [this](const DeviceStep& in) { return KernelStep(in); });
+    graphs_->ParametersMoved(params);  // where the graphs will read the weights
   }
 }
 
@@ -207,6 +224,9 @@ absl::Status LlmEngine::MaybeApplyWeightUpdate() {
   }
   torn_.clear();
   version_ = update->version;
+  // The graphs read the parameters by address: the loaders copy into them, and should one
+  // replace them instead, the graphs are dropped and captured again.
+  if (graphs_) graphs_->ParametersMoved(model_->parameters());
   return absl::OkStatus();
 }
 
@@ -325,20 +345,29 @@ void LlmEngine::ApplyBlockCopies() {
   pending_copies_.clear();
 }
 
-absl::Status LlmEngine::RunModel(const std::vector<Sequence*>& batch,
-                                 const std::vector<int64_t>& chunk) {
-  ApplyBlockCopies();
-
+// What one step feeds the model, and who draws from which of its logits rows.
+struct LlmEngine::StepInputs {
   PagedBatch pb;
+  std::vector<int64_t> tokens, positions;
+  // Hidden rows whose logits the step computes, and per drawing sequence its logits row. The
+  // kernel path gives every drawer a row of its own (a fork repeats its prompt's hidden row),
+  // since the sampler kernel draws row i for drawer i; the own path computes each row once.
+  std::vector<int64_t> logit_rows;
+  std::vector<Sequence*> drawers;
+  std::vector<int64_t> drawer_row;
+};
+
+LlmEngine::StepInputs LlmEngine::BuildStep(const std::vector<Sequence*>& batch,
+                                           const std::vector<int64_t>& chunk) {
+  StepInputs in;
+  PagedBatch& pb = in.pb;
   pb.block_size = options_.block_size;
-  std::vector<int64_t> tokens, positions, sample_rows;
-  std::vector<Sequence*> sampled;
   pb.table_start.push_back(0);
   for (size_t i = 0; i < batch.size(); ++i) {
     Sequence* s = batch[i];
     for (int64_t p = s->computed; p < s->computed + chunk[i]; ++p) {
-      tokens.push_back(s->tokens[p]);
-      positions.push_back(p);
+      in.tokens.push_back(s->tokens[p]);
+      in.positions.push_back(p);
       pb.row_seq.push_back(static_cast<int32_t>(i));
       pb.row_context.push_back(static_cast<int32_t>(p + 1));
       const int64_t u = s->SlotIndex(p);
@@ -353,141 +382,173 @@ absl::Status LlmEngine::RunModel(const std::vector<Sequence*>& batch,
     pb.seq_skip_from.push_back(s->skip_from);
     pb.seq_skip.push_back(s->skip);
     s->computed += chunk[i];
-    if (s->computed == static_cast<int64_t>(s->tokens.size())) {
-      sample_rows.push_back(static_cast<int64_t>(tokens.size()) - 1);
-      sampled.push_back(s);
+    if (s->computed < static_cast<int64_t>(s->tokens.size())) continue;  // prefill goes on
+    const int64_t hidden_row = static_cast<int64_t>(in.tokens.size()) - 1;
+    // The block tables above are copied already: forking now changes nothing this step reads.
+    const std::vector<Sequence*> drawers = s->index < 0 ? Fork(s) : std::vector<Sequence*>{s};
+    if (!use_kernels_) in.logit_rows.push_back(hidden_row);
+    for (Sequence* d : drawers) {
+      if (use_kernels_) in.logit_rows.push_back(hidden_row);
+      in.drawers.push_back(d);
+      in.drawer_row.push_back(static_cast<int64_t>(in.logit_rows.size()) - 1);
     }
   }
+  return in;
+}
 
-  // logits: the sampler's, fp32 on the CPU; device_logits: the model's (the same tensor on the
-  // CPU engine's own path).
-  torch::Tensor logits, device_logits;
-  auto forward = [&]() -> absl::Status {
-    torch::NoGradGuard no_grad;
-    kernel_ops::PagedIndex index;
-    if (use_kernels_) {
-      ASSIGN_OR_RETURN(index, kernel_ops::ToDevice(pb, device_));
-    }
-    const float scale = 1.0f / std::sqrt(static_cast<float>(model_->config().head_dim));
-    auto attend = [&](int64_t layer, const torch::Tensor& q, const torch::Tensor& k,
-                      const torch::Tensor& v) {
-      if (use_kernels_) return KernelAttend(index, k_pool_[layer], v_pool_[layer], q, k, v, scale);
-      WritePagedKv(k_pool_[layer], k, pb);
-      WritePagedKv(v_pool_[layer], v, pb);
-      return PagedAttention(q, k_pool_[layer], v_pool_[layer], pb);
-    };
-    static const models::TransformerImpl::IncrementalKernels kModelKernels =
-        kernel_ops::ModelKernels();
-    torch::Tensor hidden =
-        model_->HiddenIncremental(torch::tensor(tokens, torch::kLong).to(device_),
-                                  torch::tensor(positions, torch::kLong).to(device_), attend,
-                                  use_kernels_ ? &kModelKernels : nullptr);
-    if (!sampled.empty()) {
-      device_logits =
-          model_
-              ->Logits(hidden.index_select(0, torch::tensor(sample_rows, torch::kLong).to(device_)))
-              .contiguous();
-      logits = device_logits.to(torch::kCPU, torch::kFloat32).contiguous();
-    }
-    return absl::OkStatus();
-  };
-  RETURN_IF_ERROR(CallCatching(forward, "engine: model forward failed: "));
-  if (sampled.empty()) return absl::OkStatus();  // no sequence to sample: the step filled KV only
-
-  const int64_t vocab = logits.size(1);
-  const float* lp = logits.data_ptr<float>();
-  // Sample the ordinary sequences in parallel: each owns its RNG.
-  std::vector<SampledToken> draws(sampled.size());
-  at::parallel_for(0, static_cast<int64_t>(sampled.size()), 8, [&](int64_t b, int64_t e) {
-    std::vector<float> scratch;
-    std::vector<int32_t> index_scratch;
-    for (int64_t r = b; r < e; ++r) {
-      Sequence* s = sampled[r];
-      if (s->index < 0) continue;
-      draws[r] = SampleToken(lp + r * vocab, vocab, s->group->request.params, s->rng, scratch,
-                             index_scratch);
-    }
-  });
-  std::vector<Sequence*> drawn;  // the kernel path's: who drew from which logits row
-  std::vector<int64_t> drawn_rows;
-  for (size_t r = 0; r < sampled.size(); ++r) {
-    Sequence* s = sampled[r];
-    if (s->index < 0) {
-      for (Sequence* f : Fork(s, lp + r * vocab, vocab)) {
-        if (use_kernels_) {
-          drawn.push_back(f);
-          drawn_rows.push_back(static_cast<int64_t>(r));
-        }
-      }
-      continue;
-    }
-    if (use_kernels_) {
-      drawn.push_back(s);
-      drawn_rows.push_back(static_cast<int64_t>(r));
-    }
-    s->tokens.push_back(draws[r].token);
-    s->out.tokens.push_back(draws[r].token);
-    s->out.logprobs.push_back(draws[r].logprob);
-    s->out.versions.push_back(version_);
-    ++stats_.generated_tokens;
-    StopsAt(s);
-  }
-  if (use_kernels_) RETURN_IF_ERROR(KernelLogprobs(device_logits, drawn_rows, drawn));
-  // Retire what finished, keeping admission order for the rest.
-  std::vector<Sequence*> keep;
-  for (Sequence* s : running_) {
-    if (s->finished) {
-      blocks_.Release(s->table);
-      Group* g = s->group;
-      if (s->index >= 0) {
-        g->done.push_back(std::move(s->out));
-        if (--g->remaining == 0) {
-          FinishedGroup f;
-          f.request_id = g->request.id;
-          f.prompt = g->request.prompt;
-          f.samples = std::move(g->done);
-          std::sort(
-              f.samples.begin(), f.samples.end(),
-              [](const GeneratedSample& a, const GeneratedSample& b) { return a.index < b.index; });
-          finished_.push_back(std::move(f));
-          auto it = std::find_if(groups_.begin(), groups_.end(),
-                                 [&](const auto& p) { return p.get() == g; });
-          groups_.erase(it);  // frees g and its sequences, s included
-        }
-      }
-    } else {
-      keep.push_back(s);
-    }
-  }
-  running_ = std::move(keep);
+absl::Status LlmEngine::RunModel(const std::vector<Sequence*>& batch,
+                                 const std::vector<int64_t>& chunk) {
+  ApplyBlockCopies();
+  const StepInputs in = BuildStep(batch, chunk);
+  std::vector<SampledToken> draws;
+  RETURN_IF_ERROR(CallCatching(
+      [&]() -> absl::Status {
+        draws = Forward(in);
+        return absl::OkStatus();
+      },
+      "engine: model forward failed: "));
+  for (size_t i = 0; i < in.drawers.size(); ++i) Append(in.drawers[i], draws[i]);
+  Retire();
   return absl::OkStatus();
 }
 
-absl::Status LlmEngine::KernelLogprobs(const torch::Tensor& logits,
-                                       const std::vector<int64_t>& rows,
-                                       const std::vector<Sequence*>& drawn) {
-  if (drawn.empty()) return absl::OkStatus();
-  std::vector<int32_t> targets;
-  for (Sequence* s : drawn) targets.push_back(s->out.tokens.back());
-  auto run = [&]() -> absl::Status {
-    torch::Tensor picked =
-        logits.index_select(0, torch::tensor(rows, torch::kLong).to(device_)).contiguous();
-    ASSIGN_OR_RETURN(
-        torch::Tensor lp,
-        kernel_ops::TokenLogprobs(picked, torch::tensor(targets, torch::kInt32).to(device_)));
-    lp = lp.cpu();
-    const float* v = lp.data_ptr<float>();
-    for (size_t i = 0; i < drawn.size(); ++i) drawn[i]->out.logprobs.back() = v[i];
-    return absl::OkStatus();
+std::vector<SampledToken> LlmEngine::Forward(const StepInputs& in) {
+  torch::NoGradGuard no_grad;
+  if (use_kernels_) return KernelForward(in);
+  auto attend = [&](int64_t layer, const torch::Tensor& q, const torch::Tensor& k,
+                    const torch::Tensor& v) {
+    WritePagedKv(k_pool_[layer], k, in.pb);
+    WritePagedKv(v_pool_[layer], v, in.pb);
+    return PagedAttention(q, k_pool_[layer], v_pool_[layer], in.pb);
   };
-  return CallCatching(run, "engine: logprobs through the kernel library failed: ");
+  torch::Tensor hidden =
+      model_->HiddenIncremental(torch::tensor(in.tokens, torch::kLong),
+                                torch::tensor(in.positions, torch::kLong), attend, nullptr);
+  if (in.drawers.empty()) return {};  // no sequence to sample: the step filled KV only
+  torch::Tensor logits =
+      model_->Logits(hidden.index_select(0, torch::tensor(in.logit_rows, torch::kLong)));
+  return OwnDraws(logits.to(torch::kFloat32).contiguous(), in);
 }
 
-std::vector<LlmEngine::Sequence*> LlmEngine::Fork(Sequence* leader, const float* logits,
-                                                  int64_t vocab) {
+std::vector<SampledToken> LlmEngine::KernelForward(const StepInputs& in) {
+  const int64_t rows = static_cast<int64_t>(in.tokens.size());
+  const HostSampling sampling = SamplingOf(in, model_->config().vocab_size);
+  // A decode step: every row draws once, from its own logits row (no fork shares one).
+  bool decode = static_cast<int64_t>(in.logit_rows.size()) == rows;
+  for (int64_t i = 0; decode && i < rows; ++i) decode = in.logit_rows[i] == i;
+  if (decode && graphs_ && graphs_->Serves(in.pb, rows)) {
+    absl::StatusOr<std::vector<SampledToken>> out =
+        graphs_->Run(in.tokens, in.positions, in.pb, sampling);
+    if (!out.ok()) throw std::runtime_error(Msg(out.status()));
+    ++stats_.graph_steps;
+    return *std::move(out);
+  }
+  DeviceStep d;
+  d.tokens = torch::tensor(in.tokens, torch::kLong).to(device_);
+  d.positions = torch::tensor(in.positions, torch::kLong).to(device_);
+  absl::StatusOr<kernel_ops::PagedIndex> index = kernel_ops::ToDevice(in.pb, device_);
+  if (!index.ok()) throw std::runtime_error(Msg(index.status()));
+  d.index = *std::move(index);
+  d.logit_rows = torch::tensor(in.logit_rows, torch::kLong).to(device_);
+  d.sampling = sampling.ToDevice(device_);
+  const kernel_ops::SampledRows drawn = KernelStep(d);
+  if (in.drawers.empty()) return {};  // no sequence to sample: the step filled KV only
+  const torch::Tensor tokens = drawn.tokens.cpu(), logprobs = drawn.logprobs.cpu();
+  std::vector<SampledToken> out(in.drawers.size());
+  for (size_t i = 0; i < out.size(); ++i) {
+    out[i] = {tokens.data_ptr<int32_t>()[i], logprobs.data_ptr<float>()[i]};
+  }
+  return out;
+}
+
+kernel_ops::SampledRows LlmEngine::KernelStep(const DeviceStep& in) {
+  torch::NoGradGuard no_grad;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(model_->config().head_dim));
+  auto attend = [&](int64_t layer, const torch::Tensor& q, const torch::Tensor& k,
+                    const torch::Tensor& v) {
+    return KernelAttend(in.index, k_pool_[layer], v_pool_[layer], q, k, v, scale);
+  };
+  static const models::TransformerImpl::IncrementalKernels kModelKernels =
+      kernel_ops::ModelKernels();
+  torch::Tensor hidden = model_->HiddenIncremental(in.tokens, in.positions, attend, &kModelKernels);
+  if (in.logit_rows.defined()) {
+    if (in.logit_rows.size(0) == 0) return {};  // a prefill-only step draws nothing
+    hidden = hidden.index_select(0, in.logit_rows);
+  }
+  absl::StatusOr<kernel_ops::SampledRows> drawn =
+      kernel_ops::Sample(model_->Logits(hidden).contiguous(), in.sampling);
+  if (!drawn.ok()) throw std::runtime_error(Msg(drawn.status()));
+  return *std::move(drawn);
+}
+
+HostSampling LlmEngine::SamplingOf(const StepInputs& in, int64_t vocab) const {
+  HostSampling h;
+  for (const Sequence* s : in.drawers) {
+    const SamplingParams& p = s->group->request.params;
+    h.temperature.push_back(static_cast<float>(p.temperature));
+    h.top_k.push_back(static_cast<int32_t>(p.top_k > 0 && p.top_k < vocab ? p.top_k : 0));
+    h.top_p.push_back(static_cast<float>(p.top_p));
+    h.seeds.push_back(static_cast<int64_t>(SampleSeed(p.seed, s->index)));
+    h.steps.push_back(static_cast<int64_t>(s->tokens.size()));  // the drawn token's position
+  }
+  return h;
+}
+
+std::vector<SampledToken> LlmEngine::OwnDraws(const torch::Tensor& logits, const StepInputs& in) {
+  const int64_t vocab = logits.size(1);
+  const float* lp = logits.data_ptr<float>();
+  std::vector<SampledToken> out(in.drawers.size());
+  // In parallel: each sequence owns its RNG.
+  at::parallel_for(0, static_cast<int64_t>(out.size()), 8, [&](int64_t b, int64_t e) {
+    std::vector<float> scratch;
+    std::vector<int32_t> index_scratch;
+    for (int64_t i = b; i < e; ++i) {
+      Sequence* s = in.drawers[i];
+      out[i] = SampleToken(lp + in.drawer_row[i] * vocab, vocab, s->group->request.params, s->rng,
+                           scratch, index_scratch);
+    }
+  });
+  return out;
+}
+
+void LlmEngine::Append(Sequence* s, const SampledToken& draw) {
+  s->tokens.push_back(draw.token);
+  s->out.tokens.push_back(draw.token);
+  s->out.logprobs.push_back(draw.logprob);
+  s->out.versions.push_back(version_);
+  ++stats_.generated_tokens;
+  StopsAt(s);
+}
+
+void LlmEngine::Retire() {
+  // Keeps admission order for the rest.
+  std::vector<Sequence*> keep;
+  for (Sequence* s : running_) {
+    if (!s->finished) {
+      keep.push_back(s);
+      continue;
+    }
+    blocks_.Release(s->table);
+    Group* g = s->group;
+    if (s->index < 0) continue;
+    g->done.push_back(std::move(s->out));
+    if (--g->remaining > 0) continue;
+    FinishedGroup f;
+    f.request_id = g->request.id;
+    f.prompt = g->request.prompt;
+    f.samples = std::move(g->done);
+    std::sort(f.samples.begin(), f.samples.end(),
+              [](const GeneratedSample& a, const GeneratedSample& b) { return a.index < b.index; });
+    finished_.push_back(std::move(f));
+    auto it =
+        std::find_if(groups_.begin(), groups_.end(), [&](const auto& p) { return p.get() == g; });
+    groups_.erase(it);  // frees g and its sequences, s included
+  }
+  running_ = std::move(keep);
+}
+
+std::vector<LlmEngine::Sequence*> LlmEngine::Fork(Sequence* leader) {
   Group* g = leader->group;
-  std::vector<float> scratch;
-  std::vector<int32_t> index_scratch;
   std::vector<Sequence*> forks;
   for (int64_t i = 0; i < g->request.n; ++i) {
     auto s = std::make_unique<Sequence>();
@@ -503,13 +564,6 @@ std::vector<LlmEngine::Sequence*> LlmEngine::Fork(Sequence* leader, const float*
     }
     s->rng = SampleRng(g->request.params.seed, i);
     s->out.index = i;
-    SampledToken t = SampleToken(logits, vocab, g->request.params, s->rng, scratch, index_scratch);
-    s->tokens.push_back(t.token);
-    s->out.tokens.push_back(t.token);
-    s->out.logprobs.push_back(t.logprob);
-    s->out.versions.push_back(version_);
-    ++stats_.generated_tokens;
-    StopsAt(s.get());
     forks.push_back(s.get());
     g->seqs.push_back(std::move(s));
   }

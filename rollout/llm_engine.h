@@ -38,6 +38,7 @@
 #include "absl/status/status.h"
 #include "models/transformer.h"
 #include "rollout/block_manager.h"
+#include "rollout/decode_graphs.h"
 #include "rollout/sampler.h"
 
 namespace rlforge {
@@ -56,12 +57,21 @@ struct EngineSettings {
   // Turns generated token ids into text for stop strings; empty: stop strings unsupported.
   std::function<std::string(const std::vector<int32_t>&)> detokenize;
   // Not a config key: KV writes, paged attention, the model's RMSNorms (residual fused), RoPE
-  // and SiLU-and-multiply, and the logprobs go through the kernel library's adapter
+  // and SiLU-and-multiply, and sampling go through the kernel library's adapter
   // (rollout/kernel_ops.h) instead of the CPU engine's own code, with KV pools in the model's
-  // dtype on the model's device; tokens are still drawn by the sampler below. On a CPU model
+  // dtype on the model's device; only the drawn tokens and their logprobs leave the device,
+  // never the logits. Draws differ from the own path's (another random stream: the sampler
+  // kernel's, seeded by SampleSeed and the token's position); greedy ones agree. On a CPU model
   // that runs the kernels' CPU references (slow; how the path is tested without a GPU); a
   // model on a CUDA device, or in another dtype than fp32, always takes this path.
   bool use_kernel_library = false;
+  // engine.cuda_graphs: decode steps of a model on a CUDA device replay CUDA graphs captured per
+  // padded batch size (rollout/decode_graphs.h); off: every step launches its kernels one by one.
+  // No effect on a CPU model.
+  bool cuda_graphs = true;
+  // Not a config key (tests): a CPU model on the kernel path runs its decode steps as the graphs
+  // do, padded into static buffers, eagerly, so padding is tested without a GPU.
+  bool pad_decode_steps_on_cpu = false;
 };
 
 struct GenerationRequest {
@@ -94,6 +104,7 @@ struct EngineStats {
   int64_t prompt_kv_slots = 0;  // KV slots ever written with prompt tokens (copies included)
   int64_t cow_copies = 0;
   int64_t max_running = 0;
+  int64_t graph_steps = 0;  // decode steps run through DecodeGraphs
 };
 
 class LlmEngine {
@@ -130,6 +141,8 @@ class LlmEngine {
 
   const EngineStats& stats() const { return stats_; }
   const BlockManager& blocks() const { return blocks_; }
+  // The decode graphs, or null where steps run eagerly (EngineSettings::cuda_graphs).
+  const DecodeGraphs* decode_graphs() const { return graphs_.get(); }
   models::Transformer& model() { return model_; }
 
  private:
@@ -142,14 +155,29 @@ class LlmEngine {
   absl::Status MaybeApplyWeightUpdate();
   bool Schedule(std::vector<Sequence*>& batch, std::vector<int64_t>& chunk);
   void Preempt(Sequence* seq);
+  struct StepInputs;
   absl::Status RunModel(const std::vector<Sequence*>& batch, const std::vector<int64_t>& chunk);
-  // The samples that continue the leader, each with its first token drawn from `logits`.
-  std::vector<Sequence*> Fork(Sequence* leader, const float* logits, int64_t vocab);
+  // The step's model inputs from the scheduled batch; forks shared prompts that end this step.
+  StepInputs BuildStep(const std::vector<Sequence*>& batch, const std::vector<int64_t>& chunk);
+  // The model's forward over `in` and one draw per in.drawers (throws, for CallCatching).
+  std::vector<SampledToken> Forward(const StepInputs& in);
+  // The kernel path's step: a decode graph's when one serves it, else eagerly. Only the drawn
+  // tokens and their logprobs leave the device.
+  std::vector<SampledToken> KernelForward(const StepInputs& in);
+  // The model and the sampler kernel on device tensors: what a decode graph captures.
+  kernel_ops::SampledRows KernelStep(const DeviceStep& in);
+  // Each drawer's sampler settings: its request's, its seed (SampleSeed), its token's position.
+  HostSampling SamplingOf(const StepInputs& in, int64_t vocab) const;
+  // The CPU engine's own draws from fp32 logits on the CPU, through SampleToken.
+  std::vector<SampledToken> OwnDraws(const torch::Tensor& logits, const StepInputs& in);
+  // The samples that continue the leader; they take its place in the running batch.
+  std::vector<Sequence*> Fork(Sequence* leader);
+  // A drawn token onto its sequence (tokens, logprob, version, stop check).
+  void Append(Sequence* seq, const SampledToken& draw);
+  // Frees finished sequences and hands over groups whose samples have all finished.
+  void Retire();
   // KV pools' copy-on-write moves, before the step writes.
   void ApplyBlockCopies();
-  // The kernel path's logprobs: each drawn token's, from its logits row, replaces the sampler's.
-  absl::Status KernelLogprobs(const torch::Tensor& logits, const std::vector<int64_t>& rows,
-                              const std::vector<Sequence*>& drawn);
   bool StopsAt(Sequence* seq) const;
 
   models::Transformer model_;
@@ -159,6 +187,7 @@ class LlmEngine {
   torch::Device device_;      // the model's
   bool use_kernels_ = false;  // options_.use_kernel_library, a CUDA model or a non-fp32 one
   std::vector<torch::Tensor> k_pool_, v_pool_;
+  std::unique_ptr<DecodeGraphs> graphs_;  // null: every step eager
   std::vector<std::unique_ptr<Group>> groups_;
   std::deque<Sequence*> waiting_;
   std::vector<Sequence*> running_;  // admission order

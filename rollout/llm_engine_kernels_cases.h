@@ -1,9 +1,11 @@
 // The engine through the kernel library (EngineSettings::use_kernel_library) against the CPU
-// engine's own path, on the same model, seeds and requests: the same tokens, the same
-// logprobs within a tolerance, the same scheduling. Included by exactly one test file per
-// binary, which instantiates the suite for its device: llm_engine_kernels_test.cc on the CPU
-// (the kernels' references), llm_engine_kernels_gpu_test.cc on CUDA (the kernels themselves;
-// skipped, saying why, where this build or machine cannot run them).
+// engine's own path, on the same model, seeds and requests: greedy, the same tokens, the same
+// logprobs within a tolerance, the same scheduling. Sampled draws come from the sampler kernel's
+// stream (not the own path's RNG): they are checked for what they must be (the model's
+// logprobs, independent of the batch, the seed's, the references' on a GPU). Included by exactly
+// one test file per binary, which instantiates the suite for its device: llm_engine_kernels_test.cc
+// on the CPU (the kernels' references), llm_engine_kernels_gpu_test.cc on CUDA (the kernels
+// themselves; skipped, saying why, where this build or machine cannot run them).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -11,6 +13,7 @@
 
 #include <map>
 #include <random>
+#include <set>
 #include <vector>
 
 #include "rollout/kernel_ops.h"
@@ -70,15 +73,33 @@ std::vector<GenerationRequest> KernelCaseRequests(uint64_t seed, int count, int6
   return out;
 }
 
+// The logprobs of `tokens` after `prompt` under a dense forward of the whole sequence (the
+// trainer's), on the CPU.
+std::vector<float> DenseLogprobs(Transformer& m, const std::vector<int32_t>& prompt,
+                                 const std::vector<int32_t>& tokens) {
+  torch::NoGradGuard no_grad;
+  std::vector<int64_t> ids(prompt.begin(), prompt.end());
+  ids.insert(ids.end(), tokens.begin(), tokens.end());
+  const int64_t t = static_cast<int64_t>(ids.size());
+  torch::Tensor logits =
+      m->Logits(m->Hidden(torch::tensor(ids).unsqueeze(0), torch::arange(t).unsqueeze(0),
+                          torch::zeros({1, t}, torch::kLong)))[0];
+  torch::Tensor lp = torch::log_softmax(logits.to(torch::kFloat32), -1);
+  std::vector<float> out;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    out.push_back(lp[static_cast<int64_t>(prompt.size() + i) - 1][tokens[i]].item<float>());
+  }
+  return out;
+}
+
 struct KernelCaseRun {
   std::map<uint64_t, FinishedGroup> done;
   EngineStats stats;
+  int64_t graph_sizes = 0;  // decode graphs' padded sizes used (0: none)
 };
 
-// Submits every request at once, then steps to the end.
-KernelCaseRun RunKernelCase(Transformer model, const EngineSettings& settings,
-                            const std::vector<GenerationRequest>& requests) {
-  LlmEngine engine(std::move(model), settings, 0);
+// Submits every request at once, then steps the engine to the end.
+KernelCaseRun RunRequests(LlmEngine& engine, const std::vector<GenerationRequest>& requests) {
   for (const auto& r : requests) EXPECT_TRUE(engine.Submit(r).ok());
   KernelCaseRun run;
   for (int step = 0; step < 5000 && engine.HasUnfinished(); ++step) {
@@ -90,7 +111,14 @@ KernelCaseRun RunKernelCase(Transformer model, const EngineSettings& settings,
   EXPECT_FALSE(engine.HasUnfinished());
   EXPECT_EQ(engine.blocks().num_used(), 0);
   run.stats = engine.stats();
+  if (engine.decode_graphs() != nullptr) run.graph_sizes = engine.decode_graphs()->graphs();
   return run;
+}
+
+KernelCaseRun RunKernelCase(Transformer model, const EngineSettings& settings,
+                            const std::vector<GenerationRequest>& requests, int64_t version = 0) {
+  LlmEngine engine(std::move(model), settings, version);
+  return RunRequests(engine, requests);
 }
 
 class EngineKernelLibraryTest : public ::testing::TestWithParam<torch::DeviceType> {
@@ -103,22 +131,20 @@ class EngineKernelLibraryTest : public ::testing::TestWithParam<torch::DeviceTyp
     }
   }
 
-  // Runs `requests` through the CPU engine's own path and through the kernel library on this
-  // suite's device, and expects the same groups: tokens, finish reasons, versions equal;
-  // logprobs within the device's tolerance. Returns the two runs' stats.
-  std::pair<EngineStats, EngineStats> ExpectSameGenerations(
-      const TransformerConfig& config, uint64_t seed, EngineSettings settings,
-      const std::vector<GenerationRequest>& requests) {
-    settings.use_kernel_library = false;
-    const KernelCaseRun want = RunKernelCase(KernelCaseModel(config, seed), settings, requests);
-    settings.use_kernel_library = true;
-    Transformer model = KernelCaseModel(config, seed);
+  // On this suite's device through the kernel library; on the CPU through the references.
+  static Transformer OnDevice(Transformer model) {
     model->to(torch::Device(GetParam()));
-    const KernelCaseRun got = RunKernelCase(model, settings, requests);
-    // CPU: the references sum in double where the engine sums in float; CUDA: fp32 kernels
-    // and cuBLAS in another order.
-    const double tolerance = GetParam() == torch::kCPU ? 2e-5 : 1e-3;
-    EXPECT_EQ(got.done.size(), requests.size());
+    return model;
+  }
+  // CPU: the references sum in double where the engine sums in float; CUDA: fp32 kernels
+  // and cuBLAS in another order.
+  static double Tolerance() { return GetParam() == torch::kCPU ? 2e-5 : 1e-3; }
+
+  // Expects the same groups: tokens, finish reasons, versions equal; logprobs within Tolerance.
+  static void ExpectSameGroups(const KernelCaseRun& want, const KernelCaseRun& got, size_t count,
+                               bool same_schedule = true) {
+    EXPECT_EQ(want.done.size(), count);
+    EXPECT_EQ(got.done.size(), count);
     double max_diff = 0;
     for (const auto& [id, w] : want.done) {
       auto it = got.done.find(id);
@@ -139,8 +165,9 @@ class EngineKernelLibraryTest : public ::testing::TestWithParam<torch::DeviceTyp
         }
       }
     }
-    EXPECT_LT(max_diff, tolerance);
-    // The same scheduling, step for step: what the two paths computed differs only in rounding.
+    EXPECT_LT(max_diff, Tolerance());
+    if (!same_schedule) return;
+    // The same scheduling, step for step: what the two runs computed differs only in rounding.
     const EngineStats &a = got.stats, &b = want.stats;
     EXPECT_EQ(a.steps, b.steps);
     EXPECT_EQ(a.generated_tokens, b.generated_tokens);
@@ -148,7 +175,48 @@ class EngineKernelLibraryTest : public ::testing::TestWithParam<torch::DeviceTyp
     EXPECT_EQ(a.preemptions, b.preemptions);
     EXPECT_EQ(a.peak_blocks, b.peak_blocks);
     EXPECT_EQ(a.prompt_kv_slots, b.prompt_kv_slots);
-    return {want.stats, got.stats};
+  }
+
+  // Every drawn token's logprob is the fp32 model's log-softmax at it (a dense forward).
+  static void ExpectDenseLogprobs(Transformer& fp32, const KernelCaseRun& run) {
+    double max_diff = 0;
+    for (const auto& [id, g] : run.done) {
+      for (const GeneratedSample& smp : g.samples) {
+        const std::vector<float> want = DenseLogprobs(fp32, g.prompt, smp.tokens);
+        for (size_t t = 0; t < smp.tokens.size(); ++t) {
+          max_diff = std::max(max_diff, double{std::abs(smp.logprobs[t] - want[t])});
+        }
+      }
+    }
+    EXPECT_LT(max_diff, 5 * Tolerance());  // a dense forward sums in yet another order
+  }
+
+  // `requests` made greedy run through the CPU engine's own path and through the kernel library
+  // on this suite's device: the same groups, the same scheduling. As given (greedy and sampled,
+  // top-k and top-p), through the kernel library on this device: logprobs the model's, and on
+  // a GPU the same draws as the kernels' CPU references make. Returns the greedy runs' stats
+  // (own path, kernel path).
+  std::pair<EngineStats, EngineStats> ExpectSameGenerations(
+      const TransformerConfig& config, uint64_t seed, EngineSettings settings,
+      const std::vector<GenerationRequest>& requests) {
+    std::vector<GenerationRequest> greedy = requests;
+    for (GenerationRequest& r : greedy) r.params.temperature = 0;
+    settings.use_kernel_library = false;
+    const KernelCaseRun own = RunKernelCase(KernelCaseModel(config, seed), settings, greedy);
+    settings.use_kernel_library = true;
+    const KernelCaseRun got =
+        RunKernelCase(OnDevice(KernelCaseModel(config, seed)), settings, greedy);
+    ExpectSameGroups(own, got, requests.size());
+
+    const KernelCaseRun sampled =
+        RunKernelCase(OnDevice(KernelCaseModel(config, seed)), settings, requests);
+    Transformer fp32 = KernelCaseModel(config, seed);
+    ExpectDenseLogprobs(fp32, sampled);
+    if (GetParam() != torch::kCPU) {
+      ExpectSameGroups(RunKernelCase(KernelCaseModel(config, seed), settings, requests), sampled,
+                       requests.size());
+    }
+    return {own.stats, got.stats};
   }
 };
 
@@ -192,23 +260,145 @@ TEST_P(EngineKernelLibraryTest, GqaRatiosAndBlockSizesGenerateTheSame) {
   }
 }
 
-// The logprobs of `tokens` after `prompt` under a dense forward of the whole sequence (the
-// trainer's), on the CPU.
-std::vector<float> DenseLogprobs(Transformer& m, const std::vector<int32_t>& prompt,
-                                 const std::vector<int32_t>& tokens) {
-  torch::NoGradGuard no_grad;
-  std::vector<int64_t> ids(prompt.begin(), prompt.end());
-  ids.insert(ids.end(), tokens.begin(), tokens.end());
-  const int64_t t = static_cast<int64_t>(ids.size());
-  torch::Tensor logits =
-      m->Logits(m->Hidden(torch::tensor(ids).unsqueeze(0), torch::arange(t).unsqueeze(0),
-                          torch::zeros({1, t}, torch::kLong)))[0];
-  torch::Tensor lp = torch::log_softmax(logits.to(torch::kFloat32), -1);
-  std::vector<float> out;
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    out.push_back(lp[static_cast<int64_t>(prompt.size() + i) - 1][tokens[i]].item<float>());
+// The default init's near-uniform next-token distribution: draws spread over the vocabulary.
+Transformer SamplingCaseModel(uint64_t seed) {
+  torch::manual_seed(seed);
+  Transformer m(KernelCaseConfig(4, 2, 8));
+  m->eval();
+  return m;
+}
+
+GenerationRequest SampledRequest(uint64_t id, uint64_t seed, int64_t n) {
+  GenerationRequest r;
+  r.id = id;
+  r.prompt = {5, 17, 3, 44, 9, 21};
+  r.n = n;
+  r.params.temperature = 1.0;
+  r.params.max_tokens = 12;
+  r.params.seed = seed;
+  return r;
+}
+
+// A sample's draws depend on its request's seed and its index only: not on what else shares
+// its batches (other groups, chunked prefills beside it) and not on the run.
+TEST_P(EngineKernelLibraryTest, SampledTokensDependOnTheSeedNotTheBatch) {
+  EngineSettings s;
+  s.num_blocks = 256, s.block_size = 4, s.max_batch = 32, s.max_tokens_per_step = 7;
+  s.use_kernel_library = true;
+  const GenerationRequest mine = SampledRequest(99, 5, 1);
+  const KernelCaseRun alone = RunKernelCase(OnDevice(SamplingCaseModel(6)), s, {mine});
+  const KernelCaseRun again = RunKernelCase(OnDevice(SamplingCaseModel(6)), s, {mine});
+  std::vector<GenerationRequest> crowd = KernelCaseRequests(6, 5, 3, 13, 12);
+  crowd.insert(crowd.begin() + 2, mine);
+  const KernelCaseRun beside = RunKernelCase(OnDevice(SamplingCaseModel(6)), s, crowd);
+  GenerationRequest reseeded = mine;
+  reseeded.params.seed = 6;
+  const KernelCaseRun other = RunKernelCase(OnDevice(SamplingCaseModel(6)), s, {reseeded});
+  ASSERT_EQ(alone.done.count(99), 1u);
+  ASSERT_EQ(again.done.count(99), 1u);
+  ASSERT_EQ(beside.done.count(99), 1u);
+  ASSERT_EQ(other.done.count(99), 1u);
+  const std::vector<int32_t>& tokens = alone.done.at(99).samples.at(0).tokens;
+  EXPECT_EQ(tokens.size(), 12u);
+  EXPECT_EQ(again.done.at(99).samples.at(0).tokens, tokens);
+  EXPECT_EQ(beside.done.at(99).samples.at(0).tokens, tokens);
+  EXPECT_NE(other.done.at(99).samples.at(0).tokens, tokens) << "another seed drew the same";
+}
+
+// The n samples of a shared prompt draw their first tokens from one logits row, each with its
+// own seed: they draw apart, and exactly what unshared samples of the same request draw.
+TEST_P(EngineKernelLibraryTest, ForkedSamplesDrawApartAndAsUnsharedSamples) {
+  EngineSettings s;
+  s.num_blocks = 256, s.block_size = 4, s.max_batch = 32;
+  s.use_kernel_library = true;
+  const GenerationRequest group = SampledRequest(1, 11, 8);
+  const KernelCaseRun shared = RunKernelCase(OnDevice(SamplingCaseModel(7)), s, {group});
+  s.prefix_sharing = false;
+  const KernelCaseRun unshared = RunKernelCase(OnDevice(SamplingCaseModel(7)), s, {group});
+  ASSERT_EQ(shared.done.count(1), 1u);
+  ASSERT_EQ(unshared.done.count(1), 1u);
+  EXPECT_EQ(shared.stats.prompt_kv_slots * 8, unshared.stats.prompt_kv_slots);  // it did share
+  std::set<int32_t> first;
+  std::set<std::vector<int32_t>> whole;
+  const std::vector<GeneratedSample>& samples = shared.done.at(1).samples;
+  ASSERT_EQ(samples.size(), 8u);
+  for (size_t j = 0; j < samples.size(); ++j) {
+    EXPECT_EQ(samples[j].tokens, unshared.done.at(1).samples.at(j).tokens) << "sample " << j;
+    first.insert(samples[j].tokens.at(0));
+    whole.insert(samples[j].tokens);
   }
-  return out;
+  EXPECT_GT(first.size(), 1u) << "all 8 samples drew the same first token";
+  EXPECT_EQ(whole.size(), 8u) << "two samples drew the same 12 tokens";
+}
+
+// top_k 1 at temperature 1 leaves one candidate: the greedy token, with the same logprob.
+TEST_P(EngineKernelLibraryTest, TopKOneIsGreedy) {
+  EngineSettings s;
+  s.num_blocks = 256, s.block_size = 4, s.max_batch = 32;
+  s.use_kernel_library = true;
+  std::vector<GenerationRequest> greedy = KernelCaseRequests(8, 4, 3, 13, 10), top1 = greedy;
+  for (GenerationRequest& r : greedy) r.params.temperature = 0;
+  for (GenerationRequest& r : top1)
+    r.params.temperature = 1, r.params.top_k = 1, r.params.top_p = 1;
+  ExpectSameGroups(RunKernelCase(OnDevice(SamplingCaseModel(8)), s, greedy),
+                   RunKernelCase(OnDevice(SamplingCaseModel(8)), s, top1), greedy.size());
+}
+
+// Settings whose decode steps go through DecodeGraphs: on CUDA captured graphs; on the CPU the
+// same padded static-buffer steps, eagerly.
+EngineSettings GraphSettings(bool graphs) {
+  EngineSettings s;
+  s.num_blocks = 256, s.block_size = 5, s.max_batch = 16, s.max_tokens_per_step = 64;
+  s.use_kernel_library = true;
+  s.cuda_graphs = graphs;
+  s.pad_decode_steps_on_cpu = graphs;
+  return s;
+}
+
+// Decode steps through the graphs generate what eager steps do: 5 groups of 3 samples (greedy,
+// top-k, top-p), so batches of 15 rows and fewer as samples stop, padded to several sizes.
+TEST_P(EngineKernelLibraryTest, DecodeGraphsGenerateAsEagerSteps) {
+  const TransformerConfig config = KernelCaseConfig(4, 2, 8);
+  std::vector<GenerationRequest> requests = KernelCaseRequests(9, 5, 3, 13, 12);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    requests[i].params.max_tokens = 4 + 4 * static_cast<int64_t>(i);  // batches shrink in steps
+    requests[i].params.stop_token_ids.clear();
+  }
+  const KernelCaseRun want =
+      RunKernelCase(OnDevice(KernelCaseModel(config, 9)), GraphSettings(false), requests);
+  const KernelCaseRun got =
+      RunKernelCase(OnDevice(KernelCaseModel(config, 9)), GraphSettings(true), requests);
+  ExpectSameGroups(want, got, requests.size());
+  EXPECT_EQ(want.stats.graph_steps, 0);
+  EXPECT_GT(got.stats.graph_steps, 0);
+  EXPECT_GE(got.graph_sizes, 3) << "the batches were meant to pad to several sizes";
+}
+
+// Graphs captured under one version replay the next one's weights: updates copy into the
+// parameters' storage, which the graphs read.
+TEST_P(EngineKernelLibraryTest, DecodeGraphsSeeWeightUpdates) {
+  const TransformerConfig config = KernelCaseConfig(4, 2, 8);
+  const std::vector<GenerationRequest> first = KernelCaseRequests(10, 4, 3, 13, 10);
+  std::vector<GenerationRequest> second = KernelCaseRequests(11, 4, 3, 13, 10);
+  for (GenerationRequest& r : second) r.id += 100;
+  LlmEngine engine(OnDevice(KernelCaseModel(config, 10)), GraphSettings(true), 0);
+  RunRequests(engine, first);
+  ASSERT_NE(engine.decode_graphs(), nullptr);
+  const int64_t captured = engine.decode_graphs()->graphs();
+  EXPECT_GT(captured, 0);
+  Transformer next = KernelCaseModel(config, 11);
+  engine.RequestWeightUpdate(
+      [&](Transformer& m) {
+        const std::vector<torch::Tensor> to = m->parameters(), from = next->parameters();
+        for (size_t i = 0; i < to.size(); ++i) to[i].copy_(from[i]);
+        return absl::OkStatus();
+      },
+      1);
+  const KernelCaseRun got = RunRequests(engine, second);
+  EXPECT_EQ(engine.decode_graphs()->drops(), 0);  // the update moved no parameter
+  const KernelCaseRun want =
+      RunKernelCase(OnDevice(KernelCaseModel(config, 11)), GraphSettings(false), second, 1);
+  ExpectSameGroups(want, got, second.size(), /*same_schedule=*/false);
 }
 
 // A bf16 model through the kernel path (bf16 KV pools): its logprobs must be as close to the

@@ -23,6 +23,7 @@ EngineSettings EngineSettingsFor(const EngineOptions& o, const models::Transform
   s.max_batch = o.max_batch;
   s.max_tokens_per_step = o.max_tokens_per_step;
   s.prefix_sharing = o.prefix_sharing;
+  s.cuda_graphs = o.cuda_graphs.value_or(true);  // on a cpu engine it has no effect
   s.num_blocks = o.num_blocks;
   if (s.num_blocks == 0) {
     const double block_bytes = 2.0 * m.num_hidden_layers * o.block_size * m.num_key_value_heads *

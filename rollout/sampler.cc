@@ -16,8 +16,12 @@ double Uniform(std::mt19937_64& rng) { return static_cast<double>(rng() >> 11) *
 
 }  // namespace
 
+uint64_t SampleSeed(uint64_t seed, int64_t index) {
+  return SplitMix64(SplitMix64(seed) ^ static_cast<uint64_t>(index));
+}
+
 std::mt19937_64 SampleRng(uint64_t seed, int64_t index) {
-  return std::mt19937_64(SplitMix64(SplitMix64(seed) ^ static_cast<uint64_t>(index)));
+  return std::mt19937_64(SampleSeed(seed, index));
 }
 
 SampledToken SampleToken(const float* logits, int64_t vocab, const SamplingParams& params,

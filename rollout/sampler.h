@@ -28,6 +28,11 @@ struct SamplingParams {
   uint64_t seed = 0;
 };
 
+// The seed of sample `index` of a request seeded with `seed`: it seeds the sample's RNG below
+// (the CPU engine's own path) and is the seed of its draws through the sampler kernel
+// (kernels/sample_rng.h, the kernel path), so a sample's draws never depend on its batch.
+uint64_t SampleSeed(uint64_t seed, int64_t index);
+
 // The RNG of sample `index` of a request seeded with `seed`.
 std::mt19937_64 SampleRng(uint64_t seed, int64_t index);
 
