@@ -44,7 +44,7 @@ absl::Status ValidateRopeScaling(const RopeScaling& scaling, const std::string& 
                                  const std::string& key);
 
 struct RopeFrequencies {
-  torch::Tensor inv_freq;  // [dim / 2] fp32, CPU
+  torch::Tensor inv_freq;  // [dim / 2] fp32; CPU, or the device a kernel-path step moved it to
   double attention_factor = 1;
 };
 

@@ -20,6 +20,7 @@
 #include <memory>
 
 #include "dist/communicator.h"
+#include "weights/broadcast_buffers.h"
 #include "weights/device_stream.h"
 
 namespace rlforge {
@@ -28,38 +29,28 @@ class DeviceBroadcastSink final : public DeviceBucketSink {
  public:
   // `comm` (rank 0 of the weight group, its tensors on `device`) outlives the sink.
   DeviceBroadcastSink(dist::Communicator* comm, uint64_t bucket_bytes, torch::Device device);
-  ~DeviceBroadcastSink() override;
   absl::StatusOr<torch::Tensor> Acquire(int64_t version, int64_t bucket) override;
   absl::Status Commit(int64_t version, int64_t bucket, uint64_t nbytes) override;
   absl::Status Drain() override;
   uint64_t bucket_bytes() const { return bucket_bytes_; }
 
  private:
-  dist::Communicator* comm_;  // not owned
   uint64_t bucket_bytes_;
-  torch::Tensor buf_[2];
-  std::unique_ptr<dist::Pending> pending_[2];
+  BroadcastBuffers buffers_;
 };
 
 class DeviceBroadcastSource final : public DeviceBucketSource {
  public:
   // `comm` (an engine's rank, >= 1, of the weight group, on `device`) outlives the source.
   DeviceBroadcastSource(dist::Communicator* comm, uint64_t bucket_bytes, torch::Device device);
-  ~DeviceBroadcastSource() override;
   absl::Status Begin(int64_t version, int64_t buckets) override;
   absl::StatusOr<torch::Tensor> Next(int64_t version, int64_t bucket) override;
   absl::Status Release(int64_t version, int64_t bucket) override;
   uint64_t bucket_bytes() const { return bucket_bytes_; }
 
  private:
-  void Post(int64_t bucket);
-
-  dist::Communicator* comm_;  // not owned
   uint64_t bucket_bytes_;
-  torch::Tensor buf_[2];
-  std::unique_ptr<dist::Pending> pending_[2];
-  int64_t buckets_ = 0;
-  int64_t posted_ = 0;  // buckets of this version posted so far
+  BroadcastBuffers buffers_;
 };
 
 }  // namespace rlforge
