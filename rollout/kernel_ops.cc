@@ -100,9 +100,6 @@ int DeviceLaunch(const kernels::PagedAttentionArgs& a, const torch::Device& devi
                    torch::dtype(torch::kUInt8).device(device));
   return kernels::cuda::LaunchPagedAttention(a, workspace.data_ptr(), stream);
 }
-int DeviceLaunch(const kernels::LogprobArgs& a, const torch::Device&, void* stream) {
-  return kernels::cuda::LaunchLogprob(a, stream);
-}
 int DeviceLaunch(const kernels::SampleArgs& a, const torch::Device&, void* stream) {
   return kernels::cuda::LaunchSample(a, stream);
 }
@@ -276,26 +273,6 @@ absl::StatusOr<torch::Tensor> PagedAttention(const torch::Tensor& q, const torch
   a.block_size = static_cast<int32_t>(index.block_size), a.max_context = index.max_context;
   a.scale = scale, a.dtype = dtype;
   if (rows > 0) RETURN_IF_ERROR(Run(op, device, a, &kernels::ReferencePagedAttention));
-  return out;
-}
-
-absl::StatusOr<torch::Tensor> TokenLogprobs(const torch::Tensor& logits,
-                                            const torch::Tensor& targets) {
-  const char* op = "TokenLogprobs";
-  ASSIGN_OR_RETURN(const DType dtype, FloatDType(op, "logits", logits));
-  RETURN_IF_ERROR(CheckDevice(op, logits.device()));
-  const torch::Device device = logits.device();
-  RETURN_IF_ERROR(Check(op, "logits", logits, device, logits.scalar_type(), {-1, -1}));
-  const int64_t rows = logits.size(0), vocab = logits.size(1);
-  RETURN_IF_ERROR(Check(op, "targets", targets, device, torch::kInt32, {rows}));
-  RETURN_IF_ERROR(FitsInt32(op, "rows", rows));
-  RETURN_IF_ERROR(FitsInt32(op, "vocab", vocab));
-  torch::Tensor out = torch::empty({rows}, torch::dtype(torch::kFloat32).device(device));
-  kernels::LogprobArgs a;
-  a.logits = logits.data_ptr(), a.targets = targets.data_ptr<int32_t>();
-  a.logprobs = out.data_ptr<float>();
-  a.rows = static_cast<int32_t>(rows), a.vocab = static_cast<int32_t>(vocab), a.dtype = dtype;
-  if (rows > 0) RETURN_IF_ERROR(Run(op, device, a, &kernels::ReferenceLogprob));
   return out;
 }
 

@@ -54,11 +54,6 @@ absl::StatusOr<torch::Tensor> PagedAttention(const torch::Tensor& q, const torch
                                              const torch::Tensor& v_pool, const PagedIndex& index,
                                              float scale);
 
-// logits[r, targets[r]] - logsumexp(logits[r]) as fp32 [rows]: the fused log-softmax-gather.
-// logits: [rows, vocab]; targets: [rows] int32 in [0, vocab).
-absl::StatusOr<torch::Tensor> TokenLogprobs(const torch::Tensor& logits,
-                                            const torch::Tensor& targets);
-
 // Each row's sampling settings for Sample: [rows] tensors on the logits' device.
 struct SampleSettings {
   torch::Tensor temperature;  // fp32; <= 0: greedy (the lowest id among ties)

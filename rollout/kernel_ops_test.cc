@@ -78,21 +78,6 @@ TEST(KernelOpsTest, KvWriteAndPagedAttentionMatchTheEngine) {
   }
 }
 
-TEST(KernelOpsTest, TokenLogprobsAreTheLogSoftmaxAtTheTargets) {
-  for (torch::Dtype t : {torch::kFloat32, torch::kBFloat16}) {
-    torch::manual_seed(2);
-    torch::Tensor logits = (torch::randn({5, 300}) * 4).to(t);
-    torch::Tensor targets = torch::tensor({0, 299, 17, 150, 3}, torch::kInt32);
-    absl::StatusOr<torch::Tensor> got = kernel_ops::TokenLogprobs(logits, targets);
-    ASSERT_TRUE(got.ok()) << got.status();
-    EXPECT_EQ(got->scalar_type(), torch::kFloat32);
-    torch::Tensor want = torch::log_softmax(logits.to(torch::kFloat32), -1)
-                             .gather(1, targets.to(torch::kLong).unsqueeze(1))
-                             .squeeze(1);
-    EXPECT_TRUE(torch::allclose(*got, want, 1e-5, 1e-5)) << t;
-  }
-}
-
 kernel_ops::SampleSettings Settings(std::vector<float> temperature, std::vector<int32_t> top_k,
                                     std::vector<float> top_p, std::vector<int64_t> seeds,
                                     std::vector<int64_t> steps) {
@@ -249,9 +234,6 @@ TEST(KernelOpsTest, BadArgumentsAreNamed) {
   torch::Tensor k = torch::randn({6, 2, 16});
   ExpectError(kernel_ops::WriteKv(k, k, index.row_slot.to(torch::kInt32), pool, pool), bad,
               "kernel_ops::WriteKv: slots: expected dtype Long, got Int");
-  ExpectError(
-      kernel_ops::TokenLogprobs(torch::randn({2, 9}), torch::tensor({1, 2}, torch::kLong)).status(),
-      bad, "kernel_ops::TokenLogprobs: targets: expected dtype Int, got Long");
   kernel_ops::SampleSettings settings = Settings({1, 1}, {0, 0}, {1, 1}, {1, 2}, {0, 0});
   settings.seeds = settings.seeds.to(torch::kInt32);
   ExpectError(kernel_ops::Sample(torch::randn({2, 9}), settings).status(), bad,

@@ -25,15 +25,25 @@ std::string Ppo() { return SourceDir() + "/configs/ppo_arith.yaml"; }
 std::string Dpo() { return SourceDir() + "/configs/dpo_arith.yaml"; }
 
 // The seconds-long SFT stage the other jobs start from (4 optimiser steps of
-// configs/sft_tiny.yaml): enough to check what runs, not what it learns.
-std::string SftCheckpoint(const std::string& root) {
-  auto [code, out] =
-      RunRlforge({"run", SourceDir() + "/configs/sft_tiny.yaml", "job.run_root=" + root,
-                  "job.name=sft", "sft.steps=4", "sft.eval_every=0", "sft.save_every=0"},
-                 300);
+// configs/sft_tiny.yaml, with `overrides`): enough to check what runs, not what it learns.
+std::string SftCheckpoint(const std::string& root, const std::vector<std::string>& overrides = {}) {
+  std::vector<std::string> args = {"run",
+                                   SourceDir() + "/configs/sft_tiny.yaml",
+                                   "job.run_root=" + root,
+                                   "job.name=sft",
+                                   "sft.steps=4",
+                                   "sft.eval_every=0",
+                                   "sft.save_every=0"};
+  args.insert(args.end(), overrides.begin(), overrides.end());
+  auto [code, out] = RunRlforge(args, 300);
   EXPECT_EQ(code, 0) << out;
   return root + "/sft/checkpoints/step_4";
 }
+
+// The shape of launch/gpu-check's SFT stage, which its GPU job starts from.
+const std::vector<std::string> kGpuCheckShape = {
+    "model.architecture=Qwen2ForCausalLM", "model.hidden_size=256", "model.intermediate_size=704",
+    "model.num_hidden_layers=4"};
 
 // The start of the learning check: configs/sft_arith_flawed.yaml shrunk to a half-minute
 // stage (2 layers of width 64, addition only, 1000 steps). From its flawed demonstrations
@@ -252,16 +262,11 @@ TEST(GrpoTest, AsyncJobRunsWithMappedWeights) {
 TEST(GrpoTest, GpuCheckJobRunsOnTheCpuWithItsDevicesOverridden) {
   const std::string root = FreshDir("grpo_arith_gpu");
   const std::string config = SourceDir() + "/configs/grpo_arith_gpu.yaml";
-  auto [scode, sout] = RunRlforge(
-      {"run", SourceDir() + "/configs/sft_tiny.yaml", "job.run_root=" + root, "job.name=sft",
-       "sft.steps=4", "sft.eval_every=0", "sft.save_every=0", "model.architecture=Qwen2ForCausalLM",
-       "model.hidden_size=256", "model.intermediate_size=704", "model.num_hidden_layers=4"},
-      300);
-  ASSERT_EQ(scode, 0) << sout;
-  auto [code, out] = RunRlforge(
-      {"run", config, "job.run_root=" + root, "job.name=g",
-       "model.path=" + root + "/sft/checkpoints/step_4", "engine.device=cpu", "trainer.device=cpu"},
-      300);
+  const std::string sft = SftCheckpoint(root, kGpuCheckShape);
+  ASSERT_FALSE(::testing::Test::HasFailure());
+  auto [code, out] = RunRlforge({"run", config, "job.run_root=" + root, "job.name=g",
+                                 "model.path=" + sft, "engine.device=cpu", "trainer.device=cpu"},
+                                300);
   ASSERT_EQ(code, 0) << out;
   auto m = ReadMetricsJsonl(root + "/g");
   ASSERT_EQ(m.size(), 11u) << out;  // the start evaluation, then 10 iterations
@@ -270,8 +275,7 @@ TEST(GrpoTest, GpuCheckJobRunsOnTheCpuWithItsDevicesOverridden) {
   EXPECT_EQ(m.back()["metrics"]["policy_version"].get<double>(), 10);
   const std::string resolved = ReadFile(root + "/g/config.resolved.yaml");
   EXPECT_NE(resolved.find("mixed_precision: bf16"), std::string::npos) << resolved;
-  EXPECT_NE(ReadFile(root + "/sft/checkpoints/step_4/config.json").find("Qwen2ForCausalLM"),
-            std::string::npos);
+  EXPECT_NE(ReadFile(sft + "/config.json").find("Qwen2ForCausalLM"), std::string::npos);
   if (!RLFORGE_TORCH_CUDA) {
     auto [vcode, vout] = RunRlforge({"validate", config});
     EXPECT_EQ(vcode, 2) << vout;
@@ -288,19 +292,15 @@ TEST(GrpoGpuTest, CudaIpcWeightsReachTheEngineOnTheGpu) {
   if (!RLFORGE_TORCH_CUDA) GTEST_SKIP() << "this build has a CPU-only libtorch";
   if (access("/dev/nvidia0", F_OK) != 0) GTEST_SKIP() << "no CUDA device (/dev/nvidia0)";
   const std::string root = FreshDir("grpo_cuda_ipc");
-  auto [scode, sout] = RunRlforge(
-      {"run", SourceDir() + "/configs/sft_tiny.yaml", "job.run_root=" + root, "job.name=sft",
-       "sft.steps=4", "sft.eval_every=0", "sft.save_every=0", "model.architecture=Qwen2ForCausalLM",
-       "model.hidden_size=256", "model.intermediate_size=704", "model.num_hidden_layers=4"},
-      300);
-  ASSERT_EQ(scode, 0) << sout;
+  const std::string sft = SftCheckpoint(root, kGpuCheckShape);
+  ASSERT_FALSE(::testing::Test::HasFailure());
   for (const char* apply : {"in_place", "staged"}) {
     const std::string name = std::string("g_") + apply;
-    auto [code, out] = RunRlforge(
-        {"run", SourceDir() + "/configs/grpo_arith_gpu.yaml", "job.run_root=" + root,
-         "job.name=" + name, "model.path=" + root + "/sft/checkpoints/step_4", "job.iterations=2",
-         "weights.transport=cuda_ipc", std::string("weights.apply=") + apply},
-        300);
+    auto [code, out] =
+        RunRlforge({"run", SourceDir() + "/configs/grpo_arith_gpu.yaml", "job.run_root=" + root,
+                    "job.name=" + name, "model.path=" + sft, "job.iterations=2",
+                    "weights.transport=cuda_ipc", std::string("weights.apply=") + apply},
+                   300);
     ASSERT_EQ(code, 0) << out;
     auto m = ReadMetricsJsonl(root + "/" + name);
     ASSERT_EQ(m.size(), 3u) << out;  // the start evaluation, then 2 iterations
