@@ -80,6 +80,12 @@ void AddGrpoSection(SchemaBuilder<JobConfig>& job) {
                AutoAggregationDoc());
   b.Bool("filter_degenerate", &GrpoOptions::filter_degenerate,
          "Drop groups whose rewards are all equal before the update (DAPO dynamic sampling).");
+  b.Bool("skip_zero_advantage", &GrpoOptions::skip_zero_advantage,
+         "Leave groups whose advantages are all exactly 0 out of the trainer's forward and "
+         "backward when the loss has no KL term (grpo.kl_beta 0): their loss terms and "
+         "gradients are exactly 0 and they still count in the loss's denominator, so the "
+         "update is the same; per-token metrics (entropy, clipfrac, approx_kl, logprob "
+         "mismatch) then cover the computed groups. false: every group runs (docs/lm_rl.md).");
   b.Int("epochs", &GrpoOptions::epochs, "Passes over each batch.").Min(1).Max(64);
   b.Int("minibatches", &GrpoOptions::minibatches, "Optimiser steps per pass.").Min(1).Max(4096);
   b.Int("eval_every", &GrpoOptions::eval_every,

@@ -24,6 +24,7 @@ struct GrpoOptions {
   std::string kl_estimator = "k3";
   std::string loss_aggregation = "auto";  // auto: AlgorithmSpec::default_loss_aggregation
   bool filter_degenerate = false;
+  bool skip_zero_advantage = true;
   int64_t epochs = 1;
   int64_t minibatches = 1;
   int64_t eval_every = 5;

@@ -48,6 +48,10 @@ class GroupEstimator final : public AdvantageEstimator {
     return advantages_.index_select(0, idx);
   }
 
+  bool GroupAdvantagesAreZero(int64_t group, int64_t n) const override {
+    return advantages_.narrow(0, group * n, n).eq(0).all().item<bool>();
+  }
+
  private:
   AdvantageKind kind_;
   bool filter_degenerate_;

@@ -126,39 +126,12 @@ absl::StatusOr<WorkReply> LmRlTrainerRole::Train(const proto::GrpoTrain& task,
   }
 
   const bool update_policy = estimator_->UpdatesPolicy(task.step());
+  ASSIGN_OR_RETURN(std::vector<Part> parts, PlanMinibatches(groups, n));
   models::Transformer& module = state_->policy().module();
-  dist::Communicator& comm = state_->comm();
   module->train();
   estimator_->SetTraining(true);
   Sums sums;
   int64_t updates = 0;
-  // Minibatch boundaries and this rank's share of each: the same every epoch.
-  struct Part {
-    GroupBatch batch;  // this rank's share, packed once, on the policy's device
-    std::vector<int64_t> rows;
-    bool weight_zero = false;
-    torch::Tensor proximal;  // logprobs before any update, when a correction needs them
-  };
-  std::vector<Part> parts;
-  const int64_t kept_count = static_cast<int64_t>(kept.size());
-  const int64_t mb_groups = (kept_count + g.minibatches - 1) / g.minibatches;
-  for (int64_t start = 0; start < kept_count; start += mb_groups) {
-    const int64_t end = std::min(kept_count, start + mb_groups);
-    std::vector<LmGroup> candidates;
-    for (int64_t k = start; k < end; ++k) candidates.push_back(groups[kept[k]]);
-    const Share share = ShareOf(GroupCosts(candidates), comm.rank(), comm.size());
-    Part part;
-    part.weight_zero = share.weight_zero;
-    std::vector<LmGroup> mine;
-    for (int64_t k = start + static_cast<int64_t>(share.begin);
-         k < start + static_cast<int64_t>(share.end); ++k) {
-      mine.push_back(groups[kept[k]]);
-      for (int64_t j = 0; j < n; ++j) part.rows.push_back(kept[k] * n + j);
-    }
-    ASSIGN_OR_RETURN(const GroupBatch packed, PackGroups(mine));
-    part.batch = ToDevice(packed, state_->policy().device());
-    parts.push_back(std::move(part));
-  }
   // Off-policy corrections clip around the policy as it was before this step's first update.
   // With one update that is the update's own forward (Minibatch detaches it); otherwise one
   // forward over the batch first.
@@ -172,14 +145,16 @@ absl::StatusOr<WorkReply> LmRlTrainerRole::Train(const proto::GrpoTrain& task,
   }
   for (int64_t epoch = 0; epoch < g.epochs; ++epoch) {
     for (const Part& part : parts) {
-      RETURN_IF_ERROR(Minibatch(part.batch, torch::tensor(part.rows, torch::kLong),
-                                part.weight_zero, update_policy, epoch == 0, part.proximal, sums));
+      RETURN_IF_ERROR(Minibatch(part, update_policy, epoch == 0, sums));
       ++updates;
     }
   }
   module->eval();
   estimator_->SetTraining(false);
   out["update_s"] = t0.Seconds();
+  double left_out = 0;
+  for (const Part& part : parts) left_out += static_cast<double>(part.left_out_groups);
+  out["zero_advantage_groups_skipped"] = left_out;
   // A critic-only warm-up iteration leaves the policy as it was: same version.
   ASSIGN_OR_RETURN(WorkReply reply,
                    update_policy ? state_->AnnounceNewVersion() : state_->Announce());
@@ -190,13 +165,59 @@ absl::StatusOr<WorkReply> LmRlTrainerRole::Train(const proto::GrpoTrain& task,
   return reply;
 }
 
-absl::Status LmRlTrainerRole::Minibatch(const GroupBatch& b, const torch::Tensor& idx,
-                                        bool weight_zero, bool update, bool first,
-                                        const torch::Tensor& proximal, Sums& sums) {
+absl::StatusOr<std::vector<LmRlTrainerRole::Part>> LmRlTrainerRole::PlanMinibatches(
+    const std::vector<LmGroup>& groups, int64_t n) const {
+  const dist::Communicator& comm = state_->comm();
+  const std::vector<int64_t>& kept = estimator_->kept_groups();
+  const int64_t kept_count = static_cast<int64_t>(kept.size());
+  const int64_t mb_groups = (kept_count + config_.grpo.minibatches - 1) / config_.grpo.minibatches;
+  std::vector<Part> parts;
+  for (int64_t start = 0; start < kept_count; start += mb_groups) {
+    const int64_t end = std::min(kept_count, start + mb_groups);
+    Part part;
+    std::vector<int64_t> computed;  // batch indices of the groups the ranks run
+    for (int64_t k = start; k < end; ++k) {
+      if (SkipsZeroAdvantageGroups() && estimator_->GroupAdvantagesAreZero(kept[k], n)) {
+        ++part.left_out_groups;
+        for (const LmSample& s : groups[kept[k]].samples) {
+          part.left_out_tokens += static_cast<double>(s.tokens.size());
+          part.left_out_rows += 1;
+        }
+      } else {
+        computed.push_back(kept[k]);
+      }
+    }
+    if (computed.empty()) {  // nothing to learn from: the step still runs, on all of them
+      part = Part();
+      for (int64_t k = start; k < end; ++k) computed.push_back(kept[k]);
+    }
+    std::vector<LmGroup> candidates;
+    for (int64_t i : computed) candidates.push_back(groups[i]);
+    const Share share = ShareOf(GroupCosts(candidates), comm.rank(), comm.size());
+    part.weight_zero = share.weight_zero;
+    std::vector<LmGroup> mine(candidates.begin() + static_cast<int64_t>(share.begin),
+                              candidates.begin() + static_cast<int64_t>(share.end));
+    for (size_t k = share.begin; k < share.end; ++k) {
+      for (int64_t j = 0; j < n; ++j) part.rows.push_back(computed[k] * n + j);
+    }
+    ASSIGN_OR_RETURN(const GroupBatch packed, PackGroups(mine));
+    part.batch = ToDevice(packed, state_->policy().device());
+    parts.push_back(std::move(part));
+  }
+  return parts;
+}
+
+absl::Status LmRlTrainerRole::Minibatch(const Part& part, bool update, bool first, Sums& sums) {
   const GrpoOptions& g = config_.grpo;
   ShardedModel& policy = state_->policy();
   dist::Communicator& comm = state_->comm();
-  ASSIGN_OR_RETURN(const ShareCounts counts, CountShare(comm, b.mask, weight_zero));
+  const GroupBatch& b = part.batch;
+  const torch::Tensor idx = torch::tensor(part.rows, torch::kLong);
+  const bool weight_zero = part.weight_zero;
+  const torch::Tensor& proximal = part.proximal;
+  ASSIGN_OR_RETURN(const ShareCounts counts,
+                   CountShare(comm, b.mask, weight_zero, part.left_out_tokens,
+                              part.left_out_rows));
   LmPolicyLossInput in;
   in.old_logp = b.old_logp;
   in.advantages = estimator_->Rows(idx, b.mask.size(1)).to(policy.device());

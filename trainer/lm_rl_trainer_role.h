@@ -45,16 +45,35 @@ class LmRlTrainerRole final : public Role {
   explicit LmRlTrainerRole(const JobConfig& config) : config_(config) {}
   absl::StatusOr<WorkReply> Train(const proto::GrpoTrain& task,
                                   const std::vector<TensorFrame>& tensors);
+  // This rank's share of one minibatch, packed once, on the policy's device.
+  struct Part {
+    GroupBatch batch;
+    std::vector<int64_t> rows;  // the share's sample rows in the batch
+    bool weight_zero = false;   // an empty share standing in with weight 0
+    // The minibatch's groups left out of every rank's forward and backward: each of their
+    // loss terms, and its gradient, is exactly 0 (SkipsZeroAdvantageGroups).
+    int64_t left_out_groups = 0;
+    double left_out_tokens = 0, left_out_rows = 0;
+    torch::Tensor proximal;  // logprobs before any update, when a correction needs them
+  };
   // The batch's groups and rewards, refusing samples of another policy version.
   absl::Status ReadBatch(const proto::GrpoTrain& task, const std::vector<TensorFrame>& tensors,
                          std::vector<LmGroup>* groups, torch::Tensor* rewards) const;
-  // This rank's share of one minibatch (rows `idx` of the batch; `weight_zero`: an empty
-  // share standing in with weight 0): the policy's loss weighted into the global
+  // The step's minibatches of the estimator's kept groups (grpo.minibatches of whole groups),
+  // each as this rank's share of its computed groups.
+  absl::StatusOr<std::vector<Part>> PlanMinibatches(const std::vector<LmGroup>& groups,
+                                                    int64_t n) const;
+  // Whether a group whose advantages are all 0 is left out of the forward and backward
+  // (grpo.skip_zero_advantage): its clipped (and corrected) policy-gradient terms are
+  // A * (...) = 0, and with no KL term in the loss nothing else of it reaches the loss.
+  bool SkipsZeroAdvantageGroups() const {
+    return config_.grpo.skip_zero_advantage && loss_options_.kl_beta == 0;
+  }
+  // This rank's share of one minibatch: the policy's loss weighted into the global
   // minibatch's and, when `update`, its step; then the estimator's own step. Adds the
-  // global minibatch's metrics to `sums`; first-epoch-only ones when `first`. `proximal`:
-  // the share's logprobs before the step's first update (undefined: this forward's own).
-  absl::Status Minibatch(const GroupBatch& b, const torch::Tensor& idx, bool weight_zero,
-                         bool update, bool first, const torch::Tensor& proximal, Sums& sums);
+  // global minibatch's metrics to `sums`; first-epoch-only ones when `first`. The part's
+  // `proximal` undefined: this forward's own logprobs, detached.
+  absl::Status Minibatch(const Part& part, bool update, bool first, Sums& sums);
   // Means of `sums` over the updates into `out`.
   static void Average(const Sums& sums, int64_t updates, int64_t first_epoch_updates,
                       std::map<std::string, double>& out);

@@ -30,6 +30,8 @@
 #include "models/tokenizer.h"
 #include "proto/lm_groups.h"
 #include "trainer/dpo_trainer_role.h"
+#include "trainer/lm_losses.h"
+#include "trainer/lm_policy_state.h"
 #include "trainer/lm_rl_trainer_role.h"
 #include "trainer/sft_trainer_role.h"
 #include "weights/bucket_stream.h"
@@ -282,18 +284,28 @@ std::vector<LmGroup> Groups(uint64_t seed, int groups, int group_size, int64_t v
   return out;
 }
 
-MakeRequest GrpoRequests(int groups, int group_size) {
+// Random rewards, except that every sample of a group in `equal` gets the same reward (a
+// group with nothing to learn from: its advantages are all 0).
+std::vector<float> Rewards(int k, int groups, int group_size, const std::vector<int>& equal) {
+  std::mt19937_64 rng(200 + k);
+  std::vector<float> rewards;
+  for (int i = 0; i < groups * group_size; ++i) {
+    rewards.push_back(static_cast<float>(rng() % 1000) / 1000.0f);
+  }
+  for (int g : equal) {
+    for (int j = 0; j < group_size; ++j) rewards[g * group_size + j] = 0.5f;
+  }
+  return rewards;
+}
+
+MakeRequest GrpoRequests(int groups, int group_size, std::vector<int> equal = {}) {
   return [=](int k, int64_t version) {
     Request r;
     r.request.mutable_grpo_train()->set_group_size(group_size);
     r.request.mutable_grpo_train()->set_step(k + 1);
     r.tensors = GroupsToFrames(Groups(100 + k, groups, group_size, version), true);
-    std::mt19937_64 rng(200 + k);
-    std::vector<float> rewards;
-    for (int i = 0; i < groups * group_size; ++i) {
-      rewards.push_back(static_cast<float>(rng() % 1000) / 1000.0f);
-    }
-    r.tensors.push_back(TensorFrame::FromVector("rewards", rewards));
+    r.tensors.push_back(
+        TensorFrame::FromVector("rewards", Rewards(k, groups, group_size, equal)));
     return r;
   };
 }
@@ -374,6 +386,77 @@ TEST_F(ShardedRolesTest, TokenBeyondTheStalenessBoundIsRefused) {
                                             "versions 1 to 2)"),
             std::string::npos)
       << refused.status();
+}
+
+// Without a KL term, groups whose advantages are all 0 are left out of the forward and
+// backward: groups 1, 3 and 4 here, so the second minibatch (groups 3, 4) has none left and
+// runs on both. The loss's denominators still count them, on every rank.
+TEST_F(ShardedRolesTest, ZeroAdvantageGroupsLeftOutRanksMatchOneRank) {
+  for (const char* algo : {"grpo", "drgrpo"}) {
+    SCOPED_TRACE(algo);
+    const std::string yaml =
+        absl::StrReplaceAll(LmRlYaml(algo, 4, 2), {{"kl_beta: 0.05", "kl_beta: 0"}});
+    ExpectRanksAgree(yaml, LmRlRole(), 5, GrpoRequests(5, 4, {1, 3, 4}), {"loss"});
+  }
+}
+
+// The step that leaves zero-advantage groups out is the whole batch's: its loss and its
+// gradient's norm (before clipping) equal those of the whole batch's loss, computed here by
+// hand on the checkpoint, for token-mean (grpo) and per-sequence (drgrpo) aggregation; as
+// they do with grpo.skip_zero_advantage false, which runs every group.
+TEST_F(ShardedRolesTest, ZeroAdvantageGroupsLeftOutGiveTheWholeBatchsLossAndGradient) {
+  for (const auto& [algo, skip] : std::vector<std::pair<std::string, bool>>{
+           {"grpo", true}, {"drgrpo", true}, {"grpo", false}}) {
+    SCOPED_TRACE(absl::StrCat(algo, skip ? "" : ", skip_zero_advantage false"));
+    const LoadedJob job = ConfigFor(
+        absl::StrReplaceAll(LmRlYaml(algo, 4, 1),
+                            {{"kl_beta: 0.05", absl::StrCat("kl_beta: 0, skip_zero_advantage: ",
+                                                            skip ? "true" : "false")},
+                             {"epochs: 2", "epochs: 1"}}),
+        1);
+    ASSERT_TRUE(job.ok()) << config::FormatErrors(job.errors);
+    proto::Assignment a;
+    a.set_actor_id("trainer-0");
+    a.set_role("trainer");
+    a.set_world_size(1);
+    auto role = LmRlTrainerRole::Create(job.config, a);
+    ASSERT_TRUE(role.ok()) << role.status();
+    Request req = GrpoRequests(5, 4, {0, 2})(0, 0);
+    auto reply = (*role)->Handle(req.request, std::move(req.tensors));
+    ASSERT_TRUE(reply.ok()) << reply.status();
+    const auto& m = reply->result.metrics();
+    EXPECT_EQ(m.at("zero_advantage_groups_skipped"), skip ? 2 : 0);
+
+    const GrpoOptions& g = job.config.grpo;
+    auto model = models::LoadHfModel(CheckpointDir());
+    ASSERT_TRUE(model.ok()) << model.status();
+    auto batch = PackGroups(Groups(100, 5, 4, 0));
+    ASSERT_TRUE(batch.ok()) << batch.status();
+    GroupAdvantageOptions ao;
+    ao.group_size = 4;
+    ao.scale_by_std = algo == "grpo";
+    auto adv = ComputeGroupAdvantages(torch::tensor(Rewards(0, 5, 4, {0, 2})), ao);
+    ASSERT_TRUE(adv.ok()) << adv.status();
+    ASSERT_EQ(adv->num_degenerate, 2);
+    LmPolicyLossOptions lo;
+    lo.clip.clip_low = g.clip_low;
+    lo.clip.clip_high = g.clip_high;
+    lo.norm_length = static_cast<double>(g.max_new_tokens);
+    lo.aggregation = *ParseLossAggregation(g.loss_aggregation);
+    LmPolicyLossInput in;
+    in.logp = *GroupTokenLogprobs(*model, *batch);
+    in.old_logp = batch->old_logp;
+    in.advantages = adv->advantages;
+    in.mask = batch->mask;
+    auto loss = ComputeLmPolicyLoss(in, lo);
+    ASSERT_TRUE(loss.ok()) << loss.status();
+    loss->loss.backward();
+    double sq = 0;
+    for (const auto& p : (*model)->parameters()) sq += p.grad().pow(2).sum().item<double>();
+    EXPECT_NEAR(m.at("loss"), loss->loss.item<double>(), 1e-6);
+    EXPECT_NEAR(m.at("grad_norm"), std::sqrt(sq), 1e-5 * std::sqrt(sq));
+    EXPECT_GT(std::sqrt(sq), 1e-3);
+  }
 }
 
 // lm_ppo: each rank scores its share of the batch with the critic and the reference (summed

@@ -110,12 +110,18 @@ absl::StatusOr<std::vector<double>> SumOverRanks(dist::Communicator& comm,
 }
 
 double ShareCounts::Weight(LossAggregation agg) const {
-  return agg == LossAggregation::kTokenMean ? token_weight() : row_weight();
+  const bool by_tokens = agg == LossAggregation::kTokenMean;
+  const double local = by_tokens ? tokens : rows;
+  const double global = by_tokens ? global_tokens + left_out_tokens : global_rows + left_out_rows;
+  return global > 0 ? local / global : 0;
 }
 
 absl::StatusOr<ShareCounts> CountShare(dist::Communicator& comm, const torch::Tensor& mask,
-                                       bool weight_zero) {
+                                       bool weight_zero, double left_out_tokens,
+                                       double left_out_rows) {
   ShareCounts c;
+  c.left_out_tokens = left_out_tokens;
+  c.left_out_rows = left_out_rows;
   if (!weight_zero) {
     c.tokens = mask.sum().item<double>();
     c.rows = static_cast<double>(mask.size(0));

@@ -67,18 +67,23 @@ absl::StatusOr<std::vector<double>> SumOverRanks(dist::Communicator& comm,
                                                  const std::vector<double>& values);
 
 // This rank's share of a minibatch against the global one: the weights that turn a loss
-// aggregated over the share into its part of the global batch's loss.
+// aggregated over the share into its part of the global batch's loss. Rows the minibatch
+// leaves out of the forward (their loss terms are exactly 0) still count in the loss's
+// denominator, so the loss is the whole minibatch's; metrics average over the computed ones.
 struct ShareCounts {
   double tokens = 0, rows = 0;                // this rank's (0 for a weight-zero share)
   double global_tokens = 0, global_rows = 0;  // summed over ranks
+  double left_out_tokens = 0, left_out_rows = 0;  // the minibatch's, on no rank
   // local / global denominator of `agg`: tokens for token-mean, sequences otherwise.
   double Weight(LossAggregation agg) const;
+  // local / global computed tokens: the weight of a per-token metric's mean.
   double token_weight() const { return global_tokens > 0 ? tokens / global_tokens : 0; }
-  double row_weight() const { return global_rows > 0 ? rows / global_rows : 0; }
 };
-// Counts mask [rows, T]'s tokens and rows and sums them over the group.
+// Counts mask [rows, T]'s tokens and rows and sums them over the group; `left_out_*` are
+// the minibatch's rows left out of every rank's forward.
 absl::StatusOr<ShareCounts> CountShare(dist::Communicator& comm, const torch::Tensor& mask,
-                                       bool weight_zero);
+                                       bool weight_zero, double left_out_tokens = 0,
+                                       double left_out_rows = 0);
 
 // The largest of each rank's `value`.
 absl::StatusOr<double> MaxOverRanks(dist::Communicator& comm, double value);
