@@ -279,12 +279,16 @@ absl::Status LmRlAlgorithm::RunAsync(JobContext& ctx, const TaskText& text, LmLo
     rec.step = it;
     // The throttle (AReaL's): the fleet serves step it-1's weights now, and batch b may be
     // generated from step b-1-k's on, so no token of it lags step b's version by more than k.
-    while (dispatched < iterations && dispatched - k <= it - 1) {
-      ++dispatched;
-      const uint64_t offset = static_cast<uint64_t>((dispatched - 1) * g.prompts_per_iteration);
-      RETURN_IF_ERROR(
-          rollout.Dispatch(dispatched, text.TrainBatch(seed, offset, g.prompts_per_iteration)));
-    }
+    const auto dispatch_while = [&](const std::function<bool()>& more) -> absl::Status {
+      while (dispatched < iterations && dispatched - k <= it - 1 && more()) {
+        ++dispatched;
+        const uint64_t offset = static_cast<uint64_t>((dispatched - 1) * g.prompts_per_iteration);
+        RETURN_IF_ERROR(
+            rollout.Dispatch(dispatched, text.TrainBatch(seed, offset, g.prompts_per_iteration)));
+      }
+      return absl::OkStatus();
+    };
+    RETURN_IF_ERROR(dispatch_while([&] { return dispatched < it; }));  // this batch first
     const Stopwatch t_wait;
     RETURN_IF_ERROR(ServeUntil(ctl, rollout, [&] { return rollout.Complete(it); }));
     rec.timings["rollout_wall_s"] = t_wait.Seconds();  // the trainer waited for the batch
@@ -297,16 +301,18 @@ absl::Status LmRlAlgorithm::RunAsync(JobContext& ctx, const TaskText& text, LmLo
           absl::StrCat("iteration ", it, ": every group lags policy version ", version,
                        " by more than rollout.max_staleness (", k, ")"));
     }
+    // The trainer gets its batch first; the next batches are dealt (and this one recorded)
+    // while it trains, so its request does not queue behind them.
+    const Stopwatch t_train;
+    RETURN_IF_ERROR(SubmitTrain(trainer, s, g.group_size, it));
+    rec.metrics["groups_in_flight"] = static_cast<double>(rollout.owed_groups());
+    RETURN_IF_ERROR(dispatch_while([] { return true; }));
     const double tokens = RecordBatch(config_, text, it, version, s, lag_tokens, ctx, rec);
     // The reward sums cover every scored sample, admitted or not: so does their mean.
     RewardStats(s, generated, rec.metrics, "");
     rec.metrics["stale_groups_discarded"] = static_cast<double>(stale);
-    rec.metrics["groups_in_flight"] = static_cast<double>(rollout.owed_groups());
     rec.metrics["partial_samples"] = static_cast<double>(PartialSamples(s));
     loop.AddRequeuedMetrics(rec.metrics);  // work dealt again after a worker was lost
-
-    const Stopwatch t_train;
-    RETURN_IF_ERROR(SubmitTrain(trainer, s, g.group_size, it));
     RETURN_IF_ERROR(ServeWhileTraining(ctl, rollout, trainer));
     ASSIGN_OR_RETURN(WorkOutcome trained, trainer.Await());
     rec.timings["train_s"] = t_train.Seconds();
