@@ -261,6 +261,19 @@ absl::Status ServeWhileTraining(Controller& ctl, AsyncRollout& rollout,
   }
 }
 
+// Deals training batches dispatched + 1 .. min(last, job.iterations) to the engines.
+absl::Status DispatchThrough(AsyncRollout& rollout, const TaskText& text, const JobConfig& c,
+                             int64_t last, int64_t& dispatched) {
+  const int64_t prompts = c.grpo.prompts_per_iteration;
+  const uint64_t seed = static_cast<uint64_t>(c.job.seed);
+  while (dispatched < std::min(last, c.job.iterations)) {
+    ++dispatched;
+    const uint64_t offset = static_cast<uint64_t>((dispatched - 1) * prompts);
+    RETURN_IF_ERROR(rollout.Dispatch(dispatched, text.TrainBatch(seed, offset, prompts)));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status LmRlAlgorithm::RunAsync(JobContext& ctx, const TaskText& text, LmLoop& loop,
@@ -277,18 +290,7 @@ absl::Status LmRlAlgorithm::RunAsync(JobContext& ctx, const TaskText& text, LmLo
     const Stopwatch t_iter;
     IterationRecord rec;
     rec.step = it;
-    // The throttle (AReaL's): the fleet serves step it-1's weights now, and batch b may be
-    // generated from step b-1-k's on, so no token of it lags step b's version by more than k.
-    const auto dispatch_while = [&](const std::function<bool()>& more) -> absl::Status {
-      while (dispatched < iterations && dispatched - k <= it - 1 && more()) {
-        ++dispatched;
-        const uint64_t offset = static_cast<uint64_t>((dispatched - 1) * g.prompts_per_iteration);
-        RETURN_IF_ERROR(
-            rollout.Dispatch(dispatched, text.TrainBatch(seed, offset, g.prompts_per_iteration)));
-      }
-      return absl::OkStatus();
-    };
-    RETURN_IF_ERROR(dispatch_while([&] { return dispatched < it; }));  // this batch first
+    RETURN_IF_ERROR(DispatchThrough(rollout, text, config_, it, dispatched));  // this batch
     const Stopwatch t_wait;
     RETURN_IF_ERROR(ServeUntil(ctl, rollout, [&] { return rollout.Complete(it); }));
     rec.timings["rollout_wall_s"] = t_wait.Seconds();  // the trainer waited for the batch
@@ -306,7 +308,10 @@ absl::Status LmRlAlgorithm::RunAsync(JobContext& ctx, const TaskText& text, LmLo
     const Stopwatch t_train;
     RETURN_IF_ERROR(SubmitTrain(trainer, s, g.group_size, it));
     rec.metrics["groups_in_flight"] = static_cast<double>(rollout.owed_groups());
-    RETURN_IF_ERROR(dispatch_while([] { return true; }));
+    // The throttle (AReaL's): the fleet serves step it-1's weights now, and batch b may be
+    // generated from step b-1-k's on (b <= it + k), so no token of it lags step b's version
+    // by more than k.
+    RETURN_IF_ERROR(DispatchThrough(rollout, text, config_, it + k, dispatched));
     const double tokens = RecordBatch(config_, text, it, version, s, lag_tokens, ctx, rec);
     // The reward sums cover every scored sample, admitted or not: so does their mean.
     RewardStats(s, generated, rec.metrics, "");
