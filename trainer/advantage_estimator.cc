@@ -37,8 +37,14 @@ class GroupEstimator final : public AdvantageEstimator {
       ASSIGN_OR_RETURN(advantages_, LeaveOneOutAdvantages(rewards, ao.group_size));
     }
     kept_.clear();
+    zero_groups_.clear();
+    const torch::Tensor degenerate = adv.degenerate.to(torch::kUInt8).contiguous();
+    const torch::Tensor zero =
+        g > 0 ? advantages_.reshape({g, -1}).eq(0).all(1).to(torch::kUInt8).contiguous()
+              : torch::zeros({0}, torch::kUInt8);
     for (int64_t i = 0; i < g; ++i) {
-      if (!filter_degenerate_ || !adv.degenerate[i].item<bool>()) kept_.push_back(i);
+      if (!filter_degenerate_ || degenerate.data_ptr<uint8_t>()[i] == 0) kept_.push_back(i);
+      zero_groups_.push_back(zero.data_ptr<uint8_t>()[i] != 0);
     }
     out["degenerate_groups"] = static_cast<double>(adv.num_degenerate);
     return absl::OkStatus();
@@ -48,14 +54,15 @@ class GroupEstimator final : public AdvantageEstimator {
     return advantages_.index_select(0, idx);
   }
 
-  bool GroupAdvantagesAreZero(int64_t group, int64_t n) const override {
-    return advantages_.narrow(0, group * n, n).eq(0).all().item<bool>();
+  bool GroupAdvantagesAreZero(int64_t group) const override {
+    return zero_groups_[static_cast<size_t>(group)];
   }
 
  private:
   AdvantageKind kind_;
   bool filter_degenerate_;
-  torch::Tensor advantages_;  // [S]
+  torch::Tensor advantages_;       // [S]
+  std::vector<bool> zero_groups_;  // per group: every advantage exactly 0
 };
 
 // lm_ppo: a critic's values and token-level GAE, the KL to the reference as a per-token

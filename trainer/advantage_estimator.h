@@ -48,10 +48,10 @@ class AdvantageEstimator {
   // Advantages of sample rows `idx` of the batch, for a minibatch whose responses are
   // `width` tokens wide: [rows] or [rows, width].
   virtual torch::Tensor Rows(const torch::Tensor& idx, int64_t width) const = 0;
-  // Whether every advantage of group `group` (samples group * n .. group * n + n - 1) is
-  // exactly 0, so that its clipped policy-gradient terms and their gradients are 0. False
-  // where the estimator cannot say (a critic's per-token advantages).
-  virtual bool GroupAdvantagesAreZero(int64_t group, int64_t n) const { return false; }
+  // Whether every advantage of batch group `group` is exactly 0, so that its clipped
+  // policy-gradient terms and their gradients are 0. False where the estimator cannot say
+  // (a critic's per-token advantages).
+  virtual bool GroupAdvantagesAreZero(int64_t group) const { return false; }
   // Whether the policy loss carries the KL term (false when the KL is in the rewards).
   virtual bool kl_in_loss() const { return true; }
   // Whether iteration `step` updates the policy (a critic's warm-up trains only the critic).

@@ -177,7 +177,7 @@ absl::StatusOr<std::vector<LmRlTrainerRole::Part>> LmRlTrainerRole::PlanMinibatc
     Part part;
     std::vector<int64_t> computed;  // batch indices of the groups the ranks run
     for (int64_t k = start; k < end; ++k) {
-      if (SkipsZeroAdvantageGroups() && estimator_->GroupAdvantagesAreZero(kept[k], n)) {
+      if (SkipsZeroAdvantageGroups() && estimator_->GroupAdvantagesAreZero(kept[k])) {
         ++part.left_out_groups;
         for (const LmSample& s : groups[kept[k]].samples) {
           part.left_out_tokens += static_cast<double>(s.tokens.size());
