@@ -304,8 +304,7 @@ MakeRequest GrpoRequests(int groups, int group_size, std::vector<int> equal = {}
     r.request.mutable_grpo_train()->set_group_size(group_size);
     r.request.mutable_grpo_train()->set_step(k + 1);
     r.tensors = GroupsToFrames(Groups(100 + k, groups, group_size, version), true);
-    r.tensors.push_back(
-        TensorFrame::FromVector("rewards", Rewards(k, groups, group_size, equal)));
+    r.tensors.push_back(TensorFrame::FromVector("rewards", Rewards(k, groups, group_size, equal)));
     return r;
   };
 }
@@ -361,17 +360,22 @@ TEST_F(ShardedRolesTest, DecoupledPpoOnStaleTokensRanksMatchOneRank) {
   ExpectRanksAgree(yaml, LmRlRole(), 5, stale, {"loss", "is_weight_mean", "is_weight_max"});
 }
 
-// A token older than rollout.max_staleness allows is refused, naming the versions and bound.
-TEST_F(ShardedRolesTest, TokenBeyondTheStalenessBoundIsRefused) {
-  const std::string yaml = absl::StrReplaceAll(
-      LmRlYaml("grpo", 4, 1), {{"weights: {", "rollout: {max_staleness: 1}\nweights: {"}});
+// The lm_rl trainer role of `yaml` as the only rank.
+absl::StatusOr<std::unique_ptr<Role>> OneRankLmRlRole(const std::string& yaml) {
   const LoadedJob job = ConfigFor(yaml, 1);
-  ASSERT_TRUE(job.ok()) << config::FormatErrors(job.errors);
+  if (!job.ok()) return absl::InvalidArgumentError(config::FormatErrors(job.errors));
   proto::Assignment a;
   a.set_actor_id("trainer-0");
   a.set_role("trainer");
   a.set_world_size(1);
-  auto role = LmRlTrainerRole::Create(job.config, a);
+  return LmRlTrainerRole::Create(job.config, a);
+}
+
+// A token older than rollout.max_staleness allows is refused, naming the versions and bound.
+TEST_F(ShardedRolesTest, TokenBeyondTheStalenessBoundIsRefused) {
+  const std::string yaml = absl::StrReplaceAll(
+      LmRlYaml("grpo", 4, 1), {{"weights: {", "rollout: {max_staleness: 1}\nweights: {"}});
+  auto role = OneRankLmRlRole(yaml);
   ASSERT_TRUE(role.ok()) << role.status();
   for (int k = 0; k < 2; ++k) {  // versions 0 and 0: lag 0, then 1
     Request req = GrpoRequests(5, 4)(k, 0);
@@ -408,18 +412,13 @@ TEST_F(ShardedRolesTest, ZeroAdvantageGroupsLeftOutGiveTheWholeBatchsLossAndGrad
   for (const auto& [algo, skip] : std::vector<std::pair<std::string, bool>>{
            {"grpo", true}, {"drgrpo", true}, {"grpo", false}}) {
     SCOPED_TRACE(absl::StrCat(algo, skip ? "" : ", skip_zero_advantage false"));
-    const LoadedJob job = ConfigFor(
-        absl::StrReplaceAll(LmRlYaml(algo, 4, 1),
-                            {{"kl_beta: 0.05", absl::StrCat("kl_beta: 0, skip_zero_advantage: ",
-                                                            skip ? "true" : "false")},
-                             {"epochs: 2", "epochs: 1"}}),
-        1);
+    const std::string yaml = absl::StrReplaceAll(
+        LmRlYaml(algo, 4, 1), {{"kl_beta: 0.05", absl::StrCat("kl_beta: 0, skip_zero_advantage: ",
+                                                              skip ? "true" : "false")},
+                               {"epochs: 2", "epochs: 1"}});
+    const LoadedJob job = ConfigFor(yaml, 1);
     ASSERT_TRUE(job.ok()) << config::FormatErrors(job.errors);
-    proto::Assignment a;
-    a.set_actor_id("trainer-0");
-    a.set_role("trainer");
-    a.set_world_size(1);
-    auto role = LmRlTrainerRole::Create(job.config, a);
+    auto role = OneRankLmRlRole(yaml);
     ASSERT_TRUE(role.ok()) << role.status();
     Request req = GrpoRequests(5, 4, {0, 2})(0, 0);
     auto reply = (*role)->Handle(req.request, std::move(req.tensors));
