@@ -1,6 +1,7 @@
 #include "trainer/lm_rl_trainer_role.h"
 
 #include <chrono>
+#include <iterator>
 
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
@@ -195,8 +196,9 @@ absl::StatusOr<std::vector<LmRlTrainerRole::Part>> LmRlTrainerRole::PlanMinibatc
     for (int64_t i : computed) candidates.push_back(groups[i]);
     const Share share = ShareOf(GroupCosts(candidates), comm.rank(), comm.size());
     part.weight_zero = share.weight_zero;
-    std::vector<LmGroup> mine(candidates.begin() + static_cast<int64_t>(share.begin),
-                              candidates.begin() + static_cast<int64_t>(share.end));
+    std::vector<LmGroup> mine(
+        std::make_move_iterator(candidates.begin() + static_cast<int64_t>(share.begin)),
+        std::make_move_iterator(candidates.begin() + static_cast<int64_t>(share.end)));
     for (size_t k = share.begin; k < share.end; ++k) {
       for (int64_t j = 0; j < n; ++j) part.rows.push_back(computed[k] * n + j);
     }
@@ -216,8 +218,7 @@ absl::Status LmRlTrainerRole::Minibatch(const Part& part, bool update, bool firs
   const bool weight_zero = part.weight_zero;
   const torch::Tensor& proximal = part.proximal;
   ASSIGN_OR_RETURN(const ShareCounts counts,
-                   CountShare(comm, b.mask, weight_zero, part.left_out_tokens,
-                              part.left_out_rows));
+                   CountShare(comm, b.mask, weight_zero, part.left_out_tokens, part.left_out_rows));
   LmPolicyLossInput in;
   in.old_logp = b.old_logp;
   in.advantages = estimator_->Rows(idx, b.mask.size(1)).to(policy.device());

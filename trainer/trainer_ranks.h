@@ -71,8 +71,8 @@ absl::StatusOr<std::vector<double>> SumOverRanks(dist::Communicator& comm,
 // leaves out of the forward (their loss terms are exactly 0) still count in the loss's
 // denominator, so the loss is the whole minibatch's; metrics average over the computed ones.
 struct ShareCounts {
-  double tokens = 0, rows = 0;                // this rank's (0 for a weight-zero share)
-  double global_tokens = 0, global_rows = 0;  // summed over ranks
+  double tokens = 0, rows = 0;                    // this rank's (0 for a weight-zero share)
+  double global_tokens = 0, global_rows = 0;      // summed over ranks
   double left_out_tokens = 0, left_out_rows = 0;  // the minibatch's, on no rank
   // local / global denominator of `agg`: tokens for token-mean, sequences otherwise.
   double Weight(LossAggregation agg) const;
