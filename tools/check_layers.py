@@ -7,6 +7,10 @@ include headers of its own folder and of folders on lower levels only. The role 
 both need lives below them (weights/, data/, models/). tests/, bench/ and tools/ may include
 anything.
 
+It also keeps the two pages that describe the folders honest, where the tree has them:
+docs/architecture.md's layer table must list exactly these levels, and the README's layout
+table must name every top-level folder of the tree.
+
 Usage: check_layers.py SOURCE_ROOT    (exit 0: clean; 1: every bad include listed)
 """
 import os
@@ -54,6 +58,41 @@ def bad_includes(root):
     return bad
 
 
+def architecture_table_errors(root):
+    """docs/architecture.md's rows between its layer markers against LEVELS."""
+    path = os.path.join(root, "docs", "architecture.md")
+    if not os.path.isfile(path):
+        return []
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    m = re.search(r"<!-- layers: begin.*?-->(.*?)<!-- layers: end -->", text, re.S)
+    if not m:
+        return ["docs/architecture.md: no '<!-- layers: begin -->' ... '<!-- layers: end -->' table"]
+    rows = re.findall(r"^\|\s*(\d+)\s*\|([^|]*)\|", m.group(1), re.M)
+    doc = [[f.strip() for f in folders.split(",")] for _, folders in rows]
+    if doc != LEVELS:
+        return [f"docs/architecture.md: the layer table lists {doc}, tools/check_layers.py "
+                f"has {LEVELS}"]
+    return []
+
+
+def readme_layout_errors(root):
+    """Every top-level folder named in the README's '## Layout' table."""
+    path = os.path.join(root, "README.md")
+    if not os.path.isfile(path):
+        return []
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    m = re.search(r"^## Layout\n(.*?)(?=^## |\Z)", text, re.S | re.M)
+    if not m:
+        return ["README.md: no '## Layout' section"]
+    named = set(re.findall(r"^\|\s*`([a-z_]+)/`", m.group(1), re.M))
+    folders = {d for d in os.listdir(root)
+               if os.path.isdir(os.path.join(root, d)) and not d.startswith(".")
+               and d != "build" and not d.startswith("build-")}
+    return [f"README.md: the layout table does not list {d}/" for d in sorted(folders - named)]
+
+
 def main():
     if len(sys.argv) != 2:
         print(__doc__, file=sys.stderr)
@@ -66,11 +105,11 @@ def main():
     if missing:
         print(f"folders with no level in tools/check_layers.py: {', '.join(sorted(missing))}")
         return 1
-    bad = bad_includes(root)
+    bad = bad_includes(root) + architecture_table_errors(root) + readme_layout_errors(root)
     for b in bad:
         print(b)
     if bad:
-        print(f"{len(bad)} include(s) against the layering")
+        print(f"{len(bad)} problem(s) against the layering or its description")
         return 1
     print("layering clean")
     return 0

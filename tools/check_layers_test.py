@@ -6,6 +6,8 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from check_layers import LEVELS  # noqa: E402
 
 
 def run(files):
@@ -27,7 +29,21 @@ def main():
     assert sibling.returncode == 1 and "rollout/r.h:2" in sibling.stdout, sibling.stdout
     unknown = run({"newfolder/CMakeLists.txt": "", "newfolder/a.cc": ""})
     assert unknown.returncode == 1 and "newfolder" in unknown.stdout, unknown.stdout
-    print("check_layers: 4 cases passed")
+    table = ("<!-- layers: begin -->\n| level | folders | what |\n| --- | --- | --- |\n"
+             + "".join(f"| {i} | {', '.join(f)} | x |\n" for i, f in enumerate(LEVELS))
+             + "<!-- layers: end -->\n")
+    good_doc = run({"docs/architecture.md": table, "trainer/a.cc": ""})
+    assert good_doc.returncode == 0, good_doc.stdout
+    stale = table.replace("| 3 | sim_bridge, weights |", "| 3 | sim_bridge |")
+    bad_doc = run({"docs/architecture.md": stale, "trainer/a.cc": ""})
+    assert bad_doc.returncode == 1 and "docs/architecture.md: the layer table" in bad_doc.stdout, \
+        bad_doc.stdout
+    readme = "# x\n\n## Layout\n\n| folder | what |\n|---|---|\n| `trainer/` | t |\n\n## Next\n"
+    listed = run({"README.md": readme, "trainer/a.cc": ""})
+    assert listed.returncode == 0, listed.stdout
+    unlisted = run({"README.md": readme, "trainer/a.cc": "", "models/m.h": ""})
+    assert unlisted.returncode == 1 and "does not list models/" in unlisted.stdout, unlisted.stdout
+    print("check_layers: 8 cases passed")
 
 
 if __name__ == "__main__":
