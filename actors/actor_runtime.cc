@@ -51,6 +51,8 @@ constexpr int64_t kStoppedRegisterGraceUs = 5'000'000;
 // the controller matches retries by instance id. A stop before any Register went out ends it;
 // after one, the controller may already count this actor, so the answer is still awaited (a
 // little while, no more Registers): an elastic actor then leaves properly instead of vanishing.
+constexpr int kRegisterSendMs = 200;
+
 absl::StatusOr<Registration> Register(ZmqClientTransport& t, const ActorOptions& o,
                                       const std::string& instance_id) {
   const Clock* clock = RealClock::Get();
@@ -73,9 +75,14 @@ absl::StatusOr<Registration> Register(ZmqClientTransport& t, const ActorOptions&
       r->set_pid(getpid());
       r->set_instance_id(instance_id);
       r->set_launch_token(o.launch_token);
-      RETURN_IF_ERROR(t.Send(std::move(m)));
+      // A controller that refuses our handshake (no keys) keeps the message from leaving, and
+      // so may one still starting: the handshake check below names the first; the second is
+      // retried. Short sends, so that neither outlives the registration deadline.
+      absl::Status s = t.SendWithin(std::move(m), kRegisterSendMs);
+      RETURN_IF_ERROR(t.HandshakeError());
+      if (!s.ok() && !absl::IsDeadlineExceeded(s)) return s;
       next_send = clock->NowMicros() + 1'000'000;
-      sent = true;
+      sent |= s.ok();
     }
     auto got = t.Receive(100);
     RETURN_IF_ERROR(t.HandshakeError());

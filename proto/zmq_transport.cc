@@ -175,6 +175,13 @@ absl::Status ZmqClientTransport::Send(Message msg) {
   return SendFrames(socket_, frames, "controller");
 }
 
+absl::Status ZmqClientTransport::SendWithin(Message msg, int timeout_ms) {
+  socket_.set(zmq::sockopt::sndtimeo, timeout_ms);
+  absl::Status s = Send(std::move(msg));
+  socket_.set(zmq::sockopt::sndtimeo, options_.send_timeout_ms);
+  return s;
+}
+
 std::optional<absl::StatusOr<Message>> ZmqClientTransport::Receive(int timeout_ms) {
   auto frames = ReceiveFrames(socket_, timeout_ms, &receive_timeout_ms_);
   if (!frames) return std::nullopt;

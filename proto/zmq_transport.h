@@ -68,6 +68,8 @@ class ZmqClientTransport final : public ClientTransport {
                                                                      const std::string& address,
                                                                      const ZmqOptions& options);
   absl::Status Send(Message msg) override;
+  // Send, timing out after timeout_ms instead of ZmqOptions::send_timeout_ms.
+  absl::Status SendWithin(Message msg, int timeout_ms);
   std::optional<absl::StatusOr<Message>> Receive(int timeout_ms) override;
   // With watch_handshake: an error once the controller refused our handshake (no keys, wrong
   // keys), saying what to pass. OK while none was refused (or nothing is watched).
