@@ -314,11 +314,21 @@ MakeRole LmRlRole() {
       [](const JobConfig& c, const proto::Assignment& a) { return LmRlTrainerRole::Create(c, a); };
 }
 
+// adam_eps 1e-4 (and in kSftYaml): N ranks sum each gradient in another order than one rank,
+// so their gradients differ by float rounding. With AdamW's default eps (1e-8) an element whose
+// gradient is itself at that rounding floor is divided by its own noise, and its step is +-lr
+// whichever way the noise fell: on OpenBLAS's Haswell and Zen kernels one element of
+// layers.0.mlp.down_proj moved 6e-5 apart, 1.05e-5 of the tensor's norm (over the bound below,
+// on that BLAS only). With eps above the rounding floor the step is Lipschitz in the gradient
+// (at most lr/eps per unit of gradient), so the runs differ by rounding, not by +-lr: measured
+// at most 6e-8 of a tensor's norm under every kernel family OpenBLAS picks on x86 (Haswell,
+// Zen, SkylakeX, Cooperlake), 170x inside the 1e-5 bound, while training moves each tensor by
+// 1-2% of its norm.
 const char* const kLmRlYaml = R"(
 job: {algorithm: $ALGO, seed: 1, iterations: 5}
 model: {path: $CKPT}
 trainer: {ranks: $RANKS, threads: 1, lr: 1e-3, warmup_steps: 2, lr_schedule: cosine,
-          max_grad_norm: 1.0}
+          max_grad_norm: 1.0, adam_eps: 1e-4}
 weights: {transport: zmq}
 grpo: {prompts_per_iteration: 5, group_size: $G, max_new_tokens: 6, epochs: 2,
        minibatches: $MB, kl_beta: 0.05}
@@ -506,7 +516,7 @@ job: {algorithm: sft, seed: 3}
 model: {path: $CKPT}
 data: {source: arithmetic, max_digits: 2, train_examples: 100, heldout_examples: 4}
 trainer: {ranks: $RANKS, threads: 1, lr: 3e-3, warmup_steps: 2, lr_schedule: cosine,
-          max_grad_norm: 1.0}
+          max_grad_norm: 1.0, adam_eps: 1e-4}
 sft: {steps: 5, seq_len: 24, batch_rows: $ROWS, grad_accum: 2}
 )";
 
