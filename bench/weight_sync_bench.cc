@@ -190,6 +190,7 @@ int RunEngine(const Args& a) {
   auto dest = MatchDestinations(m, mine.dest, "engine");
   Check(dest.status(), "manifest");
   std::unique_ptr<BucketSource> source;
+  ShmRingSource* ring = nullptr;  // source, on the ring
   std::unique_ptr<dist::Communicator> comm;
   if (a.path.rfind("mapped", 0) == 0) {
     RunMappedEngine(a, m, mine, before);
@@ -198,6 +199,7 @@ int RunEngine(const Args& a) {
   if (a.path == "shm") {
     auto s = ShmRingSource::Open(a.where, 600);
     Check(s.status(), "ring");
+    ring = s->get();
     source = std::move(*s);
   } else {
     dist::GroupOptions g{a.where, kWeightGroup, a.rank, a.engines + 1, 600};
@@ -211,6 +213,8 @@ int RunEngine(const Args& a) {
     if (a.path == "bare") {
       Check(BareReceive(*comm, m), "bare broadcast");
     } else {
+      // One stream per version here; engines are ranks 1..engines, readers 0..engines-1.
+      if (ring != nullptr) ring->set_publication(r, a.rank - 1);
       Check(ReadVersion(m, r, *source, *dest, "engine").status(), "read");
     }
     std::printf("done %d\n", r);
@@ -347,7 +351,6 @@ PathResult RunPath(const Args& a, const std::string& path, Weights& w,
         ShmRingSink::Create("/rlforge-bench-" + std::to_string(getpid()), m.bucket_bytes(), 600);
     Check(r.status(), "ring");
     ring = std::move(*r);
-    ring->set_readers(a.engines);
     where = ring->location();
   } else {
     auto s = dist::StoreServer::Start("127.0.0.1");
@@ -382,6 +385,7 @@ PathResult RunPath(const Args& a, const std::string& path, Weights& w,
       BucketSink& sink = ring     ? static_cast<BucketSink&>(*ring)
                          : mapped ? static_cast<BucketSink&>(*mapped)
                                   : *gloo;
+      if (ring) Check(ring->BeginPublication(r, a.engines), "publication");
       BucketWriter writer(m, sink, r);
       for (const Destination& d : w.dest) {
         int64_t n = 1;

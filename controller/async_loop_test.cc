@@ -313,6 +313,39 @@ TEST_F(AsyncLoopTest, LostEngineHasItsGroupsDealtAgainAndEveryBatchIsWhole) {
   }
 }
 
+// Issue 42, asynchronously: with weights.transport shm the only engine's loss failed the job
+// (the ring had carried the current version once). The replacement now loads the current
+// version, streamed again to it alone once the trainer is idle (a stream waits for the
+// trainer's step), and every batch is whole, within the bound. The engine dies at several
+// points: while the trainer trains, and while it waits for a batch.
+TEST_F(AsyncLoopTest, LosingTheOnlyEngineOnTheShmRingStreamsTheCurrentVersionToItsReplacement) {
+  auto ring = [](Job& j) {
+    j.actors->On("trainer", Task::kGrpoTrain, [](const FakeWork& w) {
+      FakeReply r = WeightsReply(w.request.grpo_train().step(), "shm-ring:/fake");
+      r.delay_pumps = 4;
+      return r;
+    });
+    j.actors->On("trainer", Task::kPublishWeights, RingPublishReply());
+  };
+  auto clean = Run("1", 1, 4, 2, ring);
+  ASSERT_TRUE(clean->status.ok()) << clean->status;
+  for (int call : {4, 7, 10, 13}) {
+    SCOPED_TRACE(absl::StrCat("lost on generation request ", call));
+    auto fault_at = std::make_shared<size_t>(0);
+    auto faulted = Run("1", 1, 4, 2, [&](Job& j) {
+      ring(j);
+      j.actors->set_rejoin(true);
+      FaultOn(j, "rollout", 0, call, Task::kLmGenerate, j.rollout->Generate(), fault_at);
+    });
+    ASSERT_TRUE(faulted->status.ok()) << faulted->status;
+    ASSERT_GT(*fault_at, 0u);
+    ExpectWholeBatchesWithinTheBound(*clean, *faulted, 1);
+    ExpectEveryStreamReadByItsReaders(*faulted->actors);
+    EXPECT_EQ(faulted->actors->controller().faults().actors_lost, 1u);
+    EXPECT_EQ(faulted->actors->rejoins(), 1);
+  }
+}
+
 // An engine that heartbeats but never answers meets the request deadline
 // (controller.request_timeout_s); with no replacement the other engine generates the rest.
 TEST_F(AsyncLoopTest, HungEngineMeetsTheRequestDeadlineAndItsGroupsMoveOn) {

@@ -20,7 +20,9 @@
 // dead when asked for more) gives back every group it owed; they are dealt again, same
 // request ids, to the engines serving the required version now (LmLoop::ServingEngines),
 // which every batch still owed admits (it is at most the version a batch trains at, and at
-// least the version the throttle dispatched it from), or wait homeless for Refill. A lost
+// least the version the throttle dispatched it from), or wait homeless for Refill. A
+// replacement is given the current weights (on the shm ring, a stream of its own) once the
+// trainer is idle, since a stream needs the trainer: the only engine's loss included. A lost
 // reward worker's chunk is sent to a live one (waiting for a replacement if none is).
 //
 // Not thread-safe: the LM RL loop owns it. `ctl`, `loop` and `text` must outlive it.
@@ -48,8 +50,9 @@ class AsyncRollout {
                SamplingParams p);
 
   // Queues batch `batch`'s groups on the engines that serve the fleet's required version now
-  // (LmLoop::CurrentEngines: replacements load the weights first, so the trainer must be
-  // idle). An error when no engine does, or the batch was dispatched before.
+  // (LmLoop::CurrentEngines: replacements load the weights first when the trainer is idle;
+  // while it trains, groups that no engine serving can take wait homeless for Refill). An
+  // error when the live engines serve another version, or the batch was dispatched before.
   absl::Status Dispatch(int64_t batch, const std::vector<PromptExample>& examples);
   // Deals the groups a lost engine gave back that no engine could take (homeless) to
   // LmLoop::CurrentEngines (waiting for a replacement when none is live): the trainer must be

@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <memory>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "reward/reward_role.h"
@@ -119,6 +121,43 @@ std::string PlainAnswer(const std::string& prompt) {
   char op = 0;
   EXPECT_EQ(std::sscanf(prompt.c_str(), "%d%c%d=", &a, &op, &b), 3) << prompt;
   return std::to_string(op == '-' ? a - b : a + b);
+}
+
+FakeScript RingPublishReply() {
+  auto last = std::make_shared<int64_t>(0);
+  return [last](const FakeWork& w) {
+    const int64_t p = w.request.publish_weights().publication();
+    if (p <= *last) {
+      return FakeReply::Fail(absl::StrCat("weight publication ", p, " after publication ", *last));
+    }
+    *last = p;
+    return PublishReply(w);
+  };
+}
+
+void ExpectEveryStreamReadByItsReaders(const FakeActors& actors) {
+  int64_t publication = 0;  // the stream open now
+  int readers = 0;          // its readers
+  std::set<std::string> read;
+  for (const FakeWork& w : actors.received()) {
+    if (w.request.has_publish_weights()) {
+      if (w.rank != 0) continue;  // every rank gets it; rank 0 streams
+      EXPECT_GT(w.request.publish_weights().publication(), publication);
+      publication = w.request.publish_weights().publication();
+      readers = w.request.publish_weights().readers();
+      EXPECT_EQ(w.request.publish_weights().reader_pids_size(), readers);
+      read.clear();
+    } else if (w.request.has_load_weights()) {
+      const proto::LoadWeights& l = w.request.load_weights();
+      EXPECT_EQ(l.publication(), publication) << w.actor_id;
+      EXPECT_TRUE(read.insert(w.actor_id).second) << w.actor_id << " read it twice";
+      EXPECT_GE(l.reader(), 0);
+      EXPECT_LT(l.reader(), readers) << w.actor_id;
+      // (A load sent to an engine already dead is not recorded: at most `readers` are.)
+      EXPECT_LE(static_cast<int>(read.size()), readers) << "publication " << publication;
+    }
+  }
+  EXPECT_GT(publication, 0) << "nothing was streamed";
 }
 
 FakeScript ScoreScript(std::function<reward::SampleScore(const reward::Sample&)> score,

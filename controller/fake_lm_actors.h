@@ -103,6 +103,16 @@ class FakeLmRollout {
   int64_t calls_ = 0;
 };
 
+// A trainer rank's answer to PublishWeights over the shm ring: PublishReply, but a publication
+// number not above every earlier one is refused, as the ring refuses it.
+FakeScript RingPublishReply();
+
+// The shm ring's contract, over every request `actors` received: each PublishWeights has a
+// publication number above the earlier ones and a pid per reader, and is read by at most its
+// `readers` LoadWeights (a load sent to a dead engine is not recorded), each with a reader
+// index below `readers`, all sent between it and the next PublishWeights, no engine twice.
+void ExpectEveryStreamReadByItsReaders(const FakeActors& actors);
+
 // The prompt text of `ids` (bos dropped).
 std::string PromptText(const models::Tokenizer& tok, const std::vector<int32_t>& ids);
 

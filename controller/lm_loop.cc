@@ -80,6 +80,7 @@ LmLoop::LmLoop(JobContext& ctx, const TaskText& text)
     : ctx_(ctx), text_(text), fleet_(ctx.controller().actors().IdsOfRole("rollout")) {
   for (const std::string& id : ctx.controller().actors().IdsOfRole("rollout")) {
     incarnation_.push_back(ctx.controller().actors().Find(id)->incarnation);
+    unloaded_.push_back(false);
   }
 }
 
@@ -450,20 +451,20 @@ absl::Status LmLoop::SyncWeights(TrainerGroup& trainer, const proto::WeightsRead
   for (TensorFrame& t : tensors) {
     if (t.name() == "weights") last_frames_.push_back(std::move(t));
   }
-  RETURN_IF_ERROR(Refresh());
+  // New engines not given the weights yet load this version with the others (one stream).
+  MarkEngines();
   // Engines that serve the version already (a step that did not update the policy) skip it;
   // lagging ones load it too, so each can catch up. Lost ones load it once replaced.
   // An engine not live now (lost, or relaunched and not yet registered) loads it once its
   // replacement registers (Refresh).
-  const std::vector<std::string> live = ctx_.controller().actors().LiveOfRole("rollout");
   std::vector<size_t> loaders;
   for (size_t e = 0; e < fleet_.size(); ++e) {
-    if (fleet_.version(e) != announced.version() && fleet_.version(e) != kLostVersion &&
-        std::find(live.begin(), live.end(), fleet_.id(e)) != live.end()) {
+    if (fleet_.version(e) != announced.version() && fleet_.version(e) != kLostVersion && Live(e)) {
       loaders.push_back(e);
     }
   }
   fleet_.Require(announced.version());
+  std::fill(unloaded_.begin(), unloaded_.end(), false);
   return LoadOnto(loaders, &rec);
 }
 
@@ -479,8 +480,17 @@ absl::Status LmLoop::LoadOnto(const std::vector<size_t>& loaders, IterationRecor
   const std::string transport = location.substr(0, location.find(':'));
   const bool grouped = IsGroupWeightTransport(transport);
   if (streamed) {
+    // A stream of its own, even for a version streamed before (to new engines): the shm ring
+    // tags its buckets with this number.
+    load.mutable_load_weights()->set_publication(++publications_);
     proto::WorkRequest publish;
     publish.mutable_publish_weights()->set_readers(static_cast<int32_t>(loaders.size()));
+    publish.mutable_publish_weights()->set_publication(publications_);
+    // On the ring, a reader whose process is gone is not waited for (the controller kills a
+    // launched engine it declares lost): a lost loader does not hold the stream.
+    for (size_t e : loaders) {
+      publish.mutable_publish_weights()->add_reader_pids(ctl.actors().Find(fleet_.id(e))->pid);
+    }
     if (grouped) {
       const std::string group = WeightGroupFor(loaders);
       publish.mutable_publish_weights()->set_group(group);
@@ -493,6 +503,7 @@ absl::Status LmLoop::LoadOnto(const std::vector<size_t>& loaders, IterationRecor
   for (size_t i = 0; i < loaders.size(); ++i) {
     const size_t e = loaders[i];
     if (grouped) load.mutable_load_weights()->set_group_rank(static_cast<int32_t>(i) + 1);
+    if (streamed) load.mutable_load_weights()->set_reader(static_cast<int32_t>(i));
     std::vector<TensorFrame> frames;
     for (const TensorFrame& w : last_frames_) {
       frames.push_back(TensorFrame::Copy(w.name(), w.dtype(), w.shape(), w.data()));
@@ -502,7 +513,9 @@ absl::Status LmLoop::LoadOnto(const std::vector<size_t>& loaders, IterationRecor
   }
   std::vector<WorkOutcome> acks(ids.size());
   if (streamed) {
-    // The trainer streams to exactly these readers: one lost mid-stream fails the stream.
+    // The trainer streams to exactly these readers. Over gloo or nccl one lost mid-stream fails
+    // the stream; on the shm ring the stream goes on once its process is gone (killed when it
+    // was declared lost), and it is marked lost below.
     ASSIGN_OR_RETURN(auto outcomes, trainer_->AwaitWith(ids));
     if (rec != nullptr) {
       SplitTimingsFromMetrics(outcomes.first.result.metrics(), rec->timings, rec->metrics);
@@ -559,59 +572,61 @@ std::string LmLoop::WeightGroupFor(const std::vector<size_t>& loaders) {
   return absl::StrCat("weights-", weight_group_epoch_);
 }
 
-absl::Status LmLoop::Refresh() {
+bool LmLoop::Live(size_t engine) const {
+  const ActorInfo* a = ctx_.controller().actors().Find(fleet_.id(engine));
+  return a->state == ActorState::kReady || a->state == ActorState::kBusy;
+}
+
+bool LmLoop::TrainerBusy() const { return trainer_ != nullptr && !trainer_->in_flight().empty(); }
+
+void LmLoop::MarkEngines() {
   const ActorRegistry& actors = ctx_.controller().actors();
-  std::vector<size_t> fresh, deferred;
   for (size_t e = 0; e < fleet_.size(); ++e) {
-    const ActorInfo* a = actors.Find(fleet_.id(e));
-    if (a->state != ActorState::kReady && a->state != ActorState::kBusy) {
+    if (!Live(e)) {
       fleet_.Served(e, kLostVersion);
       continue;
     }
-    if (a->incarnation == incarnation_[e]) continue;
+    const int incarnation = actors.Find(fleet_.id(e))->incarnation;
+    if (incarnation == incarnation_[e]) continue;
     // A replacement or a joiner starts from the job's starting checkpoint, version 0.
-    incarnation_[e] = a->incarnation;
+    incarnation_[e] = incarnation;
     fleet_.Served(e, 0);
-    if (fleet_.required_version() == 0) continue;
-    // The shared-memory ring carries each version once: such an engine loads the next one,
-    // with the others, at the end of this iteration (SyncWeights takes every engine behind).
-    (OnRing() ? deferred : fresh).push_back(e);
+    unloaded_[e] = fleet_.required_version() != 0;
   }
-  for (size_t e : deferred) {
-    spdlog::info(
-        "{} loads the next policy version (after {}) with the other engines: the "
-        "shared-memory weight ring sends each version once",
-        fleet_.id(e), fleet_.required_version());
-  }
-  if (!fresh.empty()) {
-    spdlog::info("{} new engine(s) load policy version {} before work", fresh.size(),
-                 last_weights_.version());
-  }
-  return LoadOnto(fresh, nullptr);
 }
 
-bool LmLoop::OnRing() const { return absl::StartsWith(last_weights_.location(), "shm"); }
+absl::Status LmLoop::Refresh() {
+  MarkEngines();
+  std::vector<size_t> fresh;
+  for (size_t e = 0; e < fleet_.size(); ++e) {
+    if (unloaded_[e] && Live(e)) fresh.push_back(e);
+  }
+  if (fresh.empty()) return absl::OkStatus();
+  // A stream needs the trainer, which takes one request at a time: while it trains (the
+  // asynchronous loop) new engines wait, and load once it is idle.
+  if (last_weights_.location() != "inline" && TrainerBusy()) return absl::OkStatus();
+  spdlog::info("{} new engine(s) load policy version {} before work", fresh.size(),
+               last_weights_.version());
+  for (size_t e : fresh) unloaded_[e] = false;
+  return LoadOnto(fresh, nullptr);
+}
 
 absl::StatusOr<std::vector<size_t>> LmLoop::CurrentEngines() {
   while (true) {
     RETURN_IF_ERROR(Refresh());
     absl::StatusOr<std::vector<size_t>> current = fleet_.Current();
     if (current.ok()) return current;
+    // While the trainer trains nothing is waited for here: the caller's groups wait for a
+    // call made once it is idle (AsyncRollout::Refill).
+    if (TrainerBusy()) return std::vector<size_t>();
     if (ctx_.controller().actors().LiveOfRole("rollout").empty()) {
       RETURN_IF_ERROR(ctx_.controller().AwaitLive("rollout"));
     } else if (!ReplacementArrived()) {
-      // Live engines that were given the weights serve another version; or, on the ring, new
-      // engines wait for a version that no engine is left to generate for.
-      bool waiting_new = false;
-      for (size_t e = 0; e < fleet_.size(); ++e) waiting_new |= fleet_.version(e) == 0;
-      if (!OnRing() || !waiting_new) return current;
-      return Annotate(current.status(),
-                      "new engines wait for the next version, which needs one engine serving "
-                      "this one (weights.transport shm sends each version once; zmq or gloo "
-                      "can replace every engine)");
+      // Live engines that were given the weights serve another version.
+      return current;
     }
-    // A replacement registered while the others were lost (their loads came back lost, so
-    // nothing serves the current version yet): the next Refresh gives it the weights.
+    // A replacement registered meanwhile (while the others were lost, or during the load):
+    // the next Refresh gives it the weights.
   }
 }
 

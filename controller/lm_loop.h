@@ -11,14 +11,16 @@
 // groups it owed are dealt again to the engines serving the current version, a scoring request
 // goes to another reward worker; each prompt's group enters the batch exactly once, with the
 // same samples (its seed follows from its request id). A replacement engine loads the current
-// weights before it is dealt work.
+// weights before it is dealt work, on every transport: the trainer publishes the current
+// version again, to the new engines only, under a publication number of its own (the shm ring
+// tags buckets with it, so the stream is never confused with an earlier one's copy). Losing
+// every engine at once is therefore a fault like any other.
 //
 // Elastic workers (synchronous runs): an engine that joins a slot beyond rollout.workers is
-// brought to the current version as a replacement is (on the shm ring: the next version, with
-// the others) and dealt groups from then on; one that leaves (SIGTERM) hands back what it owed,
-// dealt again as a lost engine's work but not counted as a fault. A round starts only once
-// rollout.min_workers engines and reward.min_workers reward workers are live (it waits, with
-// a status, up to the controller's deadline).
+// brought to the current version as a replacement is and dealt groups from then on; one that leaves
+// (SIGTERM) hands back what it owed, dealt again as a lost engine's work but not counted as a
+// fault. A round starts only once rollout.min_workers engines and reward.min_workers reward workers
+// are live (it waits, with a status, up to the controller's deadline).
 //
 // Not thread-safe: one algorithm's loop drives it. The controller does not load libtorch;
 // everything here is token ids and text.
@@ -119,8 +121,9 @@ class LmLoop {
   // otherwise the trainer ranks get PublishWeights while every engine gets LoadWeights, and
   // the stream flows between them. Waits for all. From then on only engines that serve that
   // version generate; one whose ack reports an older version sits out (and is warned of). An
-  // engine lost during an inline load is skipped (its replacement loads the version later);
-  // one lost during a stream fails the stream, and the job.
+  // engine lost during an inline load, or during a stream through the shm ring, is skipped
+  // (its replacement loads the version later); one lost during a gloo or nccl broadcast fails
+  // the stream, and the job.
   // Into rec: rollout/<i>/weight_load_s, weight_read_s and weight_gbps (timings) per engine;
   // publish_s and weight_stream_bytes (the trainer's side) when streamed.
   absl::Status SyncWeights(TrainerGroup& trainer, const proto::WeightsReady& announced,
@@ -130,7 +133,9 @@ class LmLoop {
 
   // The engines serving the required version, after marking lost ones and loading the current
   // weights onto replacements; waits for a replacement when no engine is live. Loading may
-  // ask the trainer to publish: call it only while the trainer has no request in flight.
+  // ask the trainer to publish, which it does only between its requests: while a trainer
+  // request is in flight, new engines wait (not loaded, not returned) and, when none serves,
+  // the result is empty rather than a wait (the caller deals its groups later).
   absl::StatusOr<std::vector<size_t>> CurrentEngines();
   // The engines live now that serve the required version, as last loaded (a replacement not
   // yet given the weights is not among them). Sends nothing: callable at any time.
@@ -146,12 +151,16 @@ class LmLoop {
   // The version of a lost engine: it serves nothing.
   static constexpr int64_t kLostVersion = -1;
 
-  // Marks lost engines, and loads the current weights onto replacements (a new incarnation).
+  // Marks lost engines, and new incarnations (replacements, joiners) as serving version 0,
+  // to be given the current weights (unloaded_).
+  void MarkEngines();
+  // MarkEngines, then loads the current weights onto the engines not given them yet (unless a
+  // stream would need the trainer while it has a request in flight).
   absl::Status Refresh();
   // A live engine whose replacement Refresh has not seen yet.
   bool ReplacementArrived() const;
-  // Weights travel by the shared-memory ring, which cannot send a version twice.
-  bool OnRing() const;
+  bool Live(size_t engine) const;
+  bool TrainerBusy() const;
   // Brings `loaders` to last_weights_ (rec: where to record per-engine figures; may be null).
   absl::Status LoadOnto(const std::vector<size_t>& loaders, IterationRecord* rec);
   // gloo: the group `loaders` meet trainer rank 0 in, named anew whenever they change (a gloo
@@ -162,6 +171,8 @@ class LmLoop {
   const TaskText& text_;
   EngineFleet fleet_;
   std::vector<int> incarnation_;  // per engine, the registration last seen
+  std::vector<bool> unloaded_;    // per engine: a new incarnation not given the weights yet
+  int64_t publications_ = 0;      // streams asked of the trainer (PublishWeights.publication)
   // The latest weights, for replacement engines: the announcement, its inline frame (if any),
   // and the trainer that streams them.
   proto::WeightsReady last_weights_;

@@ -64,7 +64,14 @@ absl::StatusOr<std::pair<WorkOutcome, std::vector<WorkOutcome>>> TrainerGroup::A
   in_flight_.clear();
   const size_t ranks = ids.size();
   ids.insert(ids.end(), others.begin(), others.end());
-  ASSIGN_OR_RETURN(std::vector<WorkOutcome> outcomes, controller_->AwaitAll(ids));
+  // The others may be lost (an engine lost mid-stream: the shm ring goes on without it); the
+  // ranks' role is not recoverable, so a lost rank has stopped the job already.
+  ASSIGN_OR_RETURN(std::vector<WorkOutcome> outcomes, controller_->AwaitEach(ids));
+  for (size_t r = 0; r < ranks; ++r) {
+    if (outcomes[r].lost) {
+      return absl::UnavailableError(absl::StrCat("trainer rank ", r, " (", ids_[r], ") was lost"));
+    }
+  }
   std::vector<WorkOutcome> rest(std::make_move_iterator(outcomes.begin() + ranks),
                                 std::make_move_iterator(outcomes.end()));
   return std::make_pair(std::move(outcomes.front()), std::move(rest));

@@ -188,6 +188,7 @@ absl::StatusOr<BucketSource*> LmRolloutRole::SourceFor(const proto::LoadWeights&
     if (ring_ == nullptr) {
       ASSIGN_OR_RETURN(ring_, ShmRingSource::Open(where, timeout));
     }
+    ring_->set_publication(load.publication(), load.reader());
     return ring_.get();
   }
   if (absl::StartsWith(where, "gloo:")) {

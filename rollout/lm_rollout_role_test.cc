@@ -133,6 +133,8 @@ absl::StatusOr<WorkReply> Load(Role& role, const proto::WeightsReady& r,
                                std::vector<TensorFrame> frames = {}) {
   proto::WorkRequest req;
   *req.mutable_load_weights()->mutable_weights() = r;
+  // One stream per version in these tests: its number is the version's.
+  if (r.location() != "inline") req.mutable_load_weights()->set_publication(r.version());
   return role.Handle(req, std::move(frames));
 }
 
@@ -160,7 +162,7 @@ TEST(LmRolloutRoleTest, VersionStreamedThroughTheRingLandsInTheEngine) {
   ASSERT_TRUE(e.role);
   auto sink = ShmRingSink::Create(RingName("a"), 1024, 20);
   ASSERT_TRUE(sink.ok());
-  (*sink)->set_readers(1);
+  ASSERT_TRUE((*sink)->BeginPublication(1, 1).ok());
   const auto w = TrainerWeights(0.5f);
   const proto::WeightsReady r = Announce(w, 1, (*sink)->location());
   ASSERT_GT(BucketCount(r.manifest()), 4);
@@ -250,7 +252,7 @@ absl::StatusOr<WorkReply> LoadFromDyingPublisher(Role& role, const std::string& 
       [&]() -> absl::StatusOr<std::unique_ptr<BucketSink>> {
         auto sink = ShmRingSink::Create(name, m.bucket_bytes(), 20);
         if (!sink.ok()) return sink.status();
-        (*sink)->set_readers(1);
+        if (absl::Status s = (*sink)->BeginPublication(1, 1); !s.ok()) return s;
         return std::unique_ptr<BucketSink>(std::move(*sink));
       },
       m, [](BucketSink&) { return absl::OkStatus(); }, 1);
@@ -481,7 +483,6 @@ TEST(LmRolloutRoleTest, MappedVersionServesTheSameParametersAndSamplesAsInPlace)
   ASSERT_TRUE(copied.role && mapped.role);
   auto ring = ShmRingSink::Create(RingName("m1"), 1024, 20);
   ASSERT_TRUE(ring.ok());
-  (*ring)->set_readers(1);
   const auto start = TrainerWeights(0);
   const proto::WeightManifest m = Announce(start, 0, "-").manifest();
   auto segment = MappedSink::Create(RingName("m2"), m, 20);
@@ -493,6 +494,7 @@ TEST(LmRolloutRoleTest, MappedVersionServesTheSameParametersAndSamplesAsInPlace)
   for (int64_t version = 1; version <= 3; ++version) {
     const auto w = TrainerWeights(0.125f * static_cast<float>(version));
     const proto::WeightsReady r = Announce(w, version, (*ring)->location());
+    ASSERT_TRUE((*ring)->BeginPublication(version, 1).ok());
     absl::Status written;
     std::thread publisher([&] { written = Write(r, w, **ring); });
     auto a = Load(*copied.role, r);

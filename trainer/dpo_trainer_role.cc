@@ -33,7 +33,7 @@ absl::StatusOr<WorkReply> DpoTrainerRole::Handle(const proto::WorkRequest& reque
   return CallCatching([&]() -> absl::StatusOr<WorkReply> {
     if (request.task_case() == proto::WorkRequest::kDpoTrain) return Train(tensors);
     if (request.task_case() == proto::WorkRequest::kPublishWeights) {
-      return state_->Stream(request.publish_weights().readers(), request.publish_weights().group());
+      return state_->Stream(request.publish_weights());
     }
     // Whole-job checkpoints: the policy and its optimizer; the frozen reference is model.path's
     // weights, loaded again at setup, so it is not saved.

@@ -208,6 +208,7 @@ absl::Status LmPolicyState::LoadJobState(const std::string& dir) {
   }
   version_ = j["version"].get<int64_t>();
   optimizer_steps_ = j["optimizer_steps"].get<int64_t>();
+  segment_version_ = -1;  // the restored weights are not what the segment holds
   return absl::OkStatus();
 }
 
@@ -301,15 +302,17 @@ absl::StatusOr<dist::Communicator*> LmPolicyState::WeightGroup(
   return weight_group_.get();
 }
 
-absl::StatusOr<BucketSink*> LmPolicyState::Sink(int readers, const std::string& group) {
+absl::StatusOr<BucketSink*> LmPolicyState::Sink(const proto::PublishWeights& publish) {
   if (ring_ != nullptr) {
-    ring_->set_readers(readers);
+    RETURN_IF_ERROR(ring_->BeginPublication(
+        publish.publication(), publish.readers(),
+        std::vector<int>(publish.reader_pids().begin(), publish.reader_pids().end())));
     return ring_.get();
   }
   if (mapped_ != nullptr) return mapped_.get();  // every engine on the host may read it
   // The old sink drains its broadcasts before its group goes.
-  ASSIGN_OR_RETURN(dist::Communicator * comm,
-                   WeightGroup(readers, group, "cpu", [this] { broadcast_.reset(); }));
+  ASSIGN_OR_RETURN(dist::Communicator * comm, WeightGroup(publish.readers(), publish.group(), "cpu",
+                                                          [this] { broadcast_.reset(); }));
   if (broadcast_ == nullptr) {
     broadcast_ = std::make_unique<GlooBroadcastSink>(comm, manifest_.bucket_bytes());
   }
@@ -350,7 +353,7 @@ absl::Status LmPolicyState::StreamDevice(DeviceBucketSink* sink) {
   return sink != nullptr ? writer->Finish() : absl::OkStatus();
 }
 
-absl::StatusOr<WorkReply> LmPolicyState::Stream(int readers, const std::string& group) {
+absl::StatusOr<WorkReply> LmPolicyState::Stream(const proto::PublishWeights& publish) {
   if (location_ == "inline") {
     return absl::FailedPreconditionError(
         "publish_weights on the inline path (weights.transport: zmq): the step's reply carries "
@@ -358,22 +361,32 @@ absl::StatusOr<WorkReply> LmPolicyState::Stream(int readers, const std::string& 
   }
   const Stopwatch timer;
   const bool leader = comm_->rank() == 0;
+  const bool mapped = config_.weights.apply == "mapped" && LmWeightTransport(config_) == "shm";
+  // The segment keeps a version in its slot until the version after next is written
+  // (shm_mapped.h): new engines read it from there.
+  const bool written = mapped && segment_version_ == version_;
   std::vector<uint64_t> sums;  // the device transports hash nothing (device_stream.h says why)
-  if (IsDeviceWeightTransport(LmWeightTransport(config_))) {
+  if (written) {
+    sums = segment_sums_;
+  } else if (IsDeviceWeightTransport(LmWeightTransport(config_))) {
     DeviceBucketSink* sink = nullptr;
     if (leader) {
-      ASSIGN_OR_RETURN(sink, DeviceSink(readers, group));
+      ASSIGN_OR_RETURN(sink, DeviceSink(publish.readers(), publish.group()));
     }
     RETURN_IF_ERROR(StreamDevice(sink));
   } else {
     std::optional<BucketWriter> writer;
     if (leader) {
-      ASSIGN_OR_RETURN(BucketSink * sink, Sink(readers, group));
+      ASSIGN_OR_RETURN(BucketSink * sink, Sink(publish));
       writer.emplace(manifest_, *sink, version_);
     }
     RETURN_IF_ERROR(GatherInto(leader ? &*writer : nullptr));
     if (leader) {
       ASSIGN_OR_RETURN(sums, writer->Finish());
+    }
+    if (mapped) {
+      segment_version_ = version_;
+      segment_sums_ = sums;
     }
   }
   WorkReply reply;
@@ -382,7 +395,7 @@ absl::StatusOr<WorkReply> LmPolicyState::Stream(int readers, const std::string& 
   for (uint64_t c : sums) reply.result.mutable_weights()->add_bucket_checksums(c);
   auto& m = *reply.result.mutable_metrics();
   m["publish_s"] = timer.Seconds();
-  m["weight_stream_bytes"] = static_cast<double>(manifest_.total_bytes());
+  m["weight_stream_bytes"] = written ? 0.0 : static_cast<double>(manifest_.total_bytes());
   return reply;
 }
 

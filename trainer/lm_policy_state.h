@@ -6,10 +6,13 @@
 //   the step's reply names the version, where it will stream and its manifest ->
 //   PublishWeights -> Stream(readers): gathered unit by unit, rank 0 packs each tensor into
 //   the bucket stream (shm ring, mapped segment or gloo broadcast) while the engines load it;
-//   never a second full copy. weights.transport zmq: Announce packs the stream into an inline frame
-//   itself. cuda_ipc and nccl (a GPU trainer and GPU engines): the units stay on the trainer's
-//   GPU and are packed there (weights/device_stream.h) into the exported slot or the device
-//   broadcast buffers; nothing crosses host memory.
+//   never a second full copy. The controller asks again, for the same version, whenever new
+//   engines (replacements, joiners) must load it: the ring streams it again under the new
+//   publication number, a new gloo/nccl group gets it broadcast, cuda_ipc packs its slot
+//   again, and the mapped segment, which still holds it, writes nothing. weights.transport zmq:
+//   Announce packs the stream into an inline frame itself. cuda_ipc and nccl (a GPU trainer and GPU
+//   engines): the units stay on the trainer's GPU and are packed there (weights/device_stream.h)
+//   into the exported slot or the device broadcast buffers; nothing crosses host memory.
 //
 // Also the padded [B, T] batch the learners score sequences with. One thread; owned by its role.
 #pragma once
@@ -104,11 +107,12 @@ class LmPolicyState {
   // The current version's WeightsReady (version, location, manifest; rank 0's reply). On the
   // inline path the weights are gathered and packed into a "weights" frame here.
   absl::StatusOr<WorkReply> Announce();
-  // PublishWeights: the current version to `readers` engines loading it now. Every rank
+  // PublishWeights: the current version to `publish.readers` engines loading it now, as
+  // stream `publish.publication` (the ring's tag), in gloo group `publish.group`. Every rank
   // gathers unit by unit; rank 0 streams. Rank 0's reply: the WeightsReady with every bucket's
-  // checksum; metrics publish_s, weight_stream_bytes. `group`: the gloo group the readers
-  // meet in (PublishWeights.group).
-  absl::StatusOr<WorkReply> Stream(int readers, const std::string& group = "");
+  // checksum; metrics publish_s, weight_stream_bytes (0 when the mapped segment already held
+  // the version: nothing is written, every rank skips the gather).
+  absl::StatusOr<WorkReply> Stream(const proto::PublishWeights& publish);
   int64_t weight_bytes() const { return static_cast<int64_t>(manifest_.total_bytes()); }
   // LmSave: the current policy as a Hugging Face checkpoint in `dir` (model.dtype) with
   // model.path's tokenizer and chat template. Every rank gathers unit by unit; rank 0 writes.
@@ -132,8 +136,9 @@ class LmPolicyState {
   absl::Status GatherInto(BucketWriter* writer);
   // The same onto the device transports' writer: the units stay on the trainer's device.
   absl::Status GatherIntoDevice(DeviceBucketWriter* writer);
-  // Rank 0's, made on first use and again for each new gloo `group` ("": kWeightGroup).
-  absl::StatusOr<BucketSink*> Sink(int readers, const std::string& group);
+  // Rank 0's, made on first use and again for each new gloo group ("": kWeightGroup); the
+  // ring begins the publication.
+  absl::StatusOr<BucketSink*> Sink(const proto::PublishWeights& publish);
   // The same for the device transports (cuda_ipc's slots; nccl's broadcast group).
   absl::StatusOr<DeviceBucketSink*> DeviceSink(int readers, const std::string& group);
   // Rank 0 of the broadcast group `group` ("": kWeightGroup) with `readers` engines, on
@@ -159,6 +164,10 @@ class LmPolicyState {
   std::unique_ptr<CudaIpcSink> ipc_;                       // weights.transport cuda_ipc
   uint64_t layout_hash_ = 0;
   int64_t version_ = 0;
+  // weights.apply mapped: the version the segment holds whole (every rank keeps it, so all
+  // agree to skip the gather), and its buckets' checksums (rank 0); -1: none yet.
+  int64_t segment_version_ = -1;
+  std::vector<uint64_t> segment_sums_;
   int64_t optimizer_steps_ = 0;
 };
 

@@ -55,7 +55,7 @@ absl::StatusOr<WorkReply> LmRlTrainerRole::Handle(const proto::WorkRequest& requ
       return Train(request.grpo_train(), tensors);
     }
     if (request.task_case() == proto::WorkRequest::kPublishWeights) {
-      return state_->Stream(request.publish_weights().readers(), request.publish_weights().group());
+      return state_->Stream(request.publish_weights());
     }
     if (request.task_case() == proto::WorkRequest::kLmSave) {
       return state_->Save(request.lm_save().dir());

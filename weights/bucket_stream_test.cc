@@ -157,8 +157,8 @@ TEST(ShmRingTest, TwoReadersGetEveryVersionThroughTwoSlots) {
   ASSERT_GT(BucketCount(m), 4);
   auto sink = ShmRingSink::Create(ShmName("a"), m.bucket_bytes(), 20);
   ASSERT_TRUE(sink.ok()) << sink.status();
-  (*sink)->set_readers(2);
   for (int64_t version = 1; version <= 3; ++version) {
+    ASSERT_TRUE((*sink)->BeginPublication(version, 2).ok());
     for (auto& v : src.values) {
       for (float& f : v) f += 1;
     }
@@ -172,6 +172,7 @@ TEST(ShmRingTest, TwoReadersGetEveryVersionThroughTwoSlots) {
           results[e] = source.status();
           return;
         }
+        (*source)->set_publication(version, e);  // reader e of the 2
         auto dest = MatchDestinations(m, engines[e].Destinations(), "e");
         auto stats = ReadVersion(m, version, **source, *dest, "e");
         results[e] = stats.status();
@@ -197,7 +198,7 @@ TEST(ShmRingTest, PublisherKilledMidTransferIsReportedAtOnceNamingTheBucket) {
   if (child == 0) {  // the publisher: commits bucket 0, then waits to be killed
     auto sink = ShmRingSink::Create(name, m.bucket_bytes(), 20);
     if (!sink.ok()) _exit(2);
-    (*sink)->set_readers(1);
+    if (!(*sink)->BeginPublication(1, 1).ok()) _exit(3);
     auto buf = (*sink)->Acquire(4, 0);
     std::memset(*buf, 0, m.bucket_bytes());
     (*sink)->Commit(4, 0, m.bucket_bytes(), BucketChecksum(*buf, m.bucket_bytes())).IgnoreError();
@@ -209,6 +210,7 @@ TEST(ShmRingTest, PublisherKilledMidTransferIsReportedAtOnceNamingTheBucket) {
   ASSERT_EQ(read(ready[0], &c, 1), 1);
   auto source = ShmRingSource::Open("shm-ring:" + name, 20);
   ASSERT_TRUE(source.ok()) << source.status();
+  (*source)->set_publication(1);
   kill(child, SIGKILL);
   waitpid(child, nullptr, 0);
   auto dest = MatchDestinations(m, dst.Destinations(), "rollout-0");
@@ -229,6 +231,7 @@ TEST(ShmRingTest, ReaderWithoutPublisherWaitsOnlyUntilItsDeadline) {
   ASSERT_TRUE(sink.ok());
   auto source = ShmRingSource::Open((*sink)->location(), 0.2);
   ASSERT_TRUE(source.ok());
+  (*source)->set_publication(1);
   auto dest = MatchDestinations(m, dst.Destinations(), "e");
   auto stats = ReadVersion(m, 1, **source, *dest, "e");
   EXPECT_EQ(stats.status().code(), absl::StatusCode::kDeadlineExceeded) << stats.status();
@@ -239,10 +242,11 @@ TEST(ShmRingTest, PublisherWaitsForAMissingReaderOnlyUntilItsDeadline) {
   const proto::WeightManifest m = MakeManifest(src.specs, "float32", 128);
   auto sink = ShmRingSink::Create(ShmName("d"), m.bucket_bytes(), 0.2);
   ASSERT_TRUE(sink.ok());
-  (*sink)->set_readers(1);
+  ASSERT_TRUE((*sink)->BeginPublication(1, 1).ok());
   auto sums = Write(m, src, **sink, 1);  // nobody reads: the third bucket cannot be written
   ASSERT_FALSE(sums.ok());
-  EXPECT_NE(sums.status().message().find("did not take bucket 0 of weight version 1 (0 of 1"),
+  EXPECT_NE(sums.status().message().find(
+                "did not take bucket 0 of weight version 1 (publication 1; 0 of 1"),
             std::string::npos)
       << sums.status();
 }

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <bit>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -22,14 +23,15 @@ namespace rlforge {
 
 namespace {
 
-constexpr char kMagic[8] = {'R', 'L', 'F', 'R', 'I', 'N', 'G', '1'};
+constexpr char kMagic[8] = {'R', 'L', 'F', 'R', 'I', 'N', 'G', '2'};
 constexpr uint64_t kWriting = ~0ull;
 constexpr size_t kHeaderBytes = 4096;  // keeps the slots page-aligned
 
 struct Slot {
-  std::atomic<uint64_t> tag;  // 0: never written; kWriting; else Tag(version, bucket)
-  std::atomic<int32_t> acks;  // readers done with the bucket in the slot
-  int32_t readers;            // readers the bucket in the slot is for
+  std::atomic<uint64_t> tag;    // 0: never written; kWriting; else Tag(publication, bucket)
+  std::atomic<uint64_t> taken;  // bit r: reader r is done with the bucket in the slot
+  int32_t readers;              // readers the bucket in the slot is for (bits 0..readers-1)
+  int64_t version;              // the weight version the publication carries
   uint64_t nbytes;
   uint64_t checksum;
 };
@@ -41,10 +43,13 @@ struct RingHeader {
   Slot slot[2];
 };
 
-uint64_t Tag(int64_t version, int64_t bucket) {
-  return (static_cast<uint64_t>(version + 1) << 24) | static_cast<uint64_t>(bucket);
+// Publications count from 1, so a written tag is never 0 (never written).
+uint64_t Tag(int64_t publication, int64_t bucket) {
+  return (static_cast<uint64_t>(publication) << 24) | static_cast<uint64_t>(bucket);
 }
-int64_t TagVersion(uint64_t tag) { return static_cast<int64_t>(tag >> 24) - 1; }
+int64_t TagPublication(uint64_t tag) { return static_cast<int64_t>(tag >> 24); }
+
+uint64_t AllOf(int readers) { return readers >= 64 ? ~0ull : (1ull << readers) - 1; }
 
 RingHeader* HeaderOf(void* base) { return static_cast<RingHeader*>(base); }
 char* SlotData(void* base, int slot) {
@@ -68,7 +73,8 @@ absl::StatusOr<std::unique_ptr<ShmRingSink>> ShmRingSink::Create(const std::stri
   h->publisher_pid = getpid();
   for (Slot& s : h->slot) {
     s.tag.store(0);
-    s.acks.store(0);
+    s.taken.store(0);
+    s.readers = 0;
   }
   return std::unique_ptr<ShmRingSink>(new ShmRingSink(shm, base, mapped, timeout_s));
 }
@@ -78,27 +84,68 @@ ShmRingSink::~ShmRingSink() {
   shm_unlink(name_.c_str());
 }
 
+uint64_t ShmRingSink::GoneReaders() const {
+  uint64_t gone = 0;
+  for (size_t r = 0; r < reader_pids_.size(); ++r) {
+    if (reader_pids_[r] > 0 && kill(reader_pids_[r], 0) != 0 && errno == ESRCH) gone |= 1ull << r;
+  }
+  return gone;
+}
+
 absl::Status ShmRingSink::AwaitFree(int slot, const char* what) {
   Slot& s = HeaderOf(base_)->slot[slot];
   const uint64_t tag = s.tag.load(std::memory_order_acquire);
   if (tag == 0) return absl::OkStatus();
-  return AwaitCondition([&] { return s.acks.load(std::memory_order_acquire) >= s.readers; },
-                        [] { return std::string(); }, timeout_s_,
-                        absl::StrCat("the rollout engines did not take bucket ", tag & 0xffffff,
-                                     " of weight version ", TagVersion(tag), " (", s.acks.load(),
-                                     " of ", s.readers, " did) ", what));
+  const uint64_t all = AllOf(s.readers);
+  // The pids are this publication's readers'; an earlier publication's buckets were drained.
+  const bool ours = TagPublication(tag) == publication_;
+  uint64_t gone = 0;  // readers whose process is gone: they take nothing any more
+  return AwaitCondition(
+      [&] { return ((s.taken.load(std::memory_order_acquire) | gone) & all) == all; },
+      [&] {  // every 5 ms
+        if (ours) gone = GoneReaders();
+        return std::string();
+      },
+      timeout_s_,
+      absl::StrCat("the rollout engines did not take bucket ", tag & 0xffffff,
+                   " of weight version ", s.version, " (publication ", TagPublication(tag), "; ",
+                   std::popcount(s.taken.load() & all), " of ", s.readers, " did) ", what));
+}
+
+absl::Status ShmRingSink::BeginPublication(int64_t publication, int readers,
+                                           std::vector<int> reader_pids) {
+  if (publication <= publication_) {
+    // A reader waiting for this number could take an earlier stream's bucket for its own.
+    return absl::FailedPreconditionError(
+        absl::StrCat("weight publication ", publication, " after publication ", publication_,
+                     " through ", name_, ": each stream needs a number above every earlier one"));
+  }
+  if (readers < 1 || readers > kMaxReaders ||
+      (!reader_pids.empty() && reader_pids.size() != static_cast<size_t>(readers))) {
+    return absl::InvalidArgumentError(absl::StrCat("weight publication ", publication, " for ",
+                                                   readers, " readers (", reader_pids.size(),
+                                                   " pids; at most ", kMaxReaders, ")"));
+  }
+  publication_ = publication;
+  readers_ = readers;
+  reader_pids_ = std::move(reader_pids);
+  streamed_ = false;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<char*> ShmRingSink::Acquire(int64_t version, int64_t bucket) {
   const int slot = static_cast<int>(bucket % 2);
   Slot& s = HeaderOf(base_)->slot[slot];
-  if (bucket == 0 && version <= last_version_) {
-    // A reader arriving before the publisher would take the old copy for the new one.
-    return absl::FailedPreconditionError(
-        absl::StrCat("weight version ", version, " after version ", last_version_, " through ",
-                     name_, ": versions go through the ring once each, in increasing order"));
+  if (bucket == 0) {
+    if (streamed_) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "weight version ", version, " through ", name_, " without a publication of its own (",
+          publication_ == 0 ? std::string("none begun")
+                            : absl::StrCat("publication ", publication_, " streamed already"),
+          "): BeginPublication first"));
+    }
+    streamed_ = true;
   }
-  last_version_ = version;
   if (absl::Status st = AwaitFree(slot, "before it was needed again"); !st.ok()) return st;
   s.tag.store(kWriting, std::memory_order_release);
   return SlotData(base_, slot);
@@ -110,8 +157,9 @@ absl::Status ShmRingSink::Commit(int64_t version, int64_t bucket, uint64_t nbyte
   s.nbytes = nbytes;
   s.checksum = checksum;
   s.readers = readers_;
-  s.acks.store(0, std::memory_order_relaxed);
-  s.tag.store(Tag(version, bucket), std::memory_order_release);
+  s.version = version;
+  s.taken.store(0, std::memory_order_relaxed);
+  s.tag.store(Tag(publication_, bucket), std::memory_order_release);
   return absl::OkStatus();
 }
 
@@ -149,14 +197,20 @@ absl::StatusOr<std::unique_ptr<ShmRingSource>> ShmRingSource::Open(const std::st
 ShmRingSource::~ShmRingSource() { munmap(base_, mapped_); }
 
 absl::StatusOr<BucketSource::Bucket> ShmRingSource::Next(int64_t version, int64_t bucket) {
+  if (publication_ <= 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("weight version ", version, " from ", name_,
+                     " without the number of its publication (LoadWeights.publication)"));
+  }
   RingHeader* h = HeaderOf(base_);
   Slot& s = h->slot[bucket % 2];
-  const uint64_t want = Tag(version, bucket);
+  const uint64_t want = Tag(publication_, bucket);
   const int pid = h->publisher_pid;
+  // An earlier publication's tag (or none) in the slot: not yet.
   absl::Status st = AwaitCondition(
       [&] {
         const uint64_t t = s.tag.load(std::memory_order_acquire);
-        return t == want || (t != kWriting && t != 0 && TagVersion(t) > version);
+        return t == want || (t != kWriting && t != 0 && TagPublication(t) > publication_);
       },
       [&] {
         if (kill(pid, 0) != 0 && errno == ESRCH) {
@@ -168,8 +222,18 @@ absl::StatusOr<BucketSource::Bucket> ShmRingSource::Next(int64_t version, int64_
   if (!st.ok()) return st;
   if (s.tag.load(std::memory_order_acquire) != want) {
     return absl::FailedPreconditionError(
-        absl::StrCat("the ring already holds version ", TagVersion(s.tag.load()),
-                     ": this engine was not counted among the readers"));
+        absl::StrCat("the ring already holds publication ", TagPublication(s.tag.load()),
+                     " (weight version ", s.version, "), past publication ", publication_,
+                     ": this engine was not counted among its readers"));
+  }
+  if (reader_ < 0 || reader_ >= s.readers) {
+    return absl::FailedPreconditionError(absl::StrCat("reader ", reader_, " of publication ",
+                                                      publication_, ", which has ", s.readers,
+                                                      " readers"));
+  }
+  if (s.version != version) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "publication ", publication_, " carries weight version ", s.version, ", not ", version));
   }
   if (s.nbytes > h->bucket_bytes) {
     return absl::DataLossError(absl::StrCat("slot header claims ", s.nbytes, " bytes"));
@@ -179,7 +243,7 @@ absl::StatusOr<BucketSource::Bucket> ShmRingSource::Next(int64_t version, int64_
 
 absl::Status ShmRingSource::Release(int64_t version, int64_t bucket) {
   (void)version;
-  HeaderOf(base_)->slot[bucket % 2].acks.fetch_add(1, std::memory_order_acq_rel);
+  HeaderOf(base_)->slot[bucket % 2].taken.fetch_or(1ull << reader_, std::memory_order_acq_rel);
   return absl::OkStatus();
 }
 
