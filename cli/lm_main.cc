@@ -110,7 +110,7 @@ struct EvalFlags {
       if (!*max_tokens) o.max_tokens = job->max_new_tokens;
       if (!*limit) o.limit = job->examples;
     }
-    o.max_tokens_given = *max_tokens;
+    o.max_tokens_given = max_tokens->count() > 0;
     if (*reward_opt) o.check = *rlforge::ParseAnswerCheck(reward);
     if (o.data.empty() && !o.job) return Fail("--data is required (or --job)");
     if (*n && o.n < o.k) return Fail("--n " + std::to_string(o.n) + " is less than --k");
@@ -169,7 +169,7 @@ int main(int argc, char** argv) {
       EvalFlags::Fail("--top-p must be greater than 0");
       return 2;
     }
-    g.max_tokens_given = *gen_max_tokens;
+    g.max_tokens_given = gen_max_tokens->count() > 0;
     if (!gen_common.Build(&config)) return 2;
     return rlforge::RunGenerate(config, g);
   }
