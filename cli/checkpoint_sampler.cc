@@ -7,8 +7,30 @@
 #include "cli/role_registry.h"
 #include "common/status.h"
 #include "config/algorithm_registry.h"
+#include "models/hf_checkpoint.h"
 
 namespace rlforge {
+
+absl::StatusOr<int64_t> FitMaxTokens(int64_t requested, bool from_flag, int64_t longest_prompt,
+                                     size_t which, int64_t context, std::string* note) {
+  if (context <= 0 || longest_prompt + requested <= context) return requested;
+  const std::string prompt = absl::StrCat("prompt ", which, " (", longest_prompt, " tokens)");
+  if (longest_prompt >= context) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        prompt, " leaves no room to generate in the model's max_position_embeddings ", context));
+  }
+  const int64_t fits = context - longest_prompt;
+  if (from_flag) {
+    return absl::InvalidArgumentError(absl::StrCat("--max-tokens ", requested, ": ", prompt, " + ",
+                                                   requested, " = ", longest_prompt + requested,
+                                                   " exceeds the model's max_position_embeddings ",
+                                                   context, " (at most ", fits, " fit)"));
+  }
+  *note = absl::StrCat("max tokens ", fits, " instead of the default ", requested, ": ", prompt,
+                       " + ", fits, " fills the model's max_position_embeddings ", context,
+                       " (--max-tokens sets it)");
+  return fits;
+}
 
 absl::StatusOr<std::unique_ptr<CheckpointSampler>> CheckpointSampler::Open(
     const JobConfig& config) {
@@ -26,6 +48,8 @@ absl::StatusOr<std::unique_ptr<CheckpointSampler>> CheckpointSampler::Open(
   if (a == nullptr || (a->family != AlgorithmFamily::kLmRl && a->family != AlgorithmFamily::kDpo)) {
     s->config_.job.algorithm = FindAlgorithm("grpo");
   }
+  ASSIGN_OR_RETURN(const models::TransformerConfig model, models::LoadHfConfig(dir));
+  s->context_ = model.max_position_embeddings;
   ASSIGN_OR_RETURN(s->text_.tokenizer, models::LoadTokenizer(dir));
   std::string name = config.data.prompt_template;
   if (name.empty()) name = s->text_.tokenizer->chat_template().empty() ? "none" : "model";
@@ -35,6 +59,22 @@ absl::StatusOr<std::unique_ptr<CheckpointSampler>> CheckpointSampler::Open(
   s->text_.tmpl = *tmpl;
   ASSIGN_OR_RETURN(s->engine_, CreateRole("rollout", s->config_, proto::Assignment()));
   return s;
+}
+
+absl::StatusOr<int64_t> CheckpointSampler::MaxTokensFor(const std::vector<std::string>& prompts,
+                                                        int64_t requested, bool from_flag,
+                                                        std::string* note) const {
+  int64_t longest = 0;
+  size_t which = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const int64_t len =
+        static_cast<int64_t>(text_.Encode(config_.data.system_prompt, prompts[i]).size());
+    if (len > longest) {
+      longest = len;
+      which = i + 1;
+    }
+  }
+  return FitMaxTokens(requested, from_flag, longest, which, context_, note);
 }
 
 absl::StatusOr<std::vector<LmGroup>> CheckpointSampler::Sample(

@@ -22,6 +22,16 @@
 
 namespace rlforge {
 
+// The new-token budget of a request whose longest prompt is `longest_prompt` tokens (prompt
+// number `which`, from 1) in a model of `context` positions (max_position_embeddings; the
+// engine refuses prompt + max tokens beyond it). `requested` when it fits. A default
+// (`from_flag` false: --max-tokens not given) that does not fit is clipped to context -
+// longest_prompt, and `*note` says so; a --max-tokens given that does not fit is an error
+// naming the flag and both numbers, as is a prompt that leaves no room at all. `context` 0:
+// no limit known.
+absl::StatusOr<int64_t> FitMaxTokens(int64_t requested, bool from_flag, int64_t longest_prompt,
+                                     size_t which, int64_t context, std::string* note);
+
 class CheckpointSampler {
  public:
   // Loads config.model.path's tokenizer, template and model. An empty
@@ -34,10 +44,16 @@ class CheckpointSampler {
                                               const SamplingParams& p);
   const TaskText& text() const { return text_; }
 
+  // The new-token budget for `prompts` in this checkpoint's context (FitMaxTokens, with the
+  // longest prompt as the engine sees it and config.json's max_position_embeddings).
+  absl::StatusOr<int64_t> MaxTokensFor(const std::vector<std::string>& prompts, int64_t requested,
+                                       bool from_flag, std::string* note) const;
+
  private:
   CheckpointSampler() = default;
   JobConfig config_;  // what the engine reads; before engine_, which keeps a reference
   TaskText text_;
+  int64_t context_ = 0;  // config.json's max_position_embeddings
   std::unique_ptr<Role> engine_;
 };
 

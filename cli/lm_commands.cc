@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "cli/checkpoint_sampler.h"
 #include "common/status.h"
+#include "data/heldout_set.h"
 #include "data/jsonl_dataset.h"
 #include "nlohmann/json.hpp"
 #include "reward/answer_check.h"
@@ -59,9 +60,16 @@ int RunGenerate(const JobConfig& config, const GenerateOptions& o) {
   if (!prompts.ok()) return Report(prompts.status(), 2);
   auto sampler = CheckpointSampler::Open(config);
   if (!sampler.ok()) return Report(sampler.status(), 2);
+  SamplingParams sampling = o.sampling;
+  std::string note;
+  auto max_tokens =
+      (*sampler)->MaxTokensFor(*prompts, sampling.max_tokens, o.max_tokens_given, &note);
+  if (!max_tokens.ok()) return Report(max_tokens.status(), 2);
+  if (!note.empty()) std::fprintf(stderr, "note: %s\n", note.c_str());
+  sampling.max_tokens = *max_tokens;
   JsonlOut out;
   if (absl::Status s = out.Open(o.out); !s.ok()) return Report(s, 2);
-  auto groups = (*sampler)->Sample(*prompts, o.sampling);
+  auto groups = (*sampler)->Sample(*prompts, sampling);
   if (!groups.ok()) return Report(groups.status(), 1);
   for (size_t i = 0; i < groups->size(); ++i) {
     Json samples = Json::array();
@@ -115,9 +123,9 @@ void ScoreSamples(const reward::AnswerJudge& judge, const TaskText& text, const 
   t.majk += maj_ok ? 1 : 0;
 }
 
-Json Summary(const EvalOptions& o, const EvalTotals& t, size_t count) {
+Json Summary(const EvalOptions& o, const std::string& data, const EvalTotals& t, size_t count) {
   const double m = static_cast<double>(count);
-  Json s = {{"data", o.data},
+  Json s = {{"data", data},
             {"examples", count},
             {"verifier", AnswerCheckName(o.check)},
             {"correct", t.correct},
@@ -134,9 +142,10 @@ Json Summary(const EvalOptions& o, const EvalTotals& t, size_t count) {
 }
 
 void PrintSummary(const EvalOptions& o, const Json& s) {
-  std::string line = absl::StrFormat("eval: %s: accuracy %.4f (%d/%d greedy, verifier %s)", o.data,
-                                     s["accuracy"].get<double>(), s["correct"].get<int64_t>(),
-                                     s["examples"].get<int64_t>(), AnswerCheckName(o.check));
+  std::string line = absl::StrFormat("eval: %s: accuracy %.4f (%d/%d greedy, verifier %s)",
+                                     s["data"].get<std::string>(), s["accuracy"].get<double>(),
+                                     s["correct"].get<int64_t>(), s["examples"].get<int64_t>(),
+                                     AnswerCheckName(o.check));
   if (o.k > 1) {
     const std::string pk = absl::StrCat("pass@", o.k), mk = absl::StrCat("maj@", o.k);
     absl::StrAppendFormat(&line, "  pass@1 %.4f  %s %.4f  %s %.4f (n %d, temperature %g)",
@@ -149,25 +158,33 @@ void PrintSummary(const EvalOptions& o, const Json& s) {
 }  // namespace
 
 int RunEval(const JobConfig& config, const EvalOptions& o) {
-  auto examples = ReadPromptJsonl(o.data, JsonlFormat::kRl);
+  auto examples = o.data.empty() && o.job ? JobHeldoutSet(config, *o.job, o.limit)
+                                          : ReadPromptJsonl(o.data, JsonlFormat::kRl);
   if (!examples.ok()) return Report(examples.status(), 2);
   if (o.limit > 0 && static_cast<int64_t>(examples->size()) > o.limit) {
     examples->resize(static_cast<size_t>(o.limit));
   }
+  const std::string data =
+      o.data.empty() ? HeldoutSource(config.data, static_cast<uint64_t>(config.job.seed)) : o.data;
+  if (examples->empty()) return Report(absl::InvalidArgumentError(data + ": no examples"), 2);
   auto sampler = CheckpointSampler::Open(config);
   if (!sampler.ok()) return Report(sampler.status(), 2);
   JsonlOut out;
   if (absl::Status s = out.Open(o.out); !s.ok()) return Report(s, 2);
   std::vector<std::string> prompts;
   for (const PromptExample& ex : *examples) prompts.push_back(ex.prompt);
-  auto greedy = (*sampler)->Sample(prompts, SamplingParams::Greedy(o.max_tokens, o.seed));
+  std::string note;
+  auto max_tokens = (*sampler)->MaxTokensFor(prompts, o.max_tokens, o.max_tokens_given, &note);
+  if (!max_tokens.ok()) return Report(max_tokens.status(), 2);
+  if (!note.empty()) std::fprintf(stderr, "note: %s\n", note.c_str());
+  auto greedy = (*sampler)->Sample(prompts, SamplingParams::Greedy(*max_tokens, o.seed));
   if (!greedy.ok()) return Report(greedy.status(), 1);
   std::vector<LmGroup> sampled;
   if (o.k > 1) {
     SamplingParams p;
     p.n = o.n;
     p.temperature = o.temperature;
-    p.max_tokens = o.max_tokens;
+    p.max_tokens = *max_tokens;
     p.seed = o.seed;
     auto s = (*sampler)->Sample(prompts, p);
     if (!s.ok()) return Report(s.status(), 1);
@@ -191,7 +208,7 @@ int RunEval(const JobConfig& config, const EvalOptions& o) {
     if (!o.out.empty()) out.Write(row);
   }
   if (!out.ok()) return Report(absl::InternalError("--out " + o.out + ": write failed"), 1);
-  PrintSummary(o, Summary(o, totals, examples->size()));
+  PrintSummary(o, Summary(o, data, totals, examples->size()));
   return 0;
 }
 

@@ -9,8 +9,10 @@
 //                   [--limit N] [--seed S] [--out FILE] [--job FILE] [--threads N]
 //
 // --job FILE takes what a job would use from its file (e.g. a run's config.resolved.yaml): the
-// engine section, trainer.threads, data.prompt_template and system_prompt and, for eval,
-// data.heldout_path, grpo.max_new_tokens, eval_examples and eval_verifier; flags given win.
+// engine section, trainer.threads, data.prompt_template and system_prompt and, for eval, the
+// job's held-out evaluation (HeldoutEvaluationOf: its held-out set, a file or the arithmetic
+// task's split for job.seed, its budget, size and verifier); flags given win. A max tokens not
+// given that would overflow the model's context is clipped to fit, with a note.
 // Exit codes: 0 done, 1 failed while running, 2 bad usage or input.
 #include <malloc.h>
 
@@ -74,7 +76,9 @@ struct EvalFlags {
               *temperature = nullptr, *n = nullptr;
 
   void Add(CLI::App* app) {
-    data = app->add_option("--data", o.data, "JSONL set: {prompt, answer} or GSM8K lines");
+    data = app->add_option(
+        "--data", o.data,
+        "JSONL set: {prompt, answer} or GSM8K lines (default with --job: the job's held-out set)");
     reward_opt = app->add_option("--reward", reward, "Verifier: exact, numeric or math")
                      ->check(CLI::IsMember(rlforge::AnswerCheckNames()));
     app->add_option("--k", o.k, "k of pass@k and maj@k; > 1 adds a sampled pass")
@@ -84,24 +88,31 @@ struct EvalFlags {
     temperature = app->add_option("--temperature", o.temperature,
                                   "Temperature of the --k samples (default 1)")
                       ->check(CLI::PositiveNumber);
-    max_tokens = app->add_option("--max-tokens", o.max_tokens, "New tokens per answer (default 8)")
-                     ->check(CLI::PositiveNumber);
+    max_tokens =
+        app->add_option(
+               "--max-tokens", o.max_tokens,
+               "New tokens per answer (default 8 or the job's; at most what fits the context)")
+            ->check(CLI::PositiveNumber);
     limit = app->add_option("--limit", o.limit, "Evaluate the first N examples only")
                 ->check(CLI::PositiveNumber);
     app->add_option("--seed", o.seed, "Seed of the sampled pass");
     app->add_option("--out", o.out, "Per-example results (JSONL)");
   }
 
-  // Defaults from the job config, then the flags; false after printing what is wrong.
-  bool Resolve(const JobConfig& c, bool from_job) {
-    if (from_job) {
-      o.data = *data ? o.data : c.data.heldout_path;
-      o.check = c.grpo.eval_verifier;
-      if (!*max_tokens) o.max_tokens = c.grpo.max_new_tokens;
-      if (!*limit) o.limit = c.grpo.eval_examples;
+  // Defaults from the job config's held-out evaluation, then the flags; false after printing
+  // what is wrong.
+  bool Resolve(const JobConfig& c, const std::string& job_path) {
+    if (!job_path.empty()) {
+      auto job = rlforge::HeldoutEvaluationOf(c);
+      if (!job.ok()) return Fail("--job " + job_path + ": " + std::string(job.status().message()));
+      o.job = *job;
+      o.check = job->verifier;
+      if (!*max_tokens) o.max_tokens = job->max_new_tokens;
+      if (!*limit) o.limit = job->examples;
     }
+    o.max_tokens_given = max_tokens->count() > 0;
     if (*reward_opt) o.check = *rlforge::ParseAnswerCheck(reward);
-    if (o.data.empty()) return Fail("--data is required (or --job with data.heldout_path)");
+    if (o.data.empty() && !o.job) return Fail("--data is required (or --job)");
     if (*n && o.n < o.k) return Fail("--n " + std::to_string(o.n) + " is less than --k");
     if (!*n) o.n = o.k;
     if (*temperature && o.k == 1 && o.n == 1) {
@@ -134,8 +145,10 @@ int main(int argc, char** argv) {
   gen->add_option("--top-p", g.sampling.top_p, "Nucleus mass; 1 is off")
       ->check(CLI::Range(0.0, 1.0));
   gen->add_option("--top-k", g.sampling.top_k, "0 is off")->check(CLI::NonNegativeNumber);
-  gen->add_option("--max-tokens", g.sampling.max_tokens, "New tokens per sample")
-      ->check(CLI::PositiveNumber);
+  CLI::Option* gen_max_tokens =
+      gen->add_option("--max-tokens", g.sampling.max_tokens,
+                      "New tokens per sample (default 256, or what fits the model's context)")
+          ->check(CLI::PositiveNumber);
   gen->add_option("--seed", g.sampling.seed, "Sampling seed");
   gen->add_option("--out", g.out, "Output JSONL (default stdout)");
   g.sampling.max_tokens = 256;
@@ -156,9 +169,10 @@ int main(int argc, char** argv) {
       EvalFlags::Fail("--top-p must be greater than 0");
       return 2;
     }
+    g.max_tokens_given = gen_max_tokens->count() > 0;
     if (!gen_common.Build(&config)) return 2;
     return rlforge::RunGenerate(config, g);
   }
-  if (!eval_common.Build(&config) || !e.Resolve(config, !eval_common.job.empty())) return 2;
+  if (!eval_common.Build(&config) || !e.Resolve(config, eval_common.job)) return 2;
   return rlforge::RunEval(config, e.o);
 }

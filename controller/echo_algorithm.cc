@@ -60,6 +60,7 @@ absl::Status EchoAlgorithm::Run(JobContext& ctx) {
   std::vector<std::string> actors = c.actors().IdsOfRole("echo");
   std::mt19937_64 rng(static_cast<uint64_t>(seed_));
   const Clock* clock = RealClock::Get();
+  ctx.SetTotalIterations(iterations_);
   for (int64_t step = 1; step <= iterations_; ++step) {
     int64_t t0 = clock->NowMicros();
     std::map<uint64_t, std::vector<std::string>> sent;

@@ -16,6 +16,7 @@
 #include "common/clock.h"
 #include "common/logging.h"
 #include "common/net_address.h"
+#include "common/process_identity.h"
 #include "common/status.h"
 #include "config/dashboard_config.h"
 #include "controller/actor_placement.h"
@@ -44,6 +45,7 @@ struct IterationSinks {
   dashboard::RunState* state = nullptr;
   dashboard::EventFileWriter* tensorboard = nullptr;  // may be null
   dashboard::ProgressPrinter* progress = nullptr;
+  std::function<void()> total_set;  // status.json rewritten with the loop's total
 };
 
 class Context final : public JobContext {
@@ -65,6 +67,7 @@ class Context final : public JobContext {
   void SetTotalIterations(int64_t total) override {
     total_ = total;
     sinks_.state->SetTotalIterations(total);
+    if (sinks_.total_set) sinks_.total_set();
   }
   void AddSamples(const std::vector<SampleRecord>& samples) override {
     sinks_.state->AddSamples(samples);
@@ -187,28 +190,44 @@ void SetUpControllerLog(const RunDirectory& dir, const std::string& level,
   spdlog::set_default_logger(logger);
 }
 
-// status.json and the dashboard's run state, kept in step.
+// status.json and the dashboard's run state, kept in step. status.json names the controller
+// (host, pid, its start time and the boot: `rlforge status` tells a dead run by them), the
+// loop's iteration count once it is known, and where this attempt resumed.
 class StatusWriter {
  public:
-  StatusWriter(const RunDirectory* dir, const JobConfig* config) : dir_(dir), config_(config) {}
+  StatusWriter(const RunDirectory* dir, const JobConfig* config)
+      : dir_(dir), config_(config), self_(SelfIdentity()) {}
   void set_state(dashboard::RunState* state) { state_ = state; }
   void set_dashboard_url(std::string url) { url_ = std::move(url); }
-  void Write(const std::string& state, const std::string& message) const {
+  void Write(const std::string& state, const std::string& message) {
+    state_name_ = state;
+    message_ = message;
     nlohmann::json j{{"state", state},
                      {"message", message},
-                     {"pid", getpid()},
+                     {"host", self_.host},
+                     {"pid", self_.pid},
+                     {"pid_start_ticks", self_.start_ticks},
+                     {"boot_id", self_.boot_id},
                      {"algorithm", config_->job.algorithm->name}};
     if (!url_.empty()) j["dashboard_url"] = url_;
-    if (state_ != nullptr) j["total"] = state_->Take(-1, 0).info.total_iterations;
+    if (state_ != nullptr) {
+      const dashboard::RunInfo info = state_->Take(-1, 0).info;
+      if (info.total_iterations > 0) j["total"] = info.total_iterations;
+      j["resumed_from"] = info.resumed_from;
+    }
     dir_->WriteFile("status.json", j.dump(2) + "\n").IgnoreError();
     if (state_ != nullptr) state_->SetState(state, message);
   }
+  // The same state again, with what changed since (the loop's total).
+  void Rewrite() { Write(state_name_, message_); }
 
  private:
   const RunDirectory* dir_;
   const JobConfig* config_;
+  const ProcessIdentity self_;
   dashboard::RunState* state_ = nullptr;
   std::string url_;
+  std::string state_name_ = "starting", message_;
 };
 
 // launch.backend's launcher and, under Slurm, the node and GPUs of every launched actor.
@@ -416,7 +435,7 @@ std::unique_ptr<dashboard::EventFileWriter> OpenTensorBoard(const JobConfig& con
 
 // The log's last word on the run and status.json's state.
 void ReportOutcome(const absl::Status& status, int code, const std::string& run_dir,
-                   const DropStats& drops, const StatusWriter& status_file) {
+                   const DropStats& drops, StatusWriter& status_file) {
   if (status.ok()) {
     spdlog::info("job finished; results in {}", run_dir);
     status_file.Write("finished", "");
@@ -528,7 +547,7 @@ struct AttemptFiles {
 
 // An error before the job runs: logged (what is wrong, with the key it is about) and in
 // status.json; the exit code.
-int FailBeforeRun(const StatusWriter& status_file, const std::string& key, const absl::Status& s) {
+int FailBeforeRun(StatusWriter& status_file, const std::string& key, const absl::Status& s) {
   spdlog::error("{}{}", key.empty() ? "" : key + ": ", Msg(s));
   status_file.Write("failed", std::string(s.message()));
   return 1;
@@ -602,8 +621,16 @@ int ServeAttempt(const JobConfig& config, const RunOptions& options, const Attem
   // The dashboard reads a copy of the run that the loop refreshes (at most every 200 ms).
   dashboard::RunState run_state(RealClock::Get(), static_cast<size_t>(config.dashboard.max_points),
                                 static_cast<size_t>(config.dashboard.max_samples));
-  run_state.SetInfo({f.dir->name(), config.job.algorithm->name, co.job_id, f.dir->path(),
-                     ShownConfig(config), config.job.iterations});
+  // The total is the loop's to say (JobContext::SetTotalIterations): 0 (not known) until then.
+  dashboard::RunInfo info;
+  info.name = f.dir->name();
+  info.algorithm = config.job.algorithm->name;
+  info.job_id = co.job_id;
+  info.run_dir = f.dir->path();
+  info.config_yaml = ShownConfig(config);
+  info.resumed_from = f.resume != nullptr ? f.resume->step : 0;
+  f.progress->SetResumedFrom(info.resumed_from);
+  run_state.SetInfo(std::move(info));
   f.status->set_state(&run_state);
   controller.set_status_sink([&](const std::string& state, const std::string& message) {
     f.status->Write(state, message);
@@ -620,9 +647,10 @@ int ServeAttempt(const JobConfig& config, const RunOptions& options, const Attem
   if (*server != nullptr) f.status->set_dashboard_url((*server)->url());
   std::unique_ptr<dashboard::EventFileWriter> tensorboard = OpenTensorBoard(config, *f.dir);
 
-  const absl::Status status =
-      LaunchAndRun(controller, config, options, f, launch, (*transport)->endpoint(), algorithm,
-                   {f.metrics, &run_state, tensorboard.get(), f.progress}, defer_stop);
+  const absl::Status status = LaunchAndRun(
+      controller, config, options, f, launch, (*transport)->endpoint(), algorithm,
+      {f.metrics, &run_state, tensorboard.get(), f.progress, [&f] { f.status->Rewrite(); }},
+      defer_stop);
   controller.Shutdown(status.ok() ? "job finished" : std::string(status.message()));
   PublishActors(controller, actor_metrics, &run_state);
   const int code = ExitCodeFor(status, options.stop);

@@ -11,6 +11,7 @@
 #include "common/logging.h"
 #include "common/status.h"
 #include "common/timing_keys.h"
+#include "data/heldout_set.h"
 #include "data/jsonl_dataset.h"
 #include "reward/answer_check.h"
 #include "reward/reward_role.h"
@@ -123,17 +124,51 @@ absl::StatusOr<TaskText> LoadTaskText(const JobConfig& c, int64_t heldout_exampl
       ASSIGN_OR_RETURN(t.train_file, ReadPromptJsonl(d.train_path, JsonlFormat::kRl));
       if (t.train_file.empty()) return absl::InvalidArgumentError(d.train_path + ": no examples");
     }
-    ASSIGN_OR_RETURN(t.heldout, ReadPromptJsonl(d.heldout_path, JsonlFormat::kRl));
   } else {
     ASSIGN_OR_RETURN(ArithmeticTask task, ArithmeticTaskFor(d));
     t.task = task;
-    t.heldout = task.Examples(static_cast<uint64_t>(c.job.seed), Split::kHeldout, 0,
-                              static_cast<size_t>(heldout_examples));
   }
-  if (static_cast<int64_t>(t.heldout.size()) > heldout_examples) {
-    t.heldout.resize(static_cast<size_t>(heldout_examples));
-  }
+  ASSIGN_OR_RETURN(t.heldout, HeldoutExamples(d, static_cast<uint64_t>(c.job.seed),
+                                              heldout_examples, JsonlFormat::kRl));
   return t;
+}
+
+absl::StatusOr<HeldoutEvaluation> HeldoutEvaluationOf(const JobConfig& c) {
+  const AlgorithmSpec& a = *c.job.algorithm;
+  HeldoutEvaluation e;
+  switch (a.family) {
+    case AlgorithmFamily::kLmRl:
+      e.examples = c.grpo.eval_examples;
+      e.max_new_tokens = c.grpo.max_new_tokens;
+      e.verifier = c.grpo.eval_verifier;
+      return e;
+    case AlgorithmFamily::kDpo:
+      e.examples = c.dpo.eval_examples;
+      e.max_new_tokens = c.dpo.max_new_tokens;
+      return e;
+    case AlgorithmFamily::kSft:
+      e.examples = c.data.heldout_examples;
+      e.max_new_tokens = c.sft.max_new_tokens;
+      e.sft = true;
+      return e;
+    case AlgorithmFamily::kEcho:
+    case AlgorithmFamily::kControlPpo:
+      break;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("job.algorithm ", a.name, " has no held-out evaluation of a language model"));
+}
+
+absl::StatusOr<std::vector<PromptExample>> JobHeldoutSet(const JobConfig& c,
+                                                         const HeldoutEvaluation& e,
+                                                         int64_t count) {
+  ASSIGN_OR_RETURN(std::vector<PromptExample> examples,
+                   HeldoutExamples(c.data, static_cast<uint64_t>(c.job.seed), count,
+                                   e.sft ? JsonlFormat::kSft : JsonlFormat::kRl));
+  if (e.sft) {
+    for (PromptExample& ex : examples) ex.answer = ex.response;
+  }
+  return examples;
 }
 
 SamplingParams SamplingParams::Greedy(int64_t max_tokens, uint64_t seed) {

@@ -71,6 +71,25 @@ struct TaskText {
 // ({"prompt", "chosen", "rejected"}).
 absl::StatusOr<TaskText> LoadTaskText(const JobConfig& c, int64_t heldout_examples);
 
+// A job's held-out evaluation as its config describes it, for `rlforge eval --job`. kLmRl:
+// grpo.eval_examples, max_new_tokens and eval_verifier (what LmRlAlgorithm passes to
+// LmLoop::Evaluate); kDpo: dpo.eval_examples and max_new_tokens, exact; kSft:
+// data.heldout_examples and sft.max_new_tokens, exact, against each example's SFT response
+// (what the SFT trainer compares with). An error for a job without one (echo, ppo).
+struct HeldoutEvaluation {
+  int64_t examples = 0;  // how many of the held-out set
+  int64_t max_new_tokens = 0;
+  AnswerCheck verifier = AnswerCheck::kExact;
+  bool sft = false;  // the reference is the SFT response (held-out lines {prompt, response})
+};
+absl::StatusOr<HeldoutEvaluation> HeldoutEvaluationOf(const JobConfig& c);
+
+// The first `count` examples of the job's held-out set, as the job reads it (HeldoutExamples,
+// data/heldout_set.h, for job.seed), each one's reference in `answer`. Errors name the file
+// and line, or the data.* option.
+absl::StatusOr<std::vector<PromptExample>> JobHeldoutSet(const JobConfig& c,
+                                                         const HeldoutEvaluation& e, int64_t count);
+
 struct SamplingParams {
   int64_t n = 1;  // samples per prompt
   double temperature = 1.0;

@@ -476,3 +476,64 @@ TEST(TaskTextTest, ModelPromptTemplateEncodesLikeTransformers) {
 
 }  // namespace
 }  // namespace rlforge
+
+namespace rlforge::testing {
+namespace {
+
+// What `rlforge eval --job` scores: the held-out evaluation each loop runs, for every family
+// with one; the arithmetic task's set for job.seed (issue 42: eval --job refused a job
+// without data.heldout_path).
+TEST(HeldoutEvaluationTest, EachLanguageModelJobsSettingsAndItsArithmeticHeldOutSet) {
+  const std::string data = "data: {source: arithmetic, max_digits: 2, ops: ['+']}\n";
+  JobConfig grpo = TestConfig("job: {algorithm: grpo, seed: 4}\n" + data +
+                              "grpo: {eval_examples: 30, max_new_tokens: 5, "
+                              "eval_verifier: numeric}\n");
+  auto e = HeldoutEvaluationOf(grpo);
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->examples, 30);
+  EXPECT_EQ(e->max_new_tokens, 5);
+  EXPECT_EQ(e->verifier, AnswerCheck::kNumeric);
+  auto set = JobHeldoutSet(grpo, *e, e->examples);
+  ASSERT_TRUE(set.ok()) << set.status();
+  auto task = ArithmeticTaskFor(grpo.data);
+  ASSERT_TRUE(task.ok());
+  const std::vector<PromptExample> want = task->Examples(4, Split::kHeldout, 0, 30);
+  ASSERT_EQ(set->size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ((*set)[i].prompt, want[i].prompt);
+    EXPECT_EQ((*set)[i].answer, want[i].answer);
+  }
+
+  JobConfig dpo =
+      TestConfig("job: {algorithm: dpo}\n" + data + "dpo: {eval_examples: 7, max_new_tokens: 3}\n");
+  e = HeldoutEvaluationOf(dpo);
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->examples, 7);
+  EXPECT_EQ(e->max_new_tokens, 3);
+  EXPECT_EQ(e->verifier, AnswerCheck::kExact);
+
+  // SFT judges against the response it trains on: "The answer is 357." in the question style.
+  JobConfig sft = TestConfig(
+      "job: {algorithm: sft}\n"
+      "data: {source: arithmetic, max_digits: 2, ops: ['+'], style: question, "
+      "heldout_examples: 9}\n"
+      "sft: {max_new_tokens: 12}\n");
+  e = HeldoutEvaluationOf(sft);
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->examples, 9);
+  EXPECT_EQ(e->max_new_tokens, 12);
+  set = JobHeldoutSet(sft, *e, e->examples);
+  ASSERT_TRUE(set.ok()) << set.status();
+  ASSERT_EQ(set->size(), 9u);
+  EXPECT_EQ((*set)[0].answer, (*set)[0].response);
+  EXPECT_EQ((*set)[0].answer.rfind("The answer is ", 0), 0u) << (*set)[0].answer;
+
+  auto echo = HeldoutEvaluationOf(TestConfig("job: {algorithm: echo}\n"));
+  ASSERT_FALSE(echo.ok());
+  EXPECT_NE(std::string(echo.status().message()).find("job.algorithm echo has no held-out"),
+            std::string::npos)
+      << echo.status();
+}
+
+}  // namespace
+}  // namespace rlforge::testing

@@ -12,11 +12,6 @@ namespace rlforge::dashboard {
 
 namespace {
 
-double Eta(int64_t step, int64_t total, double elapsed_s) {
-  if (step <= 0 || total <= step) return 0;
-  return elapsed_s / static_cast<double>(step) * static_cast<double>(total - step);
-}
-
 int TerminalWidth(std::FILE* out) {
   winsize ws{};
   if (ioctl(fileno(out), TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) return ws.ws_col;
@@ -24,6 +19,12 @@ int TerminalWidth(std::FILE* out) {
 }
 
 }  // namespace
+
+double EtaSeconds(int64_t step, int64_t resumed_from, int64_t total, double elapsed_s) {
+  const int64_t done = step - resumed_from;
+  if (done <= 0 || total <= step) return 0;
+  return elapsed_s / static_cast<double>(done) * static_cast<double>(total - step);
+}
 
 std::string FormatDuration(double seconds) {
   int64_t s = static_cast<int64_t>(seconds + 0.5);
@@ -34,6 +35,11 @@ std::string FormatDuration(double seconds) {
 
 ProgressPrinter::ProgressPrinter(std::FILE* out, bool interactive, std::string label, int width)
     : out_(out), interactive_(interactive), label_(std::move(label)), width_(width) {}
+
+void ProgressPrinter::SetResumedFrom(int64_t step) {
+  std::lock_guard<std::mutex> lock(mu_);
+  resumed_from_ = step;
+}
 
 std::vector<std::string> ProgressPrinter::KeyMetrics(const std::map<std::string, double>& metrics,
                                                      size_t n) {
@@ -55,7 +61,7 @@ std::string ProgressPrinter::PlainLine(int64_t step, int64_t total, double elaps
                                        const std::map<std::string, double>& metrics,
                                        const std::map<std::string, double>& timings) const {
   std::string line = absl::StrFormat("[%s] iter %d/%d  %.1fs  eta %.1fs", label_, step, total,
-                                     elapsed_s, Eta(step, total, elapsed_s));
+                                     elapsed_s, EtaSeconds(step, resumed_from_, total, elapsed_s));
   for (const auto& [k, v] : metrics) absl::StrAppendFormat(&line, "  %s=%.4g", k, v);
   for (const auto& [k, v] : timings) absl::StrAppendFormat(&line, "  %s=%.4g", k, v);
   return line;
@@ -67,10 +73,10 @@ std::string ProgressPrinter::BarLine(int64_t step, int64_t total, double elapsed
   double frac = total > 0 ? std::clamp(static_cast<double>(step) / total, 0.0, 1.0) : 0;
   const int bar = 24;
   int filled = static_cast<int>(frac * bar + 1e-9);
-  std::string line =
-      absl::StrFormat("[%s] [%s%s] %d/%d %3.0f%%  %s  eta %s", label_, std::string(filled, '#'),
-                      std::string(bar - filled, '.'), step, total, frac * 100,
-                      FormatDuration(elapsed_s), FormatDuration(Eta(step, total, elapsed_s)));
+  std::string line = absl::StrFormat(
+      "[%s] [%s%s] %d/%d %3.0f%%  %s  eta %s", label_, std::string(filled, '#'),
+      std::string(bar - filled, '.'), step, total, frac * 100, FormatDuration(elapsed_s),
+      FormatDuration(EtaSeconds(step, resumed_from_, total, elapsed_s)));
   for (const std::string& k : KeyMetrics(metrics, 4)) {
     std::string item = absl::StrFormat("  %s=%.4g", k, metrics.at(k));
     if (static_cast<int>(line.size() + item.size()) >= width) break;

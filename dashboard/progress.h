@@ -27,6 +27,10 @@ class ProgressPrinter {
   // `out` is not owned. `width` 0 asks the terminal (when interactive).
   ProgressPrinter(std::FILE* out, bool interactive, std::string label, int width = 0);
 
+  // A resumed attempt starts after iteration `step` (its checkpoint's): the ETA counts only
+  // the iterations this attempt did in its elapsed time.
+  void SetResumedFrom(int64_t step);
+
   void Update(int64_t step, int64_t total, double elapsed_s,
               const std::map<std::string, double>& metrics,
               const std::map<std::string, double>& timings);
@@ -51,6 +55,7 @@ class ProgressPrinter {
   bool interactive_;
   std::string label_;
   int width_;
+  int64_t resumed_from_ = 0;
   std::mutex mu_;
   bool open_line_ = false;
   std::string last_bar_;
@@ -62,5 +67,10 @@ spdlog::sink_ptr MakeBarAwareSink(spdlog::sink_ptr inner,
 
 // "42s", "3m07s", "1h02m".
 std::string FormatDuration(double seconds);
+
+// Seconds left at iteration `step` of `total`, by the pace of this attempt: `elapsed_s` since
+// it started after iteration `resumed_from` (0 for a fresh run). 0 once done or before the
+// attempt's first iteration.
+double EtaSeconds(int64_t step, int64_t resumed_from, int64_t total, double elapsed_s);
 
 }  // namespace rlforge::dashboard

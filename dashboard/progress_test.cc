@@ -31,6 +31,19 @@ TEST(ProgressTest, PlainLinesKeepTheParseableFormatWhenNotATerminal) {
   EXPECT_EQ(out.find('\r'), std::string::npos);
 }
 
+// Issue 42: "iter 1805/7813 ... eta 11.9s" after `--resume` at 1800 with about 21 s left:
+// the attempt's elapsed time was divided by the run's step, not by the attempt's iterations.
+TEST(ProgressTest, EtaAfterResumeCountsOnlyThisAttemptsIterations) {
+  ProgressPrinter p(stdout, false, "ppo", 80);
+  p.SetResumedFrom(1800);
+  // 0.05 s for 5 iterations: 0.01 s each, 6008 left.
+  EXPECT_EQ(p.PlainLine(1805, 7813, 0.05, {}, {}), "[ppo] iter 1805/7813  0.1s  eta 60.1s");
+  EXPECT_DOUBLE_EQ(EtaSeconds(1805, 1800, 7813, 0.05), 0.05 / 5 * 6008);
+  EXPECT_DOUBLE_EQ(EtaSeconds(5, 0, 10, 1.0), 1.0);  // a fresh run: its own step count
+  EXPECT_EQ(EtaSeconds(1800, 1800, 7813, 0.5), 0);   // nothing done yet in this attempt
+  EXPECT_EQ(EtaSeconds(10, 0, 10, 3.0), 0);          // done
+}
+
 TEST(ProgressTest, TerminalBarRedrawsInPlaceAndFitsTheWidth) {
   std::string out = Capture(true);
   EXPECT_EQ(out.find('\n'), out.size() - 1) << "one line, ended by Finish";

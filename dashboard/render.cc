@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "dashboard/progress.h"
 
 namespace rlforge::dashboard {
 
@@ -86,10 +87,11 @@ nlohmann::json StatusJson(const Snapshot& s) {
   double elapsed = ElapsedSeconds(s);
   j["elapsed_s"] = elapsed;
   nlohmann::json eta = nullptr;
-  if (!s.iterations.empty() && step > 0 && s.info.total_iterations >= step) {
+  if (!s.iterations.empty() && step > s.info.resumed_from && s.info.total_iterations >= step) {
+    // This attempt's pace: its elapsed_s counts from its start, after resumed_from.
     double run_s =
         s.iterations.back()->value("timings", nlohmann::json::object()).value("elapsed_s", 0.0);
-    eta = run_s / static_cast<double>(step) * static_cast<double>(s.info.total_iterations - step);
+    eta = EtaSeconds(step, s.info.resumed_from, s.info.total_iterations, run_s);
   }
   j["eta_s"] = eta;
   nlohmann::json latest = nlohmann::json::object();

@@ -53,8 +53,9 @@ struct RunInfo {
   std::string algorithm;
   std::string job_id;
   std::string run_dir;
-  std::string config_yaml;  // secrets already removed
-  int64_t total_iterations = 0;
+  std::string config_yaml;       // secrets already removed
+  int64_t total_iterations = 0;  // 0 until the loop knows it (JobContext::SetTotalIterations)
+  int64_t resumed_from = 0;      // the iteration this attempt resumed after; 0: a fresh run
 };
 
 // A consistent copy of everything, taken at one instant.

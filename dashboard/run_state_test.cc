@@ -38,7 +38,7 @@ TEST(RunStateTest, TakeSinceReturnsOnlyLaterStepsAndKeepsTheLatestWhenFull) {
 TEST(RenderTest, StatusCountsActorsAndEstimatesTheRest) {
   FakeClock clock(5'000'000);
   RunState state(&clock, 100, 10);
-  state.SetInfo({"r", "ppo", "job-1", "/runs/r", "job: {}\n", 10});
+  state.SetInfo({"r", "ppo", "job-1", "/runs/r", "job: {}\n", 10, 0});
   state.SetState("running", "");
   state.AddIteration(Record(2, 20));
   ActorRow a;
@@ -66,10 +66,29 @@ TEST(RenderTest, StatusCountsActorsAndEstimatesTheRest) {
   EXPECT_NEAR(actors[0]["heartbeat_age_s"].get<double>(), 1.5, 1e-9);
 }
 
+// Issue 42: after `--resume` at iteration 1800, "iter 1805/7813 ... eta 11.9s" divided this
+// attempt's elapsed time by the run's 1805 iterations instead of the 5 it did.
+TEST(RenderTest, EtaAfterResumeIsThisAttemptsPaceNotTheRunsStepCount) {
+  FakeClock clock;
+  RunState state(&clock, 100, 10);
+  state.SetInfo({"r", "ppo", "j", "/d", "", 7813, 1800});
+  state.SetState("running", "");
+  state.AddIteration(
+      {{"step", 1805}, {"metrics", nlohmann::json::object()}, {"timings", {{"elapsed_s", 10.0}}}});
+  nlohmann::json j = StatusJson(state.Take());
+  // 10 s for 5 iterations, 6008 left.
+  EXPECT_DOUBLE_EQ(j["eta_s"].get<double>(), 10.0 / 5 * 6008);
+  // The resume point's own record (none done in this attempt yet): no estimate.
+  RunState fresh(&clock, 100, 10);
+  fresh.SetInfo({"r", "ppo", "j", "/d", "", 7813, 1800});
+  fresh.AddIteration({{"step", 1800}, {"timings", {{"elapsed_s", 0.5}}}});
+  EXPECT_TRUE(StatusJson(fresh.Take())["eta_s"].is_null());
+}
+
 TEST(RenderTest, PrometheusTextHasTypedFamiliesAndRoleRankLabels) {
   FakeClock clock;
   RunState state(&clock, 100, 10);
-  state.SetInfo({"r", "ppo", "j", "/d", "", 4});
+  state.SetInfo({"r", "ppo", "j", "/d", "", 4, 0});
   state.SetState("running", "");
   state.AddIteration(Record(3, 42.5));
   ActorRow a;
@@ -131,7 +150,7 @@ TEST(ServerTest, TokenMatchesOnlyTheExactToken) {
 TEST(ServerTest, ServesTheApiAndRefusesMissingTokens) {
   FakeClock clock;
   RunState state(&clock, 100, 10);
-  state.SetInfo({"r", "echo", "j", "/d", "job: {}\n", 2});
+  state.SetInfo({"r", "echo", "j", "/d", "job: {}\n", 2, 0});
   state.AddIteration(Record(1, 1));
   ServerOptions o;
   o.token = "tok";

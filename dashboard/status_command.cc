@@ -1,5 +1,8 @@
 #include "dashboard/status_command.h"
 
+#include <sys/stat.h>
+
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -7,6 +10,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/net_address.h"
+#include "common/process_identity.h"
 #include "dashboard/progress.h"
 #include "dashboard/server.h"
 
@@ -61,14 +66,70 @@ std::string ReadAll(const fs::path& p) {
   return ss.str();
 }
 
-// The run as its files tell it, when no dashboard answers.
-absl::StatusOr<std::string> FromRunDir(const fs::path& dir) {
+// When the run last wrote status.json or metrics.jsonl, in UTC ("" when neither is there).
+std::string LastWritten(const fs::path& dir) {
+  time_t newest = 0;
+  for (const char* name : {"status.json", "metrics.jsonl"}) {
+    struct stat st {};
+    if (::stat((dir / name).c_str(), &st) == 0 && st.st_mtime > newest) newest = st.st_mtime;
+  }
+  if (newest == 0) return "";
+  struct tm utc {};
+  gmtime_r(&newest, &utc);
+  char buf[64];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S UTC", &utc);
+  return buf;
+}
+
+// The state of a run whose files say it is going (starting, running, waiting): dead when
+// its controller is gone, "unknown" when that cannot be told here (another host).
+std::string CheckedState(const std::string& state, const LivenessCheck& live, const fs::path& dir) {
+  switch (live.liveness) {
+    case Liveness::kAlive:
+      return state;
+    case Liveness::kGone: {
+      const std::string when = LastWritten(dir);
+      return absl::StrCat("dead (", live.why, when.empty() ? "" : "; last written ", when,
+                          "; status.json still says ", state, ")");
+    }
+    case Liveness::kUnknown:
+      break;
+  }
+  return absl::StrCat("unknown (", live.why, "; status.json says ", state, ")");
+}
+
+// The controller status.json names.
+ProcessIdentity ControllerOf(const nlohmann::json& file) {
+  ProcessIdentity p;
+  auto int_of = [&](const char* key) {
+    return file.contains(key) && file[key].is_number_integer() ? file[key].get<int64_t>() : 0;
+  };
+  p.pid = int_of("pid");
+  p.start_ticks = int_of("pid_start_ticks");
+  if (file.contains("host") && file["host"].is_string()) p.host = file["host"].get<std::string>();
+  if (file.contains("boot_id") && file["boot_id"].is_string())
+    p.boot_id = file["boot_id"].get<std::string>();
+  return p;
+}
+
+bool Going(const std::string& state) {
+  return state == "running" || state == "starting" || state == "waiting";
+}
+
+// The run as its files tell it, when no dashboard answers; `live`: its controller's liveness
+// (for a run the files say is going).
+absl::StatusOr<std::string> FromRunDir(const fs::path& dir, const LivenessCheck& live) {
   nlohmann::json file = nlohmann::json::parse(ReadAll(dir / "status.json"), nullptr, false);
-  if (file.is_discarded()) file = nlohmann::json::object();
-  nlohmann::json status = {
-      {"run", dir.filename().string()},           {"run_dir", dir.string()},
-      {"state", file.value("state", "unknown")},  {"message", file.value("message", "")},
-      {"algorithm", file.value("algorithm", "")}, {"total", file.value("total", 0)}};
+  if (!file.is_object()) file = nlohmann::json::object();
+  std::string state = file.value("state", "unknown");
+  const bool going = Going(state);
+  if (going) state = CheckedState(state, live, dir);
+  nlohmann::json status = {{"run", dir.filename().string()},
+                           {"run_dir", dir.string()},
+                           {"state", state},
+                           {"message", file.value("message", "")},
+                           {"algorithm", file.value("algorithm", "")},
+                           {"total", file.value("total", 0)}};
   std::ifstream metrics(dir / "metrics.jsonl");
   std::string line, last;
   while (std::getline(metrics, line)) {
@@ -80,6 +141,13 @@ absl::StatusOr<std::string> FromRunDir(const fs::path& dir) {
     status["latest"] = {{"metrics", rec.value("metrics", nlohmann::json::object())},
                         {"timings", rec.value("timings", nlohmann::json::object())}};
     if (rec.contains("timings")) status["elapsed_s"] = rec["timings"].value("elapsed_s", 0.0);
+    // A live run's pace, this attempt's (elapsed_s counts from its start).
+    const int64_t step = status["step"].get<int64_t>(), total = status["total"].get<int64_t>();
+    const int64_t resumed_from = file.value("resumed_from", int64_t{0});
+    if (going && live.liveness == Liveness::kAlive && status.contains("elapsed_s") &&
+        step > resumed_from && total >= step) {
+      status["eta_s"] = EtaSeconds(step, resumed_from, total, status["elapsed_s"].get<double>());
+    }
   }
   return FormatStatus(status, nlohmann::json::array());
 }
@@ -91,7 +159,8 @@ std::string FormatStatus(const nlohmann::json& s, const nlohmann::json& actors) 
   absl::StrAppend(&out, "run        ", s.value("run", ""), "  (", s.value("run_dir", ""), ")\n");
   absl::StrAppend(&out, "algorithm  ", s.value("algorithm", ""), "\n");
   int64_t step = s.value("step", int64_t{0}), total = s.value("total", int64_t{0});
-  std::string progress = absl::StrCat(step, "/", total);
+  // 0: the loop has not said yet how many iterations it runs.
+  std::string progress = absl::StrCat(step, "/", total > 0 ? absl::StrCat(total) : "?");
   if (s.contains("elapsed_s") && s["elapsed_s"].is_number()) {
     absl::StrAppend(&progress, "  elapsed ", FormatDuration(s["elapsed_s"].get<double>()));
   }
@@ -138,15 +207,20 @@ absl::StatusOr<std::string> StatusText(const std::string& target, const std::str
         target, " is neither a run directory (no status.json) nor an http:// dashboard URL"));
   }
   nlohmann::json file = nlohmann::json::parse(ReadAll(dir / "status.json"), nullptr, false);
-  std::string url = file.is_object() ? file.value("dashboard_url", "") : "";
-  std::string state = file.is_object() ? file.value("state", "") : "";
+  if (!file.is_object()) file = nlohmann::json::object();
+  const std::string url = file.value("dashboard_url", "");
+  const std::string state = file.value("state", "");
+  // A run the files say is going may have lost its controller (SIGKILL, a crash, the node):
+  // its pid, start time and boot tell.
+  const LivenessCheck live = Going(state) ? CheckProcess(ControllerOf(file), LocalHostName())
+                                          : LivenessCheck{Liveness::kUnknown, ""};
   std::string note;
-  if (!url.empty() && (state == "running" || state == "starting" || state == "waiting")) {
-    auto live = FromUrl(url, token);
-    if (live.ok()) return live;
-    note = absl::StrCat("note       live dashboard not read: ", live.status().message(), "\n");
+  if (!url.empty() && Going(state) && live.liveness != Liveness::kGone) {
+    auto from_url = FromUrl(url, token);
+    if (from_url.ok()) return from_url;
+    note = absl::StrCat("note       live dashboard not read: ", from_url.status().message(), "\n");
   }
-  auto text = FromRunDir(dir);
+  auto text = FromRunDir(dir, live);
   if (!text.ok()) return text;
   return *text + note;
 }

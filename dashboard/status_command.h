@@ -2,6 +2,12 @@
 //
 // URL -> GET /api/status + /api/actors;  run directory -> status.json (and,
 // while the run is live, its dashboard_url) or metrics.jsonl -> the same text.
+//
+// A run directory whose status.json says the run is going (starting, running, waiting) is
+// checked against its controller (CheckProcess, common/process_identity.h): a controller gone
+// makes the state "dead (controller pid N gone; last written ...)", one on another host whose
+// dashboard does not answer "unknown (...)". The ETA is this attempt's pace (a resumed run's
+// elapsed time counts from its resume).
 #pragma once
 
 #include <string>

@@ -160,5 +160,40 @@ TEST(DashboardTest, NonLoopbackBindNeedsATokenAndRefusesRequestsWithout) {
   job.Wait(20);
 }
 
+// Issue 42: after the controller of a PPO job was SIGKILLed, `rlforge status` printed "state
+// running iteration 458/10": nobody checked its pid, and 10 was job.iterations' unused default,
+// not the PPO job's iteration count (ppo.total_steps / (workers x num_envs x steps)).
+TEST(DashboardTest, StatusOfARunWhoseControllerWasKilledSaysDeadWithItsIterationCount) {
+  const std::string root = FreshDir("dash_dead");
+  // 1000000 steps in batches of 1 x 8 x 32: 3907 iterations.
+  JobProcess job({"run", SourceDir() + "/configs/ppo_cartpole.yaml", "job.run_root=" + root,
+                  "job.name=p", "ppo.total_steps=1000000"},
+                 root + "/out.txt");
+  ASSERT_TRUE(job.WaitForOutput("iter 3/3907", 60)) << job.Output();
+  const std::string dir = root + "/p";
+  nlohmann::json file = nlohmann::json::parse(ReadFile(dir + "/status.json"), nullptr, false);
+  EXPECT_EQ(file["state"], "running") << file.dump();
+  EXPECT_EQ(file["total"], 3907) << file.dump();
+  EXPECT_EQ(file["pid"], job.pid()) << file.dump();
+  auto [live_code, live] = RunRlforge({"status", dir});
+  EXPECT_EQ(live_code, 0) << live;
+  EXPECT_NE(live.find("state      running  iteration "), std::string::npos) << live;
+
+  job.Signal(SIGKILL);
+  ASSERT_EQ(job.Wait(20), 128 + SIGKILL) << job.Output();
+  auto [code, out] = RunRlforge({"status", dir});
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("state      dead (controller pid " + std::to_string(job.pid()) +
+                     " gone; last written "),
+            std::string::npos)
+      << out;
+  std::smatch m;
+  EXPECT_TRUE(std::regex_search(out, m,
+                                std::regex(R"(status\.json still says running\)  )"
+                                           R"(iteration \d+/3907  elapsed )")))
+      << out;
+  EXPECT_EQ(out.find(" eta "), std::string::npos) << "no ETA for a dead run\n" << out;
+}
+
 }  // namespace
 }  // namespace rlforge::testing

@@ -3,6 +3,7 @@
 // exactly the job's own held-out accuracy; sampled eval reports pass@k and maj@k; generate reads
 // prompts from a file or stdin; bad input is an error naming the flag, file and line.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 
 #include <cstdio>
 #include <fstream>
@@ -44,8 +45,7 @@ class GenerateEvalTest : public ::testing::Test {
         {"run", SourceDir() + "/configs/sft_arith_flawed.yaml", "job.run_root=" + *root_,
          "job.name=sft", "job.seed=1", "model.hidden_size=64", "model.intermediate_size=176",
          "model.num_hidden_layers=2", "data.ops=[\"+\"]", "data.heldout_examples=50",
-         "sft.steps=600", "sft.eval_every=0", "trainer.warmup_steps=20",
-         "trainer.lr=3e-3"},
+         "sft.steps=600", "sft.eval_every=0", "trainer.warmup_steps=20", "trainer.lr=3e-3"},
         600);
     ASSERT_EQ(code, 0) << out;
     WriteAdditionJsonl(*root_ + "/train.jsonl", 0, 400);
@@ -89,6 +89,66 @@ TEST_F(GenerateEvalTest, EvalOfTheJobsCheckpointsGivesItsHeldOutAccuracy) {
   s = EvalSummary(out);
   EXPECT_DOUBLE_EQ(s["accuracy"].get<double>(), start) << out;
   EXPECT_NE(out.find("eval: " + root + "/heldout.jsonl: accuracy"), std::string::npos) << out;
+}
+
+// Issue 42: `rlforge eval --job` of a job on the built-in arithmetic task (no
+// data.heldout_path) failed with "--data is required"; it scores the held-out split the job
+// generates for its seed, and gives the job's own heldout_accuracy.
+TEST_F(GenerateEvalTest, EvalWithTheJobOfAnArithmeticTaskGivesItsHeldOutAccuracy) {
+  const std::string& root = *root_;
+  auto [code, out] = RunRlforge(
+      {"run", SourceDir() + "/configs/grpo_arith.yaml", "job.run_root=" + root, "job.name=ga",
+       "model.path=" + Sft(), "data.ops=[\"+\"]", "job.iterations=2", "grpo.eval_every=0",
+       "grpo.eval_examples=50", "grpo.prompts_per_iteration=8", "trainer.lr=1e-3"},
+      300);
+  ASSERT_EQ(code, 0) << out;
+  auto m = ReadMetricsJsonl(root + "/ga");
+  ASSERT_EQ(m.size(), 3u);
+  const double start = m[0]["metrics"]["heldout_accuracy"].get<double>();
+  const double end = m[2]["metrics"]["heldout_accuracy"].get<double>();
+  EXPECT_GT(start, 0.05);  // equal accuracies are not two zeros
+  const std::string job = root + "/ga/config.resolved.yaml";
+  std::tie(code, out) =
+      RunRlforge({"eval", "--model", root + "/ga/checkpoints/step_2", "--job", job}, 120);
+  ASSERT_EQ(code, 0) << out;
+  Json s = EvalSummary(out);
+  EXPECT_EQ(s["examples"].get<int>(), 50) << out;
+  EXPECT_EQ(s["data"], "the arithmetic task's held-out split (job.seed 1)") << out;
+  EXPECT_DOUBLE_EQ(s["accuracy"].get<double>(), end) << out;
+  // The starting checkpoint with the GRPO job's settings: its step-0 accuracy.
+  std::tie(code, out) = RunRlforge({"eval", "--model", Sft(), "--job", job}, 120);
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_DOUBLE_EQ(EvalSummary(out)["accuracy"].get<double>(), start) << out;
+}
+
+// Issue 42: `rlforge generate` on a checkpoint with 64 positions failed with its own default
+// --max-tokens 256. A default clips to the context with a note; a flag given does not.
+TEST_F(GenerateEvalTest, DefaultMaxTokensFitTheModelsContextAndAGivenOneThatDoesNotIsAnError) {
+  const std::string gen =
+      "printf '12+34=\\n' | " + RlforgeBin() + " generate --model " + Sft() + " --temperature 0";
+  auto run = [](const std::string& cmd, int* code) {
+    FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+    std::string text;
+    char buf[4096];
+    for (size_t n; p != nullptr && (n = fread(buf, 1, sizeof(buf), p)) > 0;) text.append(buf, n);
+    *code = p == nullptr ? -1 : WEXITSTATUS(pclose(p));
+    return text;
+  };
+  int code = 0;
+  std::string out = run(gen, &code);
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("note: max tokens "), std::string::npos) << out;
+  EXPECT_NE(out.find(" instead of the default 256: prompt 1 ("), std::string::npos) << out;
+  EXPECT_NE(out.find("fills the model's max_position_embeddings 64"), std::string::npos) << out;
+  EXPECT_NE(out.find("\"prompt\":\"12+34=\""), std::string::npos) << out;
+  out = run(gen + " --max-tokens 256", &code);
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_NE(out.find("error: --max-tokens 256: prompt 1 ("), std::string::npos) << out;
+  EXPECT_NE(out.find("exceeds the model's max_position_embeddings 64"), std::string::npos) << out;
+  auto [ecode, eout] = RunRlforge(
+      {"eval", "--model", Sft(), "--data", *root_ + "/heldout.jsonl", "--max-tokens", "100"}, 60);
+  EXPECT_EQ(ecode, 2) << eout;
+  EXPECT_NE(eout.find("error: --max-tokens 100: prompt "), std::string::npos) << eout;
 }
 
 TEST_F(GenerateEvalTest, SampledEvalReportsPassAtKAndMajorityPerExample) {

@@ -13,6 +13,7 @@
 #include "common/logging.h"
 #include "common/status.h"
 #include "data/arith_task.h"
+#include "data/heldout_set.h"
 #include "data/jsonl_dataset.h"
 #include "models/compute_threads.h"
 #include "models/greedy_generate.h"
@@ -93,18 +94,14 @@ absl::Status SftTrainerRole::LoadData() {
   const DataOptions& d = config_.data;
   if (d.source == "jsonl") {
     ASSIGN_OR_RETURN(file_train_, ReadPromptJsonl(d.train_path, JsonlFormat::kSft));
-    ASSIGN_OR_RETURN(heldout_, ReadPromptJsonl(d.heldout_path, JsonlFormat::kSft));
     if (file_train_.empty()) {
       return absl::InvalidArgumentError(absl::StrCat(d.train_path, ": no examples"));
     }
-    if (static_cast<int64_t>(heldout_.size()) > d.heldout_examples) {
-      heldout_.resize(static_cast<size_t>(d.heldout_examples));
-    }
   } else {
     ASSIGN_OR_RETURN(task_, ArithmeticTaskFor(d));
-    heldout_ = task_->Examples(static_cast<uint64_t>(config_.job.seed), Split::kHeldout, 0,
-                               static_cast<size_t>(d.heldout_examples));
   }
+  ASSIGN_OR_RETURN(heldout_, HeldoutExamples(d, static_cast<uint64_t>(config_.job.seed),
+                                             d.heldout_examples, JsonlFormat::kSft));
   return absl::OkStatus();
 }
 
