@@ -253,8 +253,10 @@ def main():
               f"(--warmup {args.warmup:g} s once every actor registered, then --interval "
               f"{args.interval:g} s" + (f", --every-steps {args.every_steps}" if args.every_steps
                                         else "") +
-              "): nothing was tested. Give the job more iterations, or pace the faults by its "
-              "progress with --every-steps and a shorter --warmup/--interval.", file=sys.stderr)
+              "): nothing was tested. " + (
+                  f"Give the job more than {args.every_steps} iterations." if args.every_steps
+                  else "Give the job more iterations, or pace the faults by its progress with "
+                  "--every-steps N."), file=sys.stderr)
         return 3 if code == 0 else 1
     events = read_jsonl(os.path.join(run_dir, "events.jsonl"))
     metrics = read_jsonl(os.path.join(run_dir, "metrics.jsonl"))
