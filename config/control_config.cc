@@ -15,7 +15,8 @@ std::shared_ptr<const Schema> EnvSection() {
   SchemaBuilder<EnvOptions> b("The simulated environment (Gymnasium semantics).");
   b.String("id", &EnvOptions::id,
            "Env id: a built-in C++ env (CartPole-v1, Pendulum-v1, Acrobot-v1, PointMass-v0) for "
-           "sim.backend inprocess/server, or whatever an external or commanded server serves.");
+           "sim.backend inprocess/server, or the id an external or commanded server serves (a "
+           "server of another env is refused at set-up, naming both).");
   b.Int("num_envs", &EnvOptions::num_envs, "Envs per rollout worker, stepped as one batch.")
       .Min(1)
       .Max(65536);

@@ -9,8 +9,8 @@
 #include <sstream>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "common/strings.h"
 
 namespace rlforge::config {
@@ -177,12 +177,30 @@ void Walk(const Schema& schema, void* obj, const YAML::Node& node, const std::st
   for (const auto& check : schema.checks) check(obj, check_ctx);
 }
 
-bool ValidPath(const std::string& key) {
-  static const std::regex re(R"([A-Za-z_][A-Za-z0-9_]*(\.([A-Za-z_][A-Za-z0-9_]*|[0-9]+))*)");
-  return std::regex_match(key, re);
+// One step of an override's key: a section key, or a list index (`[2]`, or `.2` as before).
+struct KeyStep {
+  std::string name;   // empty for an index
+  std::string index;  // the digits, for an index
+};
+
+// "a.b[2].c" (or "a.b.2.c") -> steps; false when the key is not of that form.
+bool ParseKey(const std::string& key, std::vector<KeyStep>& steps) {
+  static const std::regex re(
+      R"([A-Za-z_][A-Za-z0-9_]*(\.([A-Za-z_][A-Za-z0-9_]*|[0-9]+)|\[[0-9]+\])*)");
+  if (!std::regex_match(key, re)) return false;
+  static const std::regex step(R"(([A-Za-z_][A-Za-z0-9_]*)|([0-9]+))");
+  for (auto it = std::sregex_iterator(key.begin(), key.end(), step); it != std::sregex_iterator();
+       ++it) {
+    if ((*it)[1].matched) {
+      steps.push_back({(*it)[1].str(), ""});
+    } else {
+      steps.push_back({"", (*it)[2].str()});
+    }
+  }
+  return true;
 }
 
-// Applies "a.b.c=value" to the tree. Numeric segments index lists.
+// Applies "a.b.c=value" or "a.b[2].c=value" to the tree.
 void ApplyOverride(YAML::Node& root, const std::string& arg, WalkContext& ctx) {
   SourceLoc loc;
   loc.override = arg;
@@ -193,8 +211,11 @@ void ApplyOverride(YAML::Node& root, const std::string& arg, WalkContext& ctx) {
   }
   std::string key = arg.substr(0, eq);
   std::string text = arg.substr(eq + 1);
-  if (!ValidPath(key)) {
-    ctx.Error(loc, key, "not a valid dotted key (letters, digits, '_' and '.')");
+  std::vector<KeyStep> steps;
+  if (!ParseKey(key, steps)) {
+    ctx.Error(loc, key,
+              "not a valid dotted key (letters, digits, '_' and '.'; list items as "
+              "key[index])");
     return;
   }
   if (text.empty()) {
@@ -208,52 +229,73 @@ void ApplyOverride(YAML::Node& root, const std::string& arg, WalkContext& ctx) {
     ctx.Error(loc, key, absl::StrCat("value is not valid YAML: ", e.msg));
     return;
   }
-  std::vector<std::string> parts = absl::StrSplit(key, '.');
   YAML::Node cur = root;
-  std::string walked;
-  for (size_t i = 0; i < parts.size(); ++i) {
-    const std::string& seg = parts[i];
-    bool last = i + 1 == parts.size();
-    std::string shown = walked.empty() ? seg : walked + "." + seg;
-    if (cur.IsSequence()) {
-      size_t idx = std::stoul(seg);
-      if (idx >= cur.size()) {
-        ctx.Error(loc, key, absl::StrCat(walked, " has ", cur.size(), " items; no item ", idx));
+  std::string walked;               // the key so far, in the walker's notation: items[2].name
+  const Schema* schema = ctx.root;  // the schema at `walked`; null past an unknown key
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const KeyStep& step = steps[i];
+    const bool last = i + 1 == steps.size();
+    if (!step.name.empty()) {
+      if (cur.IsSequence()) {
+        ctx.Error(loc, key,
+                  absl::StrCat(walked, " is a list: name an item, as ", walked, "[0].", step.name));
         return;
       }
-      if (last) {
-        cur[idx] = value;
-      } else {
-        YAML::Node next = cur[idx];
-        cur.reset(next);
-      }
-    } else {
       if (!cur.IsMap() && !cur.IsNull()) {
         ctx.Error(loc, key, absl::StrCat(walked, " is a value, not a section"));
         return;
       }
+      absl::StrAppend(&walked, walked.empty() ? "" : ".", step.name);
+      const Field* field = schema == nullptr ? nullptr : schema->Find(step.name);
+      schema = field == nullptr ? nullptr : field->section.get();
+      const bool present = cur[step.name].IsDefined() && !cur[step.name].IsNull();
+      if (!last && !present && steps[i + 1].name.empty()) {
+        // Nothing in the file to index: say what the key is.
+        const bool list = field == nullptr || field->kind == Field::Kind::kSectionList ||
+                          absl::StartsWith(field->type, "a list");
+        ctx.Error(
+            loc, key,
+            list ? absl::StrCat(walked, " is not a list in the file: no item [", steps[i + 1].index,
+                                "] to set (set the whole list: ", walked, "=[...])")
+                 : absl::StrCat(walked, " is ",
+                                field->kind == Field::Kind::kSection ? "a section" : "a value",
+                                ", not a list: no item [", steps[i + 1].index, "]"));
+        return;
+      }
       if (last) {
-        cur[seg] = value;
+        cur[step.name] = value;
       } else {
-        if (!cur[seg].IsDefined() || cur[seg].IsNull()) cur[seg] = YAML::Node(YAML::NodeType::Map);
-        YAML::Node next = cur[seg];
+        if (!present) cur[step.name] = YAML::Node(YAML::NodeType::Map);
+        YAML::Node next = cur[step.name];
         cur.reset(next);
       }
+      continue;
     }
-    walked = shown;
-  }
-  std::string path = key;
-  // Record in the walker's bracket notation for list items.
-  std::string norm;
-  for (size_t i = 0; i < parts.size(); ++i) {
-    bool numeric = std::all_of(parts[i].begin(), parts[i].end(), ::isdigit);
-    if (numeric) {
-      absl::StrAppend(&norm, "[", parts[i], "]");
+    // An index: only into a list the file (or an earlier override) wrote.
+    if (!cur.IsSequence()) {
+      ctx.Error(loc, key,
+                absl::StrCat(walked, " is ", cur.IsMap() ? "a section" : "a value",
+                             ", not a list: no item [", step.index, "]"));
+      return;
+    }
+    const size_t size = cur.size();
+    size_t idx = 0;
+    if (!absl::SimpleAtoi(step.index, &idx) || idx >= size) {
+      ctx.Error(loc, key,
+                absl::StrCat("index ", step.index, " is out of range: ", walked, " has ", size,
+                             size == 1 ? " item" : " items",
+                             size == 0 ? "" : absl::StrCat(" ([0] to [", size - 1, "])")));
+      return;
+    }
+    if (last) {
+      cur[idx] = value;
     } else {
-      absl::StrAppend(&norm, norm.empty() ? "" : ".", parts[i]);
+      YAML::Node next = cur[idx];
+      cur.reset(next);
     }
+    absl::StrAppend(&walked, "[", idx, "]");
   }
-  ctx.overrides[norm] = loc;
+  ctx.overrides[walked] = loc;
 }
 
 }  // namespace

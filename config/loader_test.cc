@@ -158,7 +158,7 @@ TEST(OverrideTest, BadSyntaxIsNamed) {
             "command-line override 'inner.workers': expected key=value (e.g. trainer.lr=3e-4)");
   EXPECT_EQ(One(Load("required_name: r\n", &t, {"inner..x=1"})),
             "command-line override 'inner..x=1': inner..x: not a valid dotted key (letters, "
-            "digits, '_' and '.')");
+            "digits, '_' and '.'; list items as key[index])");
   EXPECT_EQ(One(Load("required_name: r\n", &t, {"inner.workers="})),
             "command-line override 'inner.workers=': inner.workers: no value after '='");
   EXPECT_EQ(One(Load("required_name: r\n", &t, {"inner.wrkers=2"})),
@@ -175,7 +175,47 @@ TEST(OverrideTest, IndexesIntoLists) {
   EXPECT_DOUBLE_EQ(t.items[0].weight, 4);
   EXPECT_EQ(
       One(Load("required_name: r\nitems:\n  - name: a\n", &t, {"items.3.weight=4"})),
-      "command-line override 'items.3.weight=4': items.3.weight: items has 1 items; no item 3");
+      "command-line override 'items.3.weight=4': items.3.weight: index 3 is out of range: items "
+      "has 1 item ([0] to [0])");
+}
+
+// Issue 42: `reward.rewards[4].params.path=...` was "not a valid dotted key"; only `rewards.4.`
+// was accepted, and a name where a list is (`items.name=x`) ended in std::stoul's exception.
+TEST(OverrideTest, BracketedListIndexWasNotAValidDottedKey) {
+  const std::string two = "required_name: r\nitems:\n  - name: a\n  - name: b\n";
+  Top t;
+  EXPECT_TRUE(Load(two, &t, {"items[1].weight=4", "items[0].name=z"}).empty());
+  EXPECT_EQ(t.items[0].name, "z");
+  EXPECT_DOUBLE_EQ(t.items[1].weight, 4);
+  EXPECT_EQ(One(Load(two, &t, {"items[2].weight=4"})),
+            "command-line override 'items[2].weight=4': items[2].weight: index 2 is out of "
+            "range: items has 2 items ([0] to [1])");
+  EXPECT_EQ(One(Load(two, &t, {"items[99999999999999999999999].weight=4"})),
+            "command-line override 'items[99999999999999999999999].weight=4': "
+            "items[99999999999999999999999].weight: index 99999999999999999999999 is out of "
+            "range: items has 2 items ([0] to [1])");
+  // Validated as the file's values are, named by the override.
+  EXPECT_EQ(One(Load(two, &t, {"items[1].weight=-1"})),
+            "command-line override 'items[1].weight=-1': items[1].weight: expected a number >= 0, "
+            "got -1");
+  EXPECT_EQ(One(Load(two, &t, {"items[0].wieght=1"})),
+            "command-line override 'items[0].wieght=1': items[0].wieght: unknown key (did you "
+            "mean items[0].weight?)");
+  EXPECT_EQ(One(Load(two, &t, {"inner[0].workers=2"})),
+            "command-line override 'inner[0].workers=2': inner[0].workers: inner is a section, "
+            "not a list: no item [0]");
+  EXPECT_EQ(One(Load(two, &t, {"required_name[0]=x"})),
+            "command-line override 'required_name[0]=x': required_name[0]: required_name is a "
+            "value, not a list: no item [0]");
+  EXPECT_EQ(One(Load(two, &t, {"items.name=x"})),
+            "command-line override 'items.name=x': items.name: items is a list: name an item, as "
+            "items[0].name");
+  EXPECT_EQ(One(Load("required_name: r\n", &t, {"items[0].weight=1"})),
+            "command-line override 'items[0].weight=1': items[0].weight: items is not a list in "
+            "the file: no item [0] to set (set the whole list: items=[...])");
+  EXPECT_EQ(One(Load(two, &t, {"items[x].weight=1"})),
+            "command-line override 'items[x].weight=1': items[x].weight: not a valid dotted key "
+            "(letters, digits, '_' and '.'; list items as key[index])");
 }
 
 TEST(DumpTest, ResolvedYamlReadsBackToTheSameValues) {

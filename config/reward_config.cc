@@ -56,7 +56,10 @@ std::shared_ptr<const Schema> ParamsSection() {
 
 std::shared_ptr<const Schema> RewardItem() {
   SchemaBuilder<RewardSpec> b("One reward.");
-  b.String("name", &RewardSpec::name, "Reported in metrics.jsonl as reward/<name>.").Required();
+  b.String("name", &RewardSpec::name,
+           "Reported in metrics.jsonl as reward/<name>; not `total` (reward/total is the weighted "
+           "sum).")
+      .Required();
   b.Choice(
        "kind", &RewardSpec::kind,
        {"exact_answer", "numeric", "math", "regex_format", "format", "length_penalty", "plugin"},
@@ -153,6 +156,11 @@ std::shared_ptr<const Schema> RewardSection() {
       if (n.find_first_of(" /\t\n") != std::string::npos) {
         ctx.Error(absl::StrCat("rewards[", i, "].name"),
                   absl::StrCat("'", n, "' must not contain spaces or '/'"));
+      }
+      if (n == "total") {  // reward/total/... is the weighted sum's
+        ctx.Error(absl::StrCat("rewards[", i, "].name"),
+                  "'total' is taken: reward/total/mean and /std report the weighted sum of "
+                  "every reward");
       }
     }
   });

@@ -258,7 +258,7 @@ absl::StatusOr<Scored> AsyncRollout::Take(int64_t batch) {
   out.groups = std::move(b.groups);
   out.rewards = std::move(b.rewards);
   out.examples = std::move(b.examples);
-  AddRewardSums(b.by_reward, out.metrics);
+  AddRewardSums(b.by_reward, out.rewards, out.metrics);
   out.metrics["generated_tokens"] = b.tokens;
   out.metrics["engine_preemptions"] = b.preemptions;
   return out;

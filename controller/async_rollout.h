@@ -61,7 +61,7 @@ class AsyncRollout {
   // Every group of `batch` generated and scored.
   bool Complete(int64_t batch) const;
   // The complete batch's groups, rewards and reward sums (reward/<name>/sum|sumsq,
-  // generated_tokens, engine_preemptions), in example order; forgets the batch.
+  // reward/total/..., generated_tokens, engine_preemptions), in example order; forgets the batch.
   absl::StatusOr<Scored> Take(int64_t batch);
 
   // Work in flight (generation and scoring), to wait on with Controller::AwaitReady.

@@ -418,7 +418,7 @@ absl::Status LmLoop::Round::OnScored(uint64_t work_id, WorkOutcome o) {
 }
 
 void LmLoop::Round::Finish() {
-  AddRewardSums(by_reward_, out_.metrics);
+  AddRewardSums(by_reward_, out_.rewards, out_.metrics);
   double busiest = 0;
   for (size_t e = 0; e < loop_.fleet_.size(); ++e) {
     // An elastic slot nobody ever joined has nothing to report.
@@ -701,8 +701,8 @@ std::vector<RoleRequirement> LmRoles(const JobConfig& c) {
 }
 
 void AddRewardSums(const std::map<std::string, std::vector<double>>& by_reward,
-                   std::map<std::string, double>& metrics) {
-  for (const auto& [name, values] : by_reward) {
+                   const std::vector<double>& totals, std::map<std::string, double>& metrics) {
+  auto sums = [&](const std::string& name, const std::vector<double>& values) {
     double sum = 0, sq = 0;
     for (double v : values) {
       sum += v;
@@ -710,7 +710,9 @@ void AddRewardSums(const std::map<std::string, std::vector<double>>& by_reward,
     }
     metrics["reward/" + name + "/sum"] = sum;
     metrics["reward/" + name + "/sumsq"] = sq;
-  }
+  };
+  for (const auto& [name, values] : by_reward) sums(name, values);
+  sums("total", totals);
 }
 
 void RewardStats(const Scored& s, double count, std::map<std::string, double>& metrics,

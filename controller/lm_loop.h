@@ -105,8 +105,9 @@ struct Scored {
   std::vector<LmGroup> groups;  // in example order
   std::vector<double> rewards;  // [G * n], total reward per sample
   std::vector<PromptExample> examples;
-  // reward/<name>/sum and /sumsq, generated_tokens, engine_preemptions, and per engine i of
-  // the fleet rollout/<i>/version (the version it serves) and rollout/<i>/groups (dealt).
+  // reward/<name>/sum and /sumsq (reward/total/... too), generated_tokens, engine_preemptions,
+  // and per engine i of the fleet rollout/<i>/version (the version it serves) and
+  // rollout/<i>/groups (dealt).
   std::map<std::string, double> metrics;
   // generate_s (the busiest engine's generation seconds: the fleet's generation time),
   // rollout/<i>/generate_s per engine, reward_s, rollout_wall_s.
@@ -207,12 +208,14 @@ class LmLoop {
 // workers, reward.workers reward workers (each `external` as its section says).
 std::vector<RoleRequirement> LmRoles(const JobConfig& c);
 
-// Per-reward sums of each sample's reward (reward/<name>/sum|sumsq), in the order given, so
-// they do not depend on how scoring chunks arrived.
+// Per-reward sums of each sample's reward (reward/<name>/sum|sumsq), and of each sample's
+// total, the weighted sum of its rewards (reward/total/sum|sumsq; config/ reserves the name
+// "total"), in the order given, so they do not depend on how scoring chunks arrived.
 void AddRewardSums(const std::map<std::string, std::vector<double>>& by_reward,
-                   std::map<std::string, double>& metrics);
+                   const std::vector<double>& totals, std::map<std::string, double>& metrics);
 
-// Per-reward mean and std (as `prefix`reward/<name>/mean|std) from GenerateAndScore's sums.
+// Per-reward and total mean and std (as `prefix`reward/<name>/mean|std and
+// `prefix`reward/total/mean|std) from GenerateAndScore's sums.
 void RewardStats(const Scored& s, double count, std::map<std::string, double>& metrics,
                  const std::string& prefix);
 

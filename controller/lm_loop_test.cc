@@ -213,6 +213,9 @@ TEST_P(LmLoopTest, TrainerGetsEachPromptsGroupOnceWithTheRewardsScored) {
     EXPECT_DOUBLE_EQ(rec.metrics.at("reward/exact/mean"), c.correct / c.samples);
     const double p = c.correct / c.samples;
     EXPECT_NEAR(rec.metrics.at("reward/exact/std"), std::sqrt(p - p * p), 1e-12);
+    // One reward of weight 1: the total is that reward.
+    EXPECT_DOUBLE_EQ(rec.metrics.at("reward/total/mean"), p);
+    EXPECT_NEAR(rec.metrics.at("reward/total/std"), std::sqrt(p - p * p), 1e-12);
     EXPECT_DOUBLE_EQ(rec.metrics.at("response_length"), c.tokens / c.samples);
     EXPECT_EQ(rec.metrics.at("stopped_fraction"), 1.0);
     EXPECT_EQ(rec.metrics.at("policy_version"), static_cast<double>(it + 1));
@@ -445,6 +448,23 @@ TEST_P(LmLoopTest, EveryTrainerRankTrainsOnTheBatchAndRankZeroPublishes) {
 
 INSTANTIATE_TEST_SUITE_P(GrpoAndLmPpo, LmLoopTest,
                          ::testing::Values("grpo", "drgrpo", "rloo", "lm_ppo"));
+
+// Issue 42: docs/rewards.md promised reward/total/mean and /std; metrics.jsonl had only each
+// reward's. Two rewards, the totals their weighted sum (2 a + 0.5 b), by hand.
+TEST(RewardStatsTest, RewardTotalMeanAndStdWereMissingFromMetrics) {
+  const std::map<std::string, std::vector<double>> by_reward = {{"a", {1, 0, 1, 0}},
+                                                                {"b", {-1, -1, 0, 0}}};
+  Scored s;
+  AddRewardSums(by_reward, {1.5, -0.5, 2, 0}, s.metrics);
+  std::map<std::string, double> m;
+  RewardStats(s, 4, m, "");
+  EXPECT_EQ(m.at("reward/a/mean"), 0.5);
+  EXPECT_EQ(m.at("reward/b/mean"), -0.5);
+  EXPECT_EQ(m.at("reward/total/mean"), 0.75);
+  // (1.5^2 + 0.5^2 + 2^2 + 0) / 4 - 0.75^2 = 1.0625, every term exact in binary.
+  EXPECT_EQ(m.at("reward/total/std"), std::sqrt(1.0625));
+  EXPECT_EQ(m.size(), 6u);
+}
 
 }  // namespace
 }  // namespace rlforge::testing

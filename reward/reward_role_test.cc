@@ -220,6 +220,7 @@ reward:
     - {name: a, kind: regex_format}
     - {name: len, kind: length_penalty, params: {max_length: 4, buffer: 8}}
     - {name: p, kind: plugin, params: {args: [novalue]}}
+    - {name: total, kind: exact_answer}
 )",
                             "job.yaml");
   const std::string errors = config::FormatErrors(j.errors);
@@ -227,6 +228,8 @@ reward:
             std::string::npos)
       << errors;
   EXPECT_NE(errors.find("reward.rewards[1].name: 'a' is used twice"), std::string::npos) << errors;
+  // reward/total/... is the weighted sum's (controller/lm_loop.h AddRewardSums).
+  EXPECT_NE(errors.find("reward.rewards[4].name: 'total' is taken"), std::string::npos) << errors;
   EXPECT_NE(errors.find("reward.rewards[1].params.pattern: kind regex_format needs a pattern"),
             std::string::npos)
       << errors;

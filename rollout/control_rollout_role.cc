@@ -66,6 +66,7 @@ absl::StatusOr<WorkReply> ControlRolloutRole::Setup(const proto::RolloutSetup& s
     sim::RemoteVectorEnv::Options o;
     o.timeout_ms = static_cast<int>(config_.sim.step_timeout_s * 1000);
     o.connect_timeout_ms = static_cast<int>(config_.sim.start_timeout_s * 1000);
+    o.env_id = config_.env.id;
     ASSIGN_OR_RETURN(envs_, sim::RemoteVectorEnv::Connect(zmq_, servers, o));
   }
   const sim::EnvSpec& es = envs_->spec();

@@ -82,6 +82,12 @@ absl::StatusOr<std::unique_ptr<RemoteVectorEnv>> RemoteVectorEnv::Connect(
           absl::StrCat(env->Where(s), ": observations must be a non-empty Box, got ",
                        spec.observation.ToString()));
     }
+    if (!options.env_id.empty() && spec.id != options.env_id) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          env->Where(s), " serves env '", spec.id, "', but the job's env.id is '", options.env_id,
+          "': set env.id: ", spec.id,
+          " to train on what it serves, or point the job at a server of ", options.env_id));
+    }
     if (i == 0) {
       env->spec_ = spec;
     } else if (spec.id != env->spec_.id || !SameSpace(spec.observation, env->spec_.observation) ||

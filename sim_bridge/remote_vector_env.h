@@ -32,6 +32,9 @@ class RemoteVectorEnv final : public VectorEnv {
     int timeout_ms = 30'000;
     // How long to wait for each server's first answer (it may still be starting).
     int connect_timeout_ms = 60'000;
+    // The env the job names (env.id): a server that serves another is refused, naming both.
+    // Empty: whatever the servers serve.
+    std::string env_id;
   };
   static absl::StatusOr<std::unique_ptr<RemoteVectorEnv>> Connect(
       zmq::context_t& ctx, std::vector<SimServerAddress> servers, Options options);

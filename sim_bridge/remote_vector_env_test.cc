@@ -212,6 +212,27 @@ TEST(RemoteVectorEnvTest, MismatchedServersAreRefused) {
   EXPECT_NE(remote.status().message().find("sim-1"), std::string::npos) << remote.status();
 }
 
+// Issue 42: a job with env.id CartPole-v1 trained on whatever its server served, and its
+// resolved config and logs still said CartPole-v1.
+TEST(RemoteVectorEnvTest, EnvIdWasSilentlyReplacedByTheServedEnv) {
+  zmq::context_t ctx;
+  ServerThread a(ctx, LocalVectorEnv::Create("Acrobot-v1", 2).value());
+  RemoteVectorEnv::Options o;
+  o.env_id = "CartPole-v1";
+  auto remote = RemoteVectorEnv::Connect(ctx, {{"sim-0", a.endpoint()}}, o);
+  ASSERT_FALSE(remote.ok());
+  EXPECT_EQ(remote.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(remote.status().message(),
+            "sim server sim-0 (" + a.endpoint() +
+                ") serves env 'Acrobot-v1', but the job's env.id is 'CartPole-v1': set env.id: "
+                "Acrobot-v1 to train on what it serves, or point the job at a server of "
+                "CartPole-v1");
+  o.env_id = "Acrobot-v1";
+  auto same = RemoteVectorEnv::Connect(ctx, {{"sim-0", a.endpoint()}}, o);
+  ASSERT_TRUE(same.ok()) << same.status();
+  EXPECT_EQ((*same)->spec().id, "Acrobot-v1");
+}
+
 TEST(SimServerTest, BadActionsGetASimErrorAndTheServerKeepsServing) {
   zmq::context_t ctx;
   ServerThread a(ctx, LocalVectorEnv::Create("CartPole-v1", 2).value());

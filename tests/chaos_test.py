@@ -15,12 +15,14 @@ unfaulted seeds bounds reliably (two faulted runs came within 35 of it); a run w
 learning stays near the untrained policy's ~20. The asynchronous GRPO loop (configs/grpo_arith_async.yaml, rollout.max_staleness 1)
 takes the same faults: it must finish with every sample and keep every trained token within
 one version, nothing discarded as stale (its runs are not bit-reproducible, so it is not
-compared with an unfaulted one).
+compared with an unfaulted one). The GRPO chaos run starts with a finished run of its name
+already in the run root: chaos.py must fault and count the new one (<name>-2).
 """
 
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -43,7 +45,8 @@ def comparable(m):
 
 
 def chaos(args, config, name, extra, overrides):
-    cmd = [sys.executable, os.path.join(args.source, "tools/chaos.py"), "--rlforge", args.rlforge,
+    # Run as the docs run it: tools/chaos.py was once committed without its executable bit.
+    cmd = [os.path.join(args.source, "tools/chaos.py"), "--rlforge", args.rlforge,
            "--config", config, "--run-root", args.work, "--name", name, "--interval", "0.2",
            "--warmup", "1", "--min-faults", "10", "--max-faults", "12", "--timeout", "240",
            "--seed", "7"] + extra + ["--"] + overrides
@@ -54,7 +57,27 @@ def chaos(args, config, name, extra, overrides):
         if os.path.exists(log):
             print(open(log).read()[-6000:])
         raise SystemExit(f"chaos run {name} failed")
-    return final_metrics(os.path.join(args.work, name))
+    return watched_run(out.stdout, name)
+
+
+def watched_run(output, name):
+    """The run directory chaos.py says it watched (`job exit: ... run: DIR)`)."""
+    m = re.search(r"^job exit: .*, run: (.*)\)$", output, re.M)
+    if not m:
+        raise SystemExit(f"chaos run {name}: no `run:` line in its output")
+    return m.group(1)
+
+
+def second_run_with_the_same_name_watches_the_new_run(args, config, overrides):
+    """Regression: with a finished run already named grpo_chaos under --run-root, rlforge names
+    the new one grpo_chaos-2; chaos.py watched the old directory (0 faults, the old run's metrics
+    printed as final). The finished run here is the unfaulted one, copied."""
+    shutil.copytree(os.path.join(args.work, "grpo_clean"), os.path.join(args.work, "grpo_chaos"))
+    watched = chaos(args, config, "grpo_chaos", ["--groups", "8", "--every-steps", "10"],
+                    overrides)
+    if os.path.realpath(watched) != os.path.realpath(os.path.join(args.work, "grpo_chaos-2")):
+        raise SystemExit(f"chaos.py watched {watched}, not the new run grpo_chaos-2")
+    return final_metrics(watched)
 
 
 def with_length_reward(config, path):
@@ -85,8 +108,8 @@ def grpo(args):
     run([args.rlforge, "run", config, f"job.run_root={args.work}", "job.name=grpo_clean"] +
         overrides, 300)
     clean = comparable(final_metrics(os.path.join(args.work, "grpo_clean")))
-    faulted = comparable(
-        chaos(args, config, "grpo_chaos", ["--groups", "8", "--every-steps", "10"], overrides))
+    faulted = comparable(second_run_with_the_same_name_watches_the_new_run(args, config,
+                                                                           overrides))
     # The same samples and updates; engines batch differently, hence float noise only.
     diff = {k: (clean.get(k), faulted.get(k)) for k in set(clean) | set(faulted)
             if k not in clean or k not in faulted or
@@ -104,9 +127,9 @@ def grpo_async(args, overrides):
     # worker stopped or replacing at once the injector can fall behind its one fault per 10
     # steps; 200 once ended with 9 faults of the 10 required.
     overrides = [o for o in overrides if not o.startswith("job.iterations=")]
-    chaos(args, config, "grpo_async_chaos", ["--groups", "8", "--every-steps", "10"],
-          overrides + ["job.iterations=400"])
-    with open(os.path.join(args.work, "grpo_async_chaos", "metrics.jsonl")) as f:
+    run_dir = chaos(args, config, "grpo_async_chaos", ["--groups", "8", "--every-steps", "10"],
+                    overrides + ["job.iterations=400"])
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
         records = [json.loads(line) for line in f if line.strip()]
     for r in records[1:]:
         m = r["metrics"]
@@ -120,10 +143,10 @@ def ppo(args):
     config = os.path.join(args.source, "configs/ppo_cartpole.yaml")
     overrides = ["rollout.workers=2", "sim.backend=server", "sim.servers_per_worker=2",
                  "env.num_envs=8", "ppo.total_steps=153600", "ppo.epochs=4"] + FAST_FAILURE
-    chaos(args, config, "ppo_chaos",
-          ["--env-steps", str(2 * 8 * 32), "--every-steps", "10", "--sim-servers"],
-          overrides + ["job.seed=4"])
-    with open(os.path.join(args.work, "ppo_chaos", "metrics.jsonl")) as f:
+    run_dir = chaos(args, config, "ppo_chaos",
+                    ["--env-steps", str(2 * 8 * 32), "--every-steps", "10", "--sim-servers"],
+                    overrides + ["job.seed=4"])
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
         returns = [json.loads(line)["metrics"]["episodic_return"] for line in f if line.strip()]
     first, last = returns[0], sum(returns[-20:]) / len(returns[-20:])
     print(f"PPO episodic_return under faults: first iteration {first:.1f}, "

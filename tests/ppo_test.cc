@@ -184,7 +184,7 @@ TEST(PpoTest, PurePythonEnvTrainsOverSimBridge) {
   std::string script = SourceDir() + "/sim_bridge/python/examples/cartpole_py.py";
   auto [code, out] =
       RunJob(root, "py",
-             {"ppo.total_steps=30000", "sim.backend=server",
+             {"ppo.total_steps=30000", "sim.backend=server", "env.id=PyCartPole-v0",
               "sim.command=[python3, " + script + ", --bind, '{bind}', --num-envs, '{num_envs}']"});
   ASSERT_EQ(code, 0) << out;
   EXPECT_NE(ReadFile(root + "/py/logs/sim-0.log").find("serving PyCartPole-v0 x 8"),
@@ -193,6 +193,24 @@ TEST(PpoTest, PurePythonEnvTrainsOverSimBridge) {
   ASSERT_GT(m.size(), 20u);
   double first = m[5]["metrics"]["episodic_return"], last = m.back()["metrics"]["episodic_return"];
   EXPECT_GT(last, first + 50) << "the policy must improve against the Python env";
+}
+
+// Issue 42: env.id CartPole-v1 with a server of PyCartPole-v0 trained on PyCartPole-v0 in
+// silence (config.resolved.yaml still said CartPole-v1); now set-up stops naming both.
+TEST(PpoTest, EnvIdWasSilentlyReplacedByTheServedEnv) {
+  std::string root = FreshDir("ppo_env_id");
+  std::string script = SourceDir() + "/sim_bridge/python/examples/cartpole_py.py";
+  auto [code, out] =
+      RunJob(root, "e",
+             {"ppo.total_steps=4096", "sim.backend=server", "launch.max_restarts=0",
+              "dashboard.enabled=false",
+              "sim.command=[python3, " + script + ", --bind, '{bind}', --num-envs, '{num_envs}']"});
+  EXPECT_EQ(code, 1) << out;
+  EXPECT_NE(out.find("sim server sim-0 (ipc://"), std::string::npos) << out;
+  EXPECT_NE(out.find("serves env 'PyCartPole-v0', but the job's env.id is 'CartPole-v1'"),
+            std::string::npos)
+      << out;
+  EXPECT_TRUE(ReadMetricsJsonl(root + "/e").empty()) << "no iteration may run on the wrong env";
 }
 
 struct FaultCase {
@@ -206,13 +224,13 @@ TEST_P(SimFaultTest, StopsCleanlyNamingServerAndEnv) {
   const FaultCase& f = GetParam();
   std::string root = FreshDir(std::string("ppo_fault_") + f.fault);
   std::string script = SourceDir() + "/sim_bridge/python/tests/faulty_env.py";
-  auto [code, out] = RunJob(
-      root, "f",
-      {"env.num_envs=2", "sim.backend=server", "sim.step_timeout_s=3", "launch.max_restarts=0",
-       "sim.command=[python3, " + script +
-           ", --bind, '{bind}', --num-envs, "
-           "'{num_envs}', --fault, " +
-           f.fault + "]"});
+  auto [code, out] = RunJob(root, "f",
+                            {"env.num_envs=2", "sim.backend=server", "sim.step_timeout_s=3",
+                             "launch.max_restarts=0", "env.id=Faulty-v0",
+                             "sim.command=[python3, " + script +
+                                 ", --bind, '{bind}', --num-envs, "
+                                 "'{num_envs}', --fault, " +
+                                 f.fault + "]"});
   EXPECT_EQ(code, 1) << out;
   EXPECT_NE(out.find(f.expect), std::string::npos) << out;
   EXPECT_NE(ReadFile(root + "/f/status.json").find("\"failed\""), std::string::npos);
@@ -260,13 +278,13 @@ TEST(PpoTest, AKilledSimServerIsRestartedWithItsWorker) {
   ASSERT_EQ(records.size(), 50u);  // 25600 steps, 2 workers x 8 envs x 32 steps each
   EXPECT_GT(records.back()["metrics"]["faults/episodes_cut"].get<double>(), 0) << events;
 
-  auto [code, fatal] =
-      RunRlforge({"run", CartPole(), "job.run_root=" + root, "job.name=f", "ppo.total_steps=25600",
-                  "sim.backend=server", "launch.max_restarts=0", "dashboard.enabled=false",
-                  "sim.command=[python3, " + SourceDir() +
-                      "/sim_bridge/python/tests/faulty_env.py, --bind, "
-                      "'{bind}', --num-envs, '{num_envs}', --fault, crash]"},
-                 120);
+  auto [code, fatal] = RunRlforge(
+      {"run", CartPole(), "job.run_root=" + root, "job.name=f", "ppo.total_steps=25600",
+       "sim.backend=server", "launch.max_restarts=0", "dashboard.enabled=false", "env.id=Faulty-v0",
+       "sim.command=[python3, " + SourceDir() +
+           "/sim_bridge/python/tests/faulty_env.py, --bind, "
+           "'{bind}', --num-envs, '{num_envs}', --fault, crash]"},
+      120);
   EXPECT_EQ(code, 1) << fatal;
   EXPECT_NE(fatal.find("no restart left (launch.max_restarts 0 per role)"), std::string::npos)
       << fatal;

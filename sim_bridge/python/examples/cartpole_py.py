@@ -4,8 +4,11 @@ simulator" example. No gymnasium, no numpy: any object with Gymnasium's API work
 
     python3 sim_bridge/python/examples/cartpole_py.py --bind tcp://127.0.0.1:5555 --num-envs 8
 
-In a job file, let the controller start it (it fills in {bind} and {num_envs}):
+In a job file, let the controller start it (it fills in {bind} and {num_envs}); env.id names
+what it serves (a server of another env than env.id is refused):
 
+    env:
+      id: PyCartPole-v0
     sim:
       backend: server
       command: [python3, sim_bridge/python/examples/cartpole_py.py,
