@@ -565,7 +565,7 @@ def tail(log, n=25):
         lines = open(log, errors="replace").read().rstrip().split("\n")
     except FileNotFoundError:
         return "(no output)"
-    return "    | " + "\n    | ".join(lines[-n:])
+    return "    | " + "\n    | ".join(l if len(l) <= 240 else l[:240] + " ..." for l in lines[-n:])
 
 
 def wait_for_output(proc, log, rx, deadline):
