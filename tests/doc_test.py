@@ -25,7 +25,8 @@ Design (docs/doc_tests.md says the same for page authors):
   run on its own, and the other lines are the sample output shown to readers.
 - The page's folder is fresh for each run of the harness: the checkout's top-level entries
   linked in (configs/, data/, tools/, ...), and build/ a folder of links to the build's
-  entries, so `build/rlforge` and `build/bench/...` work and blocks may add files under build/.
+  outputs (executables, CMake's folders; not other tests' work folders), so `build/rlforge`
+  and `build/bench/...` work and blocks may add folders of their own under build/.
   A page's blocks run in the page's order in that one folder: a run, then `--resume` of it,
   then `rlforge status` of it.
 - Keys of a `run` block (repeatable ones marked +; values may use {source}, {build} and
@@ -289,9 +290,14 @@ class Page:
         build = os.path.join(self.dir, "build")
         os.makedirs(build)
         for entry in os.listdir(self.args.build):
-            if entry in ("doctest",):
-                continue
-            os.symlink(os.path.join(self.args.build, entry), os.path.join(build, entry))
+            # The build's outputs only: executables and CMake's own folders, not the work
+            # folders other tests keep there (build/chaos_test, this harness's build/doctest),
+            # which a block may create afresh here.
+            full = os.path.join(self.args.build, entry)
+            made_by_cmake = os.path.isdir(full) and os.path.exists(
+                os.path.join(full, "cmake_install.cmake"))
+            if made_by_cmake or (os.path.isfile(full) and os.access(full, os.X_OK)):
+                os.symlink(full, os.path.join(build, entry))
         self.cache = os.path.join(self.dir, ".doctest")
         os.makedirs(self.cache)
 
