@@ -113,9 +113,9 @@ esac
 def harness(root, page_text, name="page.md"):
     with open(os.path.join(root, "src", name), "w") as f:
         f.write(page_text)
-    out = subprocess.run([sys.executable, HARNESS, "--rlforge", os.path.join(root, "bin", "rlforge"),
-                          "--source", os.path.join(root, "src"), "--work",
-                          os.path.join(root, "work"), name],
+    out = subprocess.run([sys.executable, HARNESS, "--rlforge",
+                          os.path.join(root, "bin", "rlforge"), "--source",
+                          os.path.join(root, "src"), "--work", os.path.join(root, "work"), name],
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
     return out.returncode, out.stdout
 
