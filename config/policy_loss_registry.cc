@@ -16,6 +16,11 @@ std::vector<PolicyLossSpec> BuildTable() {
        "GSPO (Zheng et al. 2025): one ratio per sequence, s = exp(mean_t log r), clipped per "
        "sequence (the paper's clip_low / clip_high are 3e-4 / 4e-4) and applied to every token",
        "seq-mean-token-mean", false},
+      {PolicyLossKind::kCispo, "cispo",
+       "CISPO (MiniMax-M1, 2025): REINFORCE weighted by the clipped, stop-gradient ratio, "
+       "-sg(clip(r, 1 - clip_low, 1 + clip_high)) A log pi per token; clip_low 1 is no lower "
+       "bound, the paper's choice",
+       "token-mean", true},
   };
 }
 

@@ -25,6 +25,7 @@ namespace rlforge {
 enum class PolicyLossKind : int {
   kPpoClip,  // PPO's clipped surrogate per token: max(-A r, -A clip(r)) (GRPO, DAPO, Dr. GRPO)
   kGspo,     // GSPO: s = exp(mean_t log r) per sequence, clipped per sequence, GSPO-token form
+  kCispo,    // CISPO: -sg(clip(r)) A log pi per token: the clipped weight never drops a gradient
 };
 
 struct PolicyLossSpec {

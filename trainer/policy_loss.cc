@@ -78,6 +78,14 @@ class GspoLoss final : public PolicyLoss {
   }
 };
 
+class CispoLoss final : public PolicyLoss {
+ public:
+  using PolicyLoss::PolicyLoss;
+  absl::StatusOr<LmPolicyLoss> Compute(const LmPolicyLossInput& in) const override {
+    return ComputeCispoLoss(in, options_);
+  }
+};
+
 }  // namespace
 
 absl::StatusOr<LmPolicyLoss> ComputeGspoLoss(const LmPolicyLossInput& in,
@@ -111,6 +119,28 @@ absl::StatusOr<LmPolicyLoss> ComputeGspoLoss(const LmPolicyLossInput& in,
   return out;
 }
 
+absl::StatusOr<LmPolicyLoss> ComputeCispoLoss(const LmPolicyLossInput& in,
+                                              const LmPolicyLossOptions& options) {
+  RETURN_IF_ERROR(CheckInput(in, options, "cispo", /*clip_low_one=*/true));
+  const int64_t B = in.logp.size(0), T = in.logp.size(1);
+  ASSIGN_OR_RETURN(torch::Tensor adv, TokenAdvantages(in.advantages, B, T));
+  adv = adv.detach();
+  const ClipOptions& clip = options.clip;
+  const double lower = std::max(0.0, 1.0 - clip.clip_low), upper = 1.0 + clip.clip_high;
+  const torch::Tensor pad = in.mask == 0;
+  const torch::Tensor ratio = (in.logp.detach() - in.old_logp.detach()).exp();
+  const torch::Tensor weight = ratio.clamp(lower, upper).masked_fill(pad, 0);
+  const torch::Tensor pg = -weight * adv * in.logp.masked_fill(pad, 0);
+  LmPolicyLoss out;
+  RETURN_IF_ERROR(Aggregate(pg, in, options, out));
+  torch::NoGradGuard no_grad;
+  const torch::Tensor m = in.mask.to(ratio.scalar_type());
+  out.clipfrac_low = MaskedMean((ratio < lower).to(m.scalar_type()), m).item<double>();
+  out.clipfrac_high = MaskedMean((ratio > upper).to(m.scalar_type()), m).item<double>();
+  out.ratio_mean = MaskedMean(ratio, in.mask).item<double>();
+  return out;
+}
+
 std::unique_ptr<PolicyLoss> CreatePolicyLoss(PolicyLossKind kind,
                                              const LmPolicyLossOptions& options) {
   switch (kind) {
@@ -118,6 +148,8 @@ std::unique_ptr<PolicyLoss> CreatePolicyLoss(PolicyLossKind kind,
       return std::make_unique<PpoClipLoss>(options);
     case PolicyLossKind::kGspo:
       return std::make_unique<GspoLoss>(options);
+    case PolicyLossKind::kCispo:
+      return std::make_unique<CispoLoss>(options);
   }
   std::abort();  // unreachable: the switch covers every enumerator (-Werror=switch)
 }

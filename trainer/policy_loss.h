@@ -33,6 +33,14 @@ namespace rlforge {
 absl::StatusOr<LmPolicyLoss> ComputeGspoLoss(const LmPolicyLossInput& in,
                                              const LmPolicyLossOptions& options);
 
+// CISPO (MiniMax-M1, 2025): pg = -sg(clip(r, max(0, 1 - clip_low), 1 + clip_high)) * A * logp
+// per token, r = exp(logp - old_logp): the clipped ratio only weighs the REINFORCE gradient
+// -A d logp, so no token's gradient is dropped (clip_low 1: no lower bound, the paper's
+// default). Clip fractions count tokens whose weight was clipped, whatever A's sign. No dual
+// clip or off-policy correction (an error).
+absl::StatusOr<LmPolicyLoss> ComputeCispoLoss(const LmPolicyLossInput& in,
+                                              const LmPolicyLossOptions& options);
+
 class PolicyLoss {
  public:
   explicit PolicyLoss(const LmPolicyLossOptions& options) : options_(options) {}

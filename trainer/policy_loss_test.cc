@@ -126,6 +126,52 @@ TEST(PolicyLossTest, GspoTokenFormEqualsTheSequenceObjective) {
   ExpectGrad(in.logp.grad(), logp.grad());
 }
 
+// CISPO, no lower bound (clip_low 1), clip_high 0.2, token-mean over 5 tokens; w = sg(clip(r)).
+//   sequence 0 (A = +1): r = e^0.1 = 1.1052 (kept), e^0.3 = 1.3499 -> 1.2;
+//   sequence 1 (A = -1): r = e^-0.2, 1, e^-0.4 (all kept: no lower bound).
+// Per token -w A logp: -0.1 e^0.1, -1.2 * 0.3, -0.2 e^-0.2, 0, -0.4 e^-0.4; loss = sum / 5.
+// Gradient -w A / 5: the clipped token keeps a gradient (1.2 / 5), unlike ppo_clip's 0.
+TEST(PolicyLossTest, CispoWeighsReinforceByTheClippedStopGradientRatio) {
+  auto in = SequenceCase();
+  const double a = std::exp(0.1), b = std::exp(-0.2), c = std::exp(-0.4);
+  auto l = ComputeCispoLoss(in, Options(1.0, 0.2, LossAggregation::kTokenMean));
+  ASSERT_TRUE(l.ok()) << l.status();
+  EXPECT_NEAR(l->loss.item<double>(), (-0.1 * a - 1.2 * 0.3 - 0.2 * b - 0.4 * c) / 5, kTol);
+  EXPECT_NEAR(l->clipfrac_high, 1.0 / 5, kTol);
+  EXPECT_EQ(l->clipfrac_low, 0.0);
+  EXPECT_NEAR(l->ratio_mean, (a + std::exp(0.3) + b + 1 + c) / 5, kTol);
+  l->loss.backward();
+  ExpectGrad(in.logp.grad(), D2({-a / 5, -1.2 / 5, 0, b / 5, 1.0 / 5, c / 5}, 2));
+
+  // clip_low 0.2: e^-0.4 = 0.6703 < 0.8 is raised to 0.8 (gradient 0.8 / 5).
+  auto low = SequenceCase();
+  auto l2 = ComputeCispoLoss(low, Options(0.2, 0.2, LossAggregation::kTokenMean));
+  ASSERT_TRUE(l2.ok()) << l2.status();
+  EXPECT_NEAR(l2->loss.item<double>(), (-0.1 * a - 1.2 * 0.3 - 0.2 * b - 0.4 * 0.8) / 5, kTol);
+  EXPECT_NEAR(l2->clipfrac_low, 1.0 / 5, kTol);
+  l2->loss.backward();
+  ExpectGrad(low.logp.grad(), D2({-a / 5, -1.2 / 5, 0, b / 5, 1.0 / 5, 0.8 / 5}, 2));
+}
+
+// The paper's configuration through the config loader: no lower bound (clip_low 1, accepted for
+// cispo alone), token-mean; and the options only ppo_clip has are errors naming the loss.
+TEST(PolicyLossTest, CispoConfigTakesClipLowOneAndRefusesPpoClipsOptions) {
+  LoadedJob j =
+      LoadJobText("job: {algorithm: grpo}\ngrpo: {policy_loss: cispo, clip_low: 1}\n", "t.yaml");
+  ASSERT_TRUE(j.ok()) << config::FormatErrors(j.errors);
+  EXPECT_EQ(j.config.grpo.loss_aggregation, "token-mean");
+  LoadedJob tis = LoadJobText(
+      "job: {algorithm: grpo}\ngrpo: {policy_loss: cispo, off_policy: tis}\n", "t.yaml");
+  ASSERT_EQ(tis.errors.size(), 1u) << config::FormatErrors(tis.errors);
+  EXPECT_NE(tis.errors[0].message.find("policy_loss cispo has no off-policy correction"),
+            std::string::npos);
+  auto in = SequenceCase();
+  LmPolicyLossOptions dual = Options(1.0, 0.2, LossAggregation::kTokenMean);
+  dual.clip.dual_clip = 3;
+  EXPECT_EQ(ComputeCispoLoss(in, dual).status().message(),
+            "dual_clip: cispo has no dual clip (ppo_clip's), got 3");
+}
+
 // The KL term is added per token and aggregated with the policy term, as in ppo_clip:
 // ref_logp = logp - 0.1 on every token, so k3 = e^-0.1 + 0.1 - 1 everywhere.
 TEST(PolicyLossTest, KlTermIsAddedPerTokenForEveryLoss) {
@@ -219,8 +265,9 @@ TEST(PolicyLossTest, JobConfigChoosesTheLoss) {
     auto got = (*loss)->Compute(in);
     ASSERT_TRUE(got.ok()) << got.status();
     const LmPolicyLossOptions& o = (*loss)->options();
-    auto want =
-        spec.kind == PolicyLossKind::kGspo ? ComputeGspoLoss(in, o) : ComputeLmPolicyLoss(in, o);
+    auto want = spec.kind == PolicyLossKind::kGspo    ? ComputeGspoLoss(in, o)
+                : spec.kind == PolicyLossKind::kCispo ? ComputeCispoLoss(in, o)
+                                                      : ComputeLmPolicyLoss(in, o);
     EXPECT_EQ(got->loss.item<double>(), want->loss.item<double>());
   }
   // GSPO averages each sequence's token terms, then the sequences.
