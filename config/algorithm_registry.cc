@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "config/policy_loss_registry.h"
+
 namespace rlforge {
 
 namespace {
@@ -20,6 +22,7 @@ std::vector<AlgorithmSpec> BuildTable() {
        AlgorithmFamily::kEcho,
        AdvantageKind::kNone,
        "",
+       std::nullopt,
        {"echo"},
        {"echo"}},
       {"ppo",
@@ -27,6 +30,7 @@ std::vector<AlgorithmSpec> BuildTable() {
        AlgorithmFamily::kControlPpo,
        AdvantageKind::kNone,
        "",
+       std::nullopt,
        {"trainer", "rollout"},
        {"env", "sim", "rollout", "policy", "ppo", "weights"}},
       {"sft",
@@ -34,6 +38,7 @@ std::vector<AlgorithmSpec> BuildTable() {
        AlgorithmFamily::kSft,
        AdvantageKind::kNone,
        "",
+       std::nullopt,
        {"trainer"},
        {"sft", "model", "data"}},
       {"grpo",
@@ -41,6 +46,7 @@ std::vector<AlgorithmSpec> BuildTable() {
        AlgorithmFamily::kLmRl,
        AdvantageKind::kGroupNorm,
        "token-mean",
+       PolicyLossKind::kPpoClip,
        {"trainer", "rollout", "reward"},
        LmRlSections()},
       {"drgrpo",
@@ -49,6 +55,7 @@ std::vector<AlgorithmSpec> BuildTable() {
        AlgorithmFamily::kLmRl,
        AdvantageKind::kGroupMean,
        "seq-mean-token-sum-norm",
+       PolicyLossKind::kPpoClip,
        {"trainer", "rollout", "reward"},
        LmRlSections()},
       {"rloo",
@@ -57,6 +64,7 @@ std::vector<AlgorithmSpec> BuildTable() {
        AlgorithmFamily::kLmRl,
        AdvantageKind::kLeaveOneOut,
        "token-mean",
+       PolicyLossKind::kPpoClip,
        {"trainer", "rollout", "reward"},
        LmRlSections()},
       {"lm_ppo",
@@ -64,6 +72,7 @@ std::vector<AlgorithmSpec> BuildTable() {
        AlgorithmFamily::kLmRl,
        AdvantageKind::kTokenGae,
        "token-mean",
+       PolicyLossKind::kPpoClip,
        {"trainer", "rollout", "reward"},
        LmRlSections({"critic"})},
       {"dpo",
@@ -71,6 +80,7 @@ std::vector<AlgorithmSpec> BuildTable() {
        AlgorithmFamily::kDpo,
        AdvantageKind::kNone,
        "",
+       std::nullopt,
        {"trainer", "rollout", "reward"},
        {"dpo", "rollout", "engine", "reward", "model", "data", "weights"}},
   };

@@ -4,6 +4,8 @@
 //   -> controller loop:      controller/algorithm.cc, a switch over `family`
 //   -> actor roles:          cli/role_registry.cc, a switch over `family`
 //   -> LM advantage:         trainer/advantage_estimator.cc, a switch over `advantage`
+//   -> LM policy loss:       `default_policy_loss`, when grpo.policy_loss is auto
+//                            (config/policy_loss_registry.h)
 // Every switch covers every enumerator without a default, so -Werror=switch turns a missed
 // case into a compile error; AlgorithmRegistryTest checks the table itself. The accepted
 // names, the config reference and the dispatch all read this table, so they cannot disagree.
@@ -12,6 +14,7 @@
 // The table is immutable; every function here is thread-safe.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -36,6 +39,10 @@ enum class AdvantageKind {
   kTokenGae,     // PPO: a critic and token-level GAE, KL as a per-token reward penalty
 };
 
+// The policy losses' enum (config/policy_loss_registry.h), declared here so that adding a loss
+// does not recompile every includer of this table.
+enum class PolicyLossKind : int;
+
 struct AlgorithmSpec {
   std::string name;     // job.algorithm
   std::string summary;  // one sentence for docs/config.md
@@ -43,6 +50,8 @@ struct AlgorithmSpec {
   AdvantageKind advantage = AdvantageKind::kNone;
   // kLmRl: grpo.loss_aggregation when the job file does not set it.
   std::string default_loss_aggregation;
+  // kLmRl: grpo.policy_loss when the job file does not set it (auto); unset for the others.
+  std::optional<PolicyLossKind> default_policy_loss;
   // Roles the job starts (the loop's Roles() gives their counts from config).
   std::vector<std::string> roles;
   // Job-file sections the algorithm reads besides job, controller, launch, trainer and

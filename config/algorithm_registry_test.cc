@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "config/job_config.h"
+#include "config/policy_loss_registry.h"
 
 namespace rlforge {
 namespace {
@@ -25,6 +26,7 @@ TEST(AlgorithmRegistryTest, EntriesAreConsistent) {
     const bool lm_rl = a.family == AlgorithmFamily::kLmRl;
     EXPECT_EQ(lm_rl, a.advantage != AdvantageKind::kNone);
     EXPECT_EQ(lm_rl, !a.default_loss_aggregation.empty());
+    EXPECT_EQ(lm_rl, a.default_policy_loss.has_value());
     for (const std::string& s : a.sections) EXPECT_TRUE(sections.count(s)) << s;
     for (const std::string& r : a.roles) EXPECT_TRUE(roles.count(r)) << r;
     EXPECT_FALSE(a.roles.empty());
@@ -58,6 +60,87 @@ TEST(AlgorithmRegistryTest, LossAggregationDefaultsToTheAlgorithms) {
         "job: {algorithm: " + a.name + "}\ngrpo: {loss_aggregation: seq-mean-token-mean}\n",
         "t.yaml");
     EXPECT_EQ(set.config.grpo.loss_aggregation, "seq-mean-token-mean");
+  }
+}
+
+TEST(AlgorithmRegistryTest, PolicyLossesAreConsistent) {
+  std::set<std::string> names;
+  std::set<PolicyLossKind> kinds;
+  for (const PolicyLossSpec& l : PolicyLosses()) {
+    SCOPED_TRACE(l.name);
+    EXPECT_TRUE(names.insert(l.name).second) << "duplicate name";
+    EXPECT_TRUE(kinds.insert(l.kind).second) << "duplicate kind";
+    EXPECT_FALSE(l.summary.empty());
+    EXPECT_EQ(FindPolicyLoss(l.name), &l);
+    EXPECT_EQ(&PolicyLossOf(l.kind), &l);
+    EXPECT_NE(l.name, "auto");
+  }
+  EXPECT_EQ(PolicyLosses().front().kind, PolicyLossKind::kPpoClip);  // the algorithms' default
+  EXPECT_EQ(FindPolicyLoss("GSPO"), nullptr);
+}
+
+// grpo.policy_loss: auto resolves to the algorithm's default, and loss_aggregation: auto to the
+// loss's default where it has one (gspo: seq-mean-token-mean), else the algorithm's; the
+// resolved config states both; explicit choices win.
+TEST(AlgorithmRegistryTest, PolicyLossDefaultsToTheAlgorithms) {
+  for (const AlgorithmSpec& a : Algorithms()) {
+    if (a.family != AlgorithmFamily::kLmRl) continue;
+    SCOPED_TRACE(a.name);
+    LoadedJob j = LoadJobText("job: {algorithm: " + a.name + "}\n", "t.yaml");
+    ASSERT_TRUE(j.ok()) << Errors(j);
+    ASSERT_TRUE(j.config.grpo.policy_loss.has_value());
+    EXPECT_EQ(*j.config.grpo.policy_loss, *a.default_policy_loss);
+    EXPECT_NE(
+        ResolvedYaml(j.config).find("policy_loss: " + PolicyLossOf(*a.default_policy_loss).name),
+        std::string::npos);
+    for (const PolicyLossSpec& l : PolicyLosses()) {
+      LoadedJob set = LoadJobText(
+          "job: {algorithm: " + a.name + "}\ngrpo: {policy_loss: " + l.name + "}\n", "t.yaml");
+      ASSERT_TRUE(set.ok()) << l.name << ": " << Errors(set);
+      EXPECT_EQ(*set.config.grpo.policy_loss, l.kind);
+      EXPECT_EQ(set.config.grpo.loss_aggregation, l.default_loss_aggregation.empty()
+                                                      ? a.default_loss_aggregation
+                                                      : l.default_loss_aggregation);
+      LoadedJob both =
+          LoadJobText("job: {algorithm: " + a.name + "}\ngrpo: {policy_loss: " + l.name +
+                          ", loss_aggregation: seq-mean-token-sum}\n",
+                      "t.yaml");
+      EXPECT_EQ(both.config.grpo.loss_aggregation, "seq-mean-token-sum");
+    }
+  }
+}
+
+TEST(AlgorithmRegistryTest, PolicyLossErrorsNameTheKey) {
+  LoadedJob typo = LoadJobText("job: {algorithm: grpo}\ngrpo: {policy_loss: gpso}\n", "t.yaml");
+  ASSERT_EQ(typo.errors.size(), 1u) << Errors(typo);
+  EXPECT_EQ(typo.errors[0].key, "grpo.policy_loss");
+  EXPECT_NE(typo.errors[0].message.find("did you mean gspo?"), std::string::npos) << Errors(typo);
+  LoadedJob off =
+      LoadJobText("job: {algorithm: grpo}\ngrpo: {policy_loss: gspo, off_policy: tis}\n", "t.yaml");
+  ASSERT_EQ(off.errors.size(), 1u) << Errors(off);
+  EXPECT_EQ(off.errors[0].ToString(),
+            "t.yaml:2:27: grpo.off_policy: tis corrects the token-level clipped loss (policy_loss "
+            "ppo_clip); policy_loss gspo has no off-policy correction (set none)");
+  LoadedJob dual =
+      LoadJobText("job: {algorithm: rloo}\ngrpo: {policy_loss: gspo, dual_clip: 3}\n", "t.yaml");
+  ASSERT_EQ(dual.errors.size(), 1u) << Errors(dual);
+  EXPECT_EQ(dual.errors[0].key, "grpo.dual_clip");
+  EXPECT_NE(dual.errors[0].message.find("policy_loss gspo has none (set 0)"), std::string::npos)
+      << Errors(dual);
+  // clip_low 1 would make the ratio's lower bound 0: an error for every loss whose table entry
+  // does not read it as "no lower bound".
+  for (const PolicyLossSpec& l : PolicyLosses()) {
+    LoadedJob low = LoadJobText(
+        "job: {algorithm: grpo}\ngrpo: {policy_loss: " + l.name + ", clip_low: 1}\n", "t.yaml");
+    if (l.clip_low_one_unbounded) {
+      EXPECT_TRUE(low.ok()) << l.name << ": " << Errors(low);
+      continue;
+    }
+    ASSERT_EQ(low.errors.size(), 1u) << Errors(low);
+    EXPECT_EQ(low.errors[0].key, "grpo.clip_low");
+    EXPECT_NE(low.errors[0].message.find("policy_loss " + l.name + " needs clip_low < 1"),
+              std::string::npos)
+        << Errors(low);
   }
 }
 

@@ -1,6 +1,7 @@
 #include "config/grpo_config.h"
 
 #include "absl/strings/str_cat.h"
+#include "config/policy_loss_registry.h"
 
 namespace rlforge {
 
@@ -9,16 +10,59 @@ using config::SchemaBuilder;
 
 namespace {
 
-// "auto: ..." listing each algorithm's default, from the registry.
+// "auto: ..." listing each policy loss's and each algorithm's default, from the registry.
 std::string AutoAggregationDoc() {
-  std::string doc = "auto: the algorithm's default (";
+  std::string doc = "auto: the policy loss's default (";
   bool first = true;
+  for (const PolicyLossSpec& l : PolicyLosses()) {
+    if (l.default_loss_aggregation.empty()) continue;
+    absl::StrAppend(&doc, first ? "" : ", ", l.name, ": ", l.default_loss_aggregation);
+    first = false;
+  }
+  absl::StrAppend(&doc, "), else the algorithm's (");
+  first = true;
   for (const AlgorithmSpec& a : Algorithms()) {
     if (a.default_loss_aggregation.empty()) continue;
     absl::StrAppend(&doc, first ? "" : ", ", a.name, ": ", a.default_loss_aggregation);
     first = false;
   }
   return doc + "), written into the resolved config.";
+}
+
+// grpo.policy_loss's documentation: each loss's summary and each algorithm's default.
+std::string PolicyLossDoc() {
+  std::string doc =
+      "The policy loss the trainer minimises (trainer/policy_loss.h, docs/lm_losses.md).";
+  for (const PolicyLossSpec& l : PolicyLosses())
+    absl::StrAppend(&doc, " ", l.name, ": ", l.summary, ".");
+  absl::StrAppend(&doc, " auto: the algorithm's default (");
+  bool first = true;
+  for (const AlgorithmSpec& a : Algorithms()) {
+    if (!a.default_policy_loss.has_value()) continue;
+    absl::StrAppend(&doc, first ? "" : ", ", a.name, ": ",
+                    PolicyLossOf(*a.default_policy_loss).name);
+    first = false;
+  }
+  return doc + "), written into the resolved config.";
+}
+
+bool ParsePolicyLoss(const YAML::Node& n, std::optional<PolicyLossKind>* out, std::string* why) {
+  std::vector<std::string> choices = {"auto"};
+  for (const std::string& name : PolicyLossNames()) choices.push_back(name);
+  std::string name;
+  if (!config::MakeChoiceParser(choices)(n, &name, why)) return false;
+  if (name == "auto") {
+    out->reset();
+  } else {
+    *out = FindPolicyLoss(name)->kind;
+  }
+  return true;
+}
+
+std::string PolicyLossType() {
+  std::vector<std::string> choices = {"auto"};
+  for (const std::string& name : PolicyLossNames()) choices.push_back(name);
+  return config::ChoiceType(choices);
 }
 
 bool ParseEvalVerifier(const YAML::Node& n, AnswerCheck* out, std::string* why) {
@@ -73,6 +117,11 @@ void AddGrpoSection(SchemaBuilder<JobConfig>& job) {
   b.Double("is_cap", &GrpoOptions::is_cap,
            "The cap C of grpo.off_policy's importance weights (> 1).")
       .Min(1, false);
+  b.Typed<std::optional<PolicyLossKind>>(
+      "policy_loss", &GrpoOptions::policy_loss, PolicyLossDoc(), PolicyLossType(), ParsePolicyLoss,
+      [](const std::optional<PolicyLossKind>& v) {
+        return YAML::Node(v.has_value() ? PolicyLossOf(*v).name : std::string("auto"));
+      });
   b.Choice("loss_aggregation", &GrpoOptions::loss_aggregation,
            {"auto", "token-mean", "seq-mean-token-sum", "seq-mean-token-mean",
             "seq-mean-token-sum-norm"},
@@ -120,6 +169,31 @@ void AddGrpoSection(SchemaBuilder<JobConfig>& job) {
     }
   });
   job.Section("grpo", &JobConfig::grpo, b.Build());
+  job.Check([](const JobConfig& c, CheckContext& ctx) {
+    if (c.job.algorithm == nullptr || !c.job.algorithm->default_policy_loss.has_value()) return;
+    const PolicyLossKind loss = c.grpo.policy_loss.value_or(*c.job.algorithm->default_policy_loss);
+    const PolicyLossSpec& spec = PolicyLossOf(loss);
+    if (c.grpo.clip_low >= 1 && !spec.clip_low_one_unbounded) {
+      ctx.Error("grpo.clip_low", absl::StrCat("policy_loss ", spec.name,
+                                              " needs clip_low < 1 (its ratio's lower bound is "
+                                              "1 - clip_low), got ",
+                                              c.grpo.clip_low));
+    }
+    // The token-level clipped loss alone has these; the others would ignore them.
+    if (loss == PolicyLossKind::kPpoClip) return;
+    const std::string& name = spec.name;
+    if (c.grpo.off_policy != "none") {
+      ctx.Error("grpo.off_policy", absl::StrCat(c.grpo.off_policy,
+                                                " corrects the token-level clipped loss "
+                                                "(policy_loss ppo_clip); policy_loss ",
+                                                name, " has no off-policy correction (set none)"));
+    }
+    if (c.grpo.dual_clip != 0) {
+      ctx.Error("grpo.dual_clip", absl::StrCat("bounds the token-level clipped loss (policy_loss "
+                                               "ppo_clip); policy_loss ",
+                                               name, " has none (set 0)"));
+    }
+  });
   job.Check([](const JobConfig& c, CheckContext& ctx) {
     if (c.job.algorithm != nullptr && NeedsGroups(c.job.algorithm->advantage) &&
         c.grpo.group_size < 2) {

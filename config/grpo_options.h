@@ -4,8 +4,10 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
+#include "config/algorithm_registry.h"
 #include "config/answer_check.h"
 
 namespace rlforge {
@@ -22,7 +24,11 @@ struct GrpoOptions {
   double dual_clip = 0;
   double kl_beta = 0.0;
   std::string kl_estimator = "k3";
-  std::string loss_aggregation = "auto";  // auto: AlgorithmSpec::default_loss_aggregation
+  // unset (auto): AlgorithmSpec::default_policy_loss, filled in once the algorithm is known
+  // (config/policy_loss_registry.h).
+  std::optional<PolicyLossKind> policy_loss;
+  // auto: PolicyLossSpec::default_loss_aggregation, else AlgorithmSpec::default_loss_aggregation
+  std::string loss_aggregation = "auto";
   bool filter_degenerate = false;
   bool skip_zero_advantage = true;
   int64_t epochs = 1;

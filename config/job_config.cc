@@ -15,6 +15,7 @@
 #include "config/engine_config.h"
 #include "config/grpo_config.h"
 #include "config/lm_config.h"
+#include "config/policy_loss_registry.h"
 #include "config/reward_config.h"
 
 namespace rlforge {
@@ -679,8 +680,13 @@ void ApplyDerivedDefaults(JobConfig& c) {
       if (Reads(*c.job.algorithm, section)) *external = true;
     }
   }
-  if (c.grpo.loss_aggregation == "auto" && !c.job.algorithm->default_loss_aggregation.empty()) {
-    c.grpo.loss_aggregation = c.job.algorithm->default_loss_aggregation;
+  if (c.job.algorithm->default_policy_loss.has_value()) {  // the kLmRl algorithms
+    if (!c.grpo.policy_loss.has_value()) c.grpo.policy_loss = c.job.algorithm->default_policy_loss;
+    const std::string& by_loss = PolicyLossOf(*c.grpo.policy_loss).default_loss_aggregation;
+    if (c.grpo.loss_aggregation == "auto") {
+      c.grpo.loss_aggregation =
+          by_loss.empty() ? c.job.algorithm->default_loss_aggregation : by_loss;
+    }
   }
 }
 

@@ -14,6 +14,8 @@
 #include <thread>
 
 #include "config/build_info.h"
+#include "config/job_config.h"
+#include "config/policy_loss_registry.h"
 #include "nlohmann/json.hpp"
 #include "tests/job_process.h"
 
@@ -310,9 +312,19 @@ TEST(GrpoGpuTest, CudaIpcWeightsReachTheEngineOnTheGpu) {
   }
 }
 
-// configs/rloo_arith.yaml and drgrpo_arith.yaml as committed (shortened), with two reward
-// workers sharing the scoring: the same processes as GRPO, another advantage estimator.
+// configs/rloo_arith.yaml and drgrpo_arith.yaml (another advantage estimator) and
+// configs/<loss>_arith.yaml for every policy loss but ppo_clip (gspo, ...: another loss) as
+// committed (shortened), with two reward workers sharing the scoring: the same processes as
+// GRPO.
 class GrpoVariantTest : public ::testing::TestWithParam<std::string> {};
+
+std::vector<std::string> VariantConfigs() {
+  std::vector<std::string> names = {"rloo", "drgrpo"};
+  for (const PolicyLossSpec& l : PolicyLosses()) {
+    if (l.kind != PolicyLossKind::kPpoClip) names.push_back(l.name);
+  }
+  return names;
+}
 
 TEST_P(GrpoVariantTest, CommittedConfigRunsWithTwoRewardWorkers) {
   const std::string name = GetParam();
@@ -336,14 +348,22 @@ TEST_P(GrpoVariantTest, CommittedConfigRunsWithTwoRewardWorkers) {
   for (const char* log : {"/v/logs/reward-0.log", "/v/logs/reward-1.log"}) {
     EXPECT_TRUE(std::filesystem::exists(root + log)) << log;
   }
-  // grpo.loss_aggregation: auto resolves to the algorithm's default in the resolved config.
+  // The run states the loss and aggregation the loader resolves (auto: the registry's
+  // defaults, config/algorithm_registry.cc) in its resolved config.
+  const LoadedJob committed =
+      LoadJobFile(SourceDir() + "/configs/" + name + "_arith.yaml", {"model.path=" + base});
+  ASSERT_TRUE(committed.ok()) << config::FormatErrors(committed.errors);
   const std::string resolved = ReadFile(root + "/v/config.resolved.yaml");
-  EXPECT_NE(resolved.find(name == "drgrpo" ? "loss_aggregation: seq-mean-token-sum-norm"
-                                           : "loss_aggregation: token-mean"),
+  EXPECT_NE(resolved.find("loss_aggregation: " + committed.config.grpo.loss_aggregation),
             std::string::npos);
+  EXPECT_NE(resolved.find("policy_loss: " + PolicyLossOf(*committed.config.grpo.policy_loss).name),
+            std::string::npos);
+  if (FindPolicyLoss(name) != nullptr) {
+    EXPECT_EQ(committed.config.grpo.policy_loss, FindPolicyLoss(name)->kind) << name;
+  }
 }
 
-INSTANTIATE_TEST_SUITE_P(Configs, GrpoVariantTest, ::testing::Values("rloo", "drgrpo"));
+INSTANTIATE_TEST_SUITE_P(Configs, GrpoVariantTest, ::testing::ValuesIn(VariantConfigs()));
 
 // The asynchronous loop (configs/grpo_arith_async.yaml, rollout.max_staleness 1) with an
 // engine and a reward worker SIGKILLed two iterations in: both are replaced, the job finishes

@@ -4,17 +4,13 @@
 #include "trainer/lm_metrics.h"
 
 namespace rlforge {
-namespace {
 
-// advantages [B] -> [B, 1] (broadcast over tokens); [B, T] as is.
 absl::StatusOr<torch::Tensor> TokenAdvantages(const torch::Tensor& adv, int64_t B, int64_t T) {
   if (adv.defined() && adv.dim() == 1 && adv.size(0) == B) return adv.unsqueeze(1);
   if (adv.defined() && adv.dim() == 2 && adv.size(0) == B && adv.size(1) == T) return adv;
   return absl::InvalidArgumentError(absl::StrCat("advantages: expected [", B, "] or [", B, ", ", T,
                                                  "], got ", DescribeShape(adv)));
 }
-
-}  // namespace
 
 absl::StatusOr<LossAggregation> ParseLossAggregation(std::string_view name) {
   for (auto agg : {LossAggregation::kTokenMean, LossAggregation::kSeqMeanTokenSum,

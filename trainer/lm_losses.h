@@ -140,6 +140,10 @@ struct LmPolicyLoss {
   double is_corrected_fraction = 0;
 };
 
+// advantages [B] -> [B, 1] (broadcast over the T tokens); [B, T] as is; else an error naming
+// `advantages`.
+absl::StatusOr<torch::Tensor> TokenAdvantages(const torch::Tensor& adv, int64_t B, int64_t T);
+
 // Clipped surrogate per token: pg = max(-A r, -A clip(r, 1 - clip_low, 1 + clip_high)),
 // and with dual clip, for A < 0, pg = min(pg, -c A); then the off-policy correction (weight,
 // or tokens dropped from the mask), then aggregated with the KL term.

@@ -35,16 +35,8 @@ absl::StatusOr<std::unique_ptr<Role>> LmRlTrainerRole::Create(const JobConfig& c
         CreateAdvantageEstimator(role->config_, role->reference_.get(), &role->state_->comm()));
     return absl::OkStatus();
   }));
-  LmPolicyLossOptions& lo = role->loss_options_;
-  ASSIGN_OR_RETURN(lo.aggregation, ParseLossAggregation(g.loss_aggregation));
-  ASSIGN_OR_RETURN(lo.kl_estimator, ParseKlEstimator(g.kl_estimator));
-  lo.clip.clip_low = g.clip_low;
-  lo.clip.clip_high = g.clip_high;
-  lo.clip.dual_clip = g.dual_clip;
-  lo.norm_length = static_cast<double>(g.max_new_tokens);
-  lo.kl_beta = role->estimator_->kl_in_loss() ? g.kl_beta : 0;
-  ASSIGN_OR_RETURN(lo.correction, ParseOffPolicyCorrection(g.off_policy));
-  lo.is_cap = g.is_cap;
+  ASSIGN_OR_RETURN(role->policy_loss_,
+                   CreatePolicyLoss(role->config_, role->estimator_->kl_in_loss()));
   return std::unique_ptr<Role>(std::move(role));
 }
 
@@ -137,7 +129,7 @@ absl::StatusOr<WorkReply> LmRlTrainerRole::Train(const proto::GrpoTrain& task,
   // With one update that is the update's own forward (Minibatch detaches it); otherwise one
   // forward over the batch first.
   const bool one_update = g.epochs * static_cast<int64_t>(parts.size()) == 1;
-  if (loss_options_.correction != OffPolicyCorrection::kNone && !one_update) {
+  if (policy_loss_->options().correction != OffPolicyCorrection::kNone && !one_update) {
     const Stopwatch p0;
     for (Part& part : parts) {
       ASSIGN_OR_RETURN(part.proximal, ScoreTokenLogprobs(state_->policy(), part.batch));
@@ -223,23 +215,23 @@ absl::Status LmRlTrainerRole::Minibatch(const Part& part, bool update, bool firs
   in.old_logp = b.old_logp;
   in.advantages = estimator_->Rows(idx, b.mask.size(1)).to(policy.device());
   in.mask = b.mask;
-  if (reference_ && loss_options_.kl_beta > 0) {
+  if (reference_ && policy_loss_->options().kl_beta > 0) {
     const Stopwatch r0;
     ASSIGN_OR_RETURN(in.ref_logp, ScoreTokenLogprobs(*reference_, b));
     sums["reference_s"] += r0.Seconds();
   }
-  const double w = counts.Weight(loss_options_.aggregation), tw = counts.token_weight();
+  const double w = counts.Weight(policy_loss_->options().aggregation), tw = counts.token_weight();
   torch::Tensor logits;
   LmPolicyLoss loss;
   {  // In a critic warm-up the policy's forward only feeds metrics: no graph.
     torch::AutoGradMode grad_mode(update);
     policy.BeginForward();
     ASSIGN_OR_RETURN(in.logp, GroupTokenLogprobs(policy.module(), b, &logits));
-    if (loss_options_.correction != OffPolicyCorrection::kNone) {
+    if (policy_loss_->options().correction != OffPolicyCorrection::kNone) {
       in.behaviour_logp = b.old_logp;
       in.old_logp = proximal.defined() ? proximal : in.logp.detach();
     }
-    ASSIGN_OR_RETURN(loss, ComputeLmPolicyLoss(in, loss_options_));
+    ASSIGN_OR_RETURN(loss, policy_loss_->Compute(in));
     if (update) {
       // A fresh Adam's first steps move every weight by ~lr whatever its gradient's size:
       // trainer.warmup_steps keeps them small while the moments fill in.
@@ -276,7 +268,7 @@ absl::Status LmRlTrainerRole::Minibatch(const Part& part, bool update, bool firs
   sums["clipfrac_high"] += global[2];
   sums["approx_kl"] += global[3];
   if (estimator_->kl_in_loss()) sums["kl"] += global[4];  // else the estimator reports it
-  if (loss_options_.correction != OffPolicyCorrection::kNone) {
+  if (policy_loss_->options().correction != OffPolicyCorrection::kNone) {
     sums["is_weight_mean"] += global[5];
     sums["is_corrected_fraction"] += global[6];
     ASSIGN_OR_RETURN(const double w_max, MaxOverRanks(comm, weight_zero ? 0 : loss.is_weight_max));

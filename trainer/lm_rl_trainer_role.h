@@ -3,7 +3,7 @@
 //
 // GrpoTrain (groups + rewards) -> AdvantageEstimator::Prepare -> for each epoch and minibatch
 // of whole groups: this rank's share (by tokens) packed -> policy (and frozen reference)
-// token logprobs -> clipped loss weighted into the global minibatch's -> gradients summed
+// token logprobs -> policy loss weighted into the global minibatch's -> gradients summed
 // over ranks -> AdamW on the shards -> estimator's own step (a critic's) -> new version
 // gathered and published through shared memory (or inline) -> WeightsReady
 //
@@ -12,8 +12,9 @@
 // of the global minibatch, so N ranks compute what one would.
 //
 // Groups are packed one row each, the prompt computed once for its n samples (GroupBatch).
-// The advantage estimator comes from job.algorithm (trainer/advantage_estimator.h); nothing
-// here branches on which algorithm runs. Starts from model.path, the checkpoint the rollout
+// The advantage estimator comes from job.algorithm (trainer/advantage_estimator.h), the policy
+// loss from grpo.policy_loss (trainer/policy_loss.h); nothing here branches on which algorithm
+// or loss runs. Starts from model.path, the checkpoint the rollout
 // workers load, so both hold version 0 at start. Synchronous: every sample in a batch comes
 // from the version the trainer holds (the reply reports the engine-vs-trainer logprob
 // mismatch). Handle() runs on the actor's main thread only.
@@ -29,6 +30,7 @@
 #include "trainer/advantage_estimator.h"
 #include "trainer/lm_losses.h"
 #include "trainer/lm_policy_state.h"
+#include "trainer/policy_loss.h"
 
 namespace rlforge {
 
@@ -64,10 +66,10 @@ class LmRlTrainerRole final : public Role {
   absl::StatusOr<std::vector<Part>> PlanMinibatches(const std::vector<LmGroup>& groups,
                                                     int64_t n) const;
   // Whether a group whose advantages are all 0 is left out of the forward and backward
-  // (grpo.skip_zero_advantage): its clipped (and corrected) policy-gradient terms are
+  // (grpo.skip_zero_advantage): its policy-gradient terms (every PolicyLoss's) are
   // A * (...) = 0, and with no KL term in the loss nothing else of it reaches the loss.
   bool SkipsZeroAdvantageGroups() const {
-    return config_.grpo.skip_zero_advantage && loss_options_.kl_beta == 0;
+    return config_.grpo.skip_zero_advantage && policy_loss_->options().kl_beta == 0;
   }
   // This rank's share of one minibatch: the policy's loss weighted into the global
   // minibatch's and, when `update`, its step; then the estimator's own step. Adds the
@@ -82,7 +84,7 @@ class LmRlTrainerRole final : public Role {
   std::unique_ptr<LmPolicyState> state_;
   std::unique_ptr<ShardedModel> reference_;  // after state_: uses its communicator
   std::unique_ptr<AdvantageEstimator> estimator_;
-  LmPolicyLossOptions loss_options_;
+  std::unique_ptr<PolicyLoss> policy_loss_;  // grpo.policy_loss
 };
 
 }  // namespace rlforge

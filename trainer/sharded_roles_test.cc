@@ -25,6 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "config/job_config.h"
+#include "config/policy_loss_registry.h"
 #include "dist/communicator.h"
 #include "models/hf_checkpoint.h"
 #include "models/tokenizer.h"
@@ -355,6 +356,20 @@ TEST_F(ShardedRolesTest, GrpoRanksMatchOneRank) {
 // a share is weighted by its rows, not its tokens.
 TEST_F(ShardedRolesTest, DrGrpoRanksMatchOneRank) {
   ExpectRanksAgree(LmRlYaml("drgrpo", 4, 2), LmRlRole(), 5, GrpoRequests(5, 4), {"loss"});
+}
+
+// Every other policy loss through the trainer (grpo.policy_loss), e.g. GSPO's per-sequence
+// ratio, on each rank's share weighted by the loss's aggregation (seq-mean-token-mean by rows,
+// token-mean by tokens), 2 epochs, the KL term.
+TEST_F(ShardedRolesTest, PolicyLossesRanksMatchOneRank) {
+  for (const PolicyLossSpec& l : PolicyLosses()) {
+    if (l.kind == PolicyLossKind::kPpoClip) continue;  // GrpoRanksMatchOneRank
+    SCOPED_TRACE(l.name);
+    const std::string yaml =
+        absl::StrReplaceAll(LmRlYaml("grpo", 4, 2),
+                            {{"kl_beta: 0.05}", "kl_beta: 0.05, policy_loss: " + l.name + "}"}});
+    ExpectRanksAgree(yaml, LmRlRole(), 5, GrpoRequests(5, 4), {"loss"});
+  }
 }
 
 // Tokens one version behind the trainer (rollout.max_staleness 1) under decoupled PPO: the
