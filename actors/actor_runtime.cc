@@ -135,6 +135,38 @@ int Leave(ZmqClientTransport& t, const Registration& reg, const HeartbeatSender&
   return 0;
 }
 
+// How long an actor whose set-up failed on its config waits for the controller's Shutdown.
+constexpr int64_t kSetupFailedAnswerUs = 10'000'000;
+
+// The role cannot be set up from the job's config: says so to the controller (SetupFailed),
+// which stops the job naming this actor and `error` instead of relaunching it, and waits for
+// its Shutdown, so that the controller has read the report before it sees this process exit.
+// Returns kConfigErrorExit either way: a launcher that reaps the exit first knows it too.
+int ReportSetupFailure(ZmqClientTransport& t, const Registration& reg, const std::string& error) {
+  const std::string& actor_id = reg.assignment.actor_id();
+  Message m;
+  m.envelope.set_sender(actor_id);
+  m.envelope.set_job_id(reg.job_id);
+  m.envelope.mutable_setup_failed()->set_error(error);
+  if (absl::Status s = t.Send(std::move(m)); !s.ok()) {
+    spdlog::error("{}: cannot report the failed set-up to the controller: {}", actor_id, Msg(s));
+    return kConfigErrorExit;
+  }
+  const Clock* clock = RealClock::Get();
+  const int64_t deadline = clock->NowMicros() + kSetupFailedAnswerUs;
+  while (clock->NowMicros() < deadline) {
+    auto got = t.Receive(100);
+    if (got && got->ok() && (*got)->envelope.has_shutdown()) {
+      spdlog::info("{}: the controller stops the job: {}", actor_id,
+                   (*got)->envelope.shutdown().reason());
+      return kConfigErrorExit;
+    }
+  }
+  spdlog::warn("{}: no answer to the failed set-up within {} s; exiting", actor_id,
+               kSetupFailedAnswerUs / 1'000'000);
+  return kConfigErrorExit;
+}
+
 // Acts on one message from the controller: runs a work request and sends its result. Returns
 // the exit code when the actor must stop (Shutdown, a result it cannot send).
 std::optional<int> Dispatch(ZmqClientTransport& t, Role& role, const Registration& reg,
@@ -222,7 +254,7 @@ int RunActor(const ActorOptions& options) {
     auto keys = LoadActorKeys(options.keys_path);
     if (!keys.ok()) {
       spdlog::error("--keys / {}: {}", kKeysEnv, Msg(keys.status()));
-      return 2;
+      return kConfigErrorExit;
     }
     zo.curve = *keys;
   }
@@ -231,12 +263,12 @@ int RunActor(const ActorOptions& options) {
   auto transport = ZmqClientTransport::Connect(ctx, options.connect, zo);
   if (!transport.ok()) {
     spdlog::error("{}", transport.status().ToString());
-    return 2;
+    return kConfigErrorExit;
   }
   auto reg = Register(**transport, options, RandomInstanceId());
   if (!reg.ok()) {
     spdlog::error("{}", Msg(reg.status()));
-    return reg.status().code() == absl::StatusCode::kPermissionDenied ? 2 : 1;
+    return reg.status().code() == absl::StatusCode::kPermissionDenied ? kConfigErrorExit : 1;
   }
   const proto::Assignment& a = reg->assignment;
   spdlog::info("registered as {} (rank {} of {}) in job {}", a.actor_id(), a.rank(), a.world_size(),
@@ -244,14 +276,19 @@ int RunActor(const ActorOptions& options) {
 
   LoadedJob job = LoadJobText(a.config_yaml(), "<config from controller>");
   if (!job.ok()) {
-    spdlog::error("the controller's config does not load here (version skew?):\n{}",
-                  config::FormatErrors(job.errors));
-    return 1;
+    const std::string errors = config::FormatErrors(job.errors);
+    spdlog::error("the controller's config does not load here (version skew?):\n{}", errors);
+    return ReportSetupFailure(**transport, *reg,
+                              "the job's config does not load here (version skew?): " + errors);
   }
   auto role = options.create_role(a.role(), job.config, a);
   if (!role.ok()) {
     spdlog::error("{}: cannot start role {}: {}", a.actor_id(), a.role(), role.status().ToString());
-    return 1;
+    // A crash-like failure may pass in a replacement; a config error would only repeat.
+    if (!IsInputError(role.status())) return 1;
+    return ReportSetupFailure(
+        **transport, *reg,
+        absl::StrCat("cannot set up role ", a.role(), ": ", role.status().message()));
   }
 
   ActorStatus status;

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "actors/role.h"
+#include "launch/process_launcher.h"
 
 namespace rlforge {
 
@@ -34,8 +35,10 @@ struct ActorOptions {
 
 // Runs one actor until the controller shuts it down. Returns the exit code:
 // 0 after Shutdown (or after leaving on SIGTERM, for a role that may leave), 1 on a failure
-// (logged), 2 if the controller refused it (a reject, or its handshake: no keys, wrong keys) or the
-// key file does not load.
+// (logged), kConfigErrorExit (2) if the controller refused it (a reject, or its handshake: no
+// keys, wrong keys), the key file does not load, or the role's set-up failed on the job's config
+// (an IsInputError from the role factory, or a config that does not load), which it first
+// reports to the controller (SetupFailed).
 int RunActor(const ActorOptions& options);
 
 }  // namespace rlforge

@@ -76,5 +76,75 @@ TEST(ActorRuntimeTest, SigtermWhileRegisteringStillLeavesTheJob) {
   EXPECT_EQ(code.load(), leave.has_value() ? 0 : 1);
 }
 
+// Registers one actor whose role factory fails with `failure` and answers like a controller:
+// the Assignment, then a Shutdown to whatever SetupFailed comes. Returns the exit code and the
+// SetupFailed's error ("" when none came).
+std::pair<int, std::string> FailingSetUp(absl::Status failure) {
+  zmq::context_t ctx;
+  auto server = ZmqServerTransport::Bind(ctx, "tcp://127.0.0.1:0", ZmqOptions{});
+  EXPECT_TRUE(server.ok()) << server.status();
+  static absl::Status failing;
+  failing = failure;
+  ActorOptions o;
+  o.connect = (*server)->endpoint();
+  o.role = "reward";
+  o.register_timeout_s = 20;
+  o.create_role = [](const std::string&, const JobConfig&,
+                     const proto::Assignment&) -> absl::StatusOr<std::unique_ptr<Role>> {
+    return failing;
+  };
+  std::atomic<int> code{-1};
+  std::thread actor([&] { code = RunActor(o); });
+  std::string reported;
+  auto reg = Await(**server, [](const proto::Envelope& e) { return e.has_register_(); });
+  if (reg.has_value()) {
+    Message answer;
+    answer.envelope.set_job_id("job-1");
+    proto::Assignment* a = answer.envelope.mutable_assignment();
+    a->set_actor_id("reward-0");
+    a->set_role("reward");
+    a->set_world_size(1);
+    a->set_config_yaml("job: {algorithm: echo}\n");
+    EXPECT_TRUE((*server)->Send(reg->peer, std::move(answer)).ok());
+    // A fault sends nothing and the actor exits; a config error is reported, and the actor
+    // waits for the answer before it exits.
+    std::optional<Received> failed;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!failed && code.load() == -1 && std::chrono::steady_clock::now() < until) {
+      auto got = (*server)->Receive(100);
+      if (got && got->message.ok() && got->message->envelope.has_setup_failed()) {
+        failed = std::move(got);
+      }
+    }
+    if (failed.has_value()) {
+      EXPECT_EQ(failed->message->envelope.sender(), "reward-0");
+      EXPECT_EQ(failed->message->envelope.job_id(), "job-1");
+      reported = failed->message->envelope.setup_failed().error();
+      Message bye;
+      bye.envelope.mutable_shutdown()->set_reason("the job stops");
+      EXPECT_TRUE((*server)->Send(failed->peer, std::move(bye)).ok());
+    }
+  }
+  actor.join();
+  return {code.load(), reported};
+}
+
+// issue 42: a worker that failed its set-up on the config exited 1 like a crash, and was
+// relaunched; now it tells the controller why and exits with the config-error code.
+TEST(ActorRuntimeTest, SetUpThatFailsOnTheConfigIsReportedAndExitsWithTheConfigCode) {
+  auto [code, reported] = FailingSetUp(absl::InvalidArgumentError(
+      "reward.rewards[0] (fmt): params.pattern: regex '(ab' does not compile"));
+  EXPECT_EQ(code, kConfigErrorExit);
+  EXPECT_EQ(reported,
+            "cannot set up role reward: reward.rewards[0] (fmt): params.pattern: regex '(ab' does "
+            "not compile");
+}
+
+TEST(ActorRuntimeTest, SetUpThatFailsOtherwiseIsAFaultToRetry) {
+  auto [code, reported] = FailingSetUp(absl::UnavailableError("the store did not answer"));
+  EXPECT_EQ(code, 1);
+  EXPECT_EQ(reported, "");
+}
+
 }  // namespace
 }  // namespace rlforge

@@ -5,8 +5,8 @@
 namespace rlforge {
 
 bool LoadOrReport(const std::string& path, const std::vector<std::string>& overrides,
-                  LoadedJob* out) {
-  *out = LoadJobFile(path, overrides);
+                  LoadedJob* out, const std::vector<JobCheck>& checks) {
+  *out = LoadJobFile(path, overrides, checks);
   if (out->ok()) return true;
   std::fprintf(stderr, "%s", config::FormatErrors(out->errors).c_str());
   std::fprintf(stderr, "%zu problem(s) in %s; see docs/config.md for every key.\n",

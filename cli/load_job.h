@@ -8,8 +8,9 @@
 
 namespace rlforge {
 
-// Loads and validates `path` with `overrides`; prints every problem to stderr. False on errors.
+// Loads and validates `path` with `overrides`, then `checks` (SetupChecks() where the job is run
+// or validated on this host); prints every problem to stderr. False on errors.
 bool LoadOrReport(const std::string& path, const std::vector<std::string>& overrides,
-                  LoadedJob* out);
+                  LoadedJob* out, const std::vector<JobCheck>& checks = {});
 
 }  // namespace rlforge

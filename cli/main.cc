@@ -13,8 +13,8 @@
 //   rlforge config-docs [--write FILE]        print (or update) the config key reference
 //   rlforge status RUN_DIR_OR_URL [--token T] print a run's state (files or live dashboard)
 //
-// Exit codes: 0 success, 1 the job failed, 2 bad usage or bad config,
-// 128+N stopped by signal N.
+// Exit codes: 0 success, 1 the job failed, 2 bad usage or bad config (also when a worker's
+// set-up fails on the job's config: never retried), 128+N stopped by signal N.
 #include <signal.h>
 #include <unistd.h>
 
@@ -30,6 +30,7 @@
 #include "CLI/CLI.hpp"
 #include "cli/k8s_command.h"
 #include "cli/load_job.h"
+#include "cli/setup_checks.h"
 #include "cli/signals.h"
 #include "cli/slurm_command.h"
 #include "common/logging.h"
@@ -57,7 +58,7 @@ int RunInitJob(const std::string& path, const rlforge::JobConfig& main_job,
   std::fprintf(stderr, "rlforge: %s: model.path %s does not exist yet; running model.init_job %s\n",
                path.c_str(), m.path.c_str(), m.init_job.c_str());
   rlforge::LoadedJob first;
-  if (!LoadOrReport(m.init_job, {}, &first)) {
+  if (!LoadOrReport(m.init_job, {}, &first, rlforge::SetupChecks())) {
     std::fprintf(stderr, "(%s: model.init_job names %s)\n", path.c_str(), m.init_job.c_str());
     return 2;
   }
@@ -81,7 +82,7 @@ int CmdRun(const std::string& path, std::vector<std::string> overrides, bool all
            const std::string& resume_dir = "") {
   if (all_external) overrides.push_back("launch.backend=kubernetes");
   rlforge::LoadedJob job;
-  if (!LoadOrReport(path, overrides, &job)) return 2;
+  if (!LoadOrReport(path, overrides, &job, rlforge::SetupChecks())) return 2;
   rlforge::RunOptions ro;
   ro.self_exe = rlforge::SelfExecutable();
   ro.stop = &g_stop;
@@ -115,12 +116,21 @@ int CmdResume(const std::string& run_dir, const std::string& job_path,
 
 int CmdValidate(const std::string& path, const std::vector<std::string>& overrides) {
   rlforge::LoadedJob job;
-  if (!LoadOrReport(path, overrides, &job)) return 2;
+  if (!LoadOrReport(path, overrides, &job, rlforge::SetupChecks())) return 2;
   auto token =
       rlforge::ResolveDashboardToken(job.config.dashboard, std::getenv("RLFORGE_DASHBOARD_TOKEN"));
   if (!token.ok()) {
     std::fprintf(stderr, "%s: %s\n", path.c_str(), rlforge::Msg(token.status()).c_str());
     return 2;
+  }
+  // The first stage that `run` would start with (RunInitJob), checked the same way.
+  const rlforge::ModelOptions& m = job.config.model;
+  if (!m.init_job.empty() && !m.path.empty() && !std::filesystem::is_directory(m.path)) {
+    rlforge::LoadedJob first;
+    if (!LoadOrReport(m.init_job, {}, &first, rlforge::SetupChecks())) {
+      std::fprintf(stderr, "(%s: model.init_job names %s)\n", path.c_str(), m.init_job.c_str());
+      return 2;
+    }
   }
   std::printf("%s: ok (algorithm %s, run directory %s/%s)\n", path.c_str(),
               job.config.job.algorithm->name.c_str(), job.config.job.run_root.c_str(),

@@ -34,6 +34,26 @@ inline absl::Status Annotate(const absl::Status& s, absl::string_view context) {
   return absl::Status(s.code(), absl::StrCat(context, ": ", s.message()));
 }
 
+// Whether `s` says that the input is wrong: a config value, a file it names, a plugin that
+// refuses its arguments (InvalidArgument, NotFound, FailedPrecondition, OutOfRange,
+// PermissionDenied, Unimplemented, DataLoss). The same input fails the same way again, so such a
+// failure is final; any other code (Unavailable, DeadlineExceeded, ResourceExhausted, Internal:
+// a libtorch exception, ...) may pass on a retry and counts as a fault.
+inline bool IsInputError(const absl::Status& s) {
+  switch (s.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kNotFound:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kOutOfRange:
+    case absl::StatusCode::kPermissionDenied:
+    case absl::StatusCode::kUnimplemented:
+    case absl::StatusCode::kDataLoss:
+      return true;
+    default:
+      return false;
+  }
+}
+
 // The message as a std::string (Debian's absl::string_view is not std::string_view,
 // so fmt/spdlog cannot print it directly).
 inline std::string Msg(const absl::Status& s) { return std::string(s.message()); }

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -169,12 +170,48 @@ TEST(AlgorithmRegistryTest, AnotherAlgorithmsSectionIsAnError) {
   EXPECT_EQ(j.errors[0].ToString(),
             "t.yaml:2:1: ppo: job.algorithm grpo does not read this section (it reads: rollout, "
             "engine, grpo, reward, model, data, weights); remove it");
-  // Shared sections and the algorithm's own are fine; so is a section left at its defaults.
+  // Shared sections and the algorithm's own are fine.
   EXPECT_TRUE(
       LoadJobText("job: {algorithm: lm_ppo}\ncritic: {lr: 1e-3}\ntrainer: {lr: 1e-5}\n", "t.yaml")
           .ok());
-  EXPECT_TRUE(LoadJobText("job: {algorithm: grpo}\ncritic: {lr: 5e-4}\n", "t.yaml").ok());
   EXPECT_FALSE(LoadJobText("job: {algorithm: grpo}\ncritic: {lr: 1e-3}\n", "t.yaml").ok());
+}
+
+// issue 35: a section the algorithm never reads passed validate when it held only defaults
+// (`critic: {lr: 5e-4}`, `env: {id: CartPole-v1}` in a grpo job), and did nothing.
+TEST(AlgorithmRegistryTest, AnotherAlgorithmsSectionAtItsDefaultsIsStillAnError) {
+  for (const char* text : {"critic: {lr: 5e-4}\n", "env: {id: CartPole-v1}\n", "sft: {}\n"}) {
+    LoadedJob j = LoadJobText(std::string("job: {algorithm: grpo}\n") + text, "t.yaml");
+    ASSERT_EQ(j.errors.size(), 1u) << text << Errors(j);
+    EXPECT_NE(j.errors[0].ToString().find("t.yaml:2:1: "), std::string::npos) << Errors(j);
+    EXPECT_NE(j.errors[0].ToString().find(": job.algorithm grpo does not read this section"),
+              std::string::npos)
+        << Errors(j);
+  }
+}
+
+// The resolved config (what actors and --resume load) leaves out the sections the algorithm
+// does not read, so that it loads again under the rule above, for every algorithm.
+TEST(AlgorithmRegistryTest, ResolvedConfigHoldsOnlyTheSectionsTheAlgorithmReads) {
+  for (const AlgorithmSpec& a : Algorithms()) {
+    LoadedJob j = LoadJobText("job: {algorithm: " + a.name + "}\n", "t.yaml");
+    ASSERT_TRUE(j.ok()) << a.name << Errors(j);
+    const std::string text = ResolvedYaml(j.config);
+    LoadedJob again = LoadJobText(text, "resolved");
+    EXPECT_TRUE(again.ok()) << a.name << Errors(again) << text;
+    EXPECT_EQ(ResolvedYaml(again.config), text) << a.name;
+    const YAML::Node tree = YAML::Load(text);
+    for (const char* shared : {"job", "controller", "launch", "checkpoint", "trainer"}) {
+      EXPECT_TRUE(tree[shared].IsDefined()) << a.name << " " << shared;
+    }
+    for (const char* section :
+         {"echo", "env", "sim", "rollout", "policy", "ppo", "weights", "engine", "grpo", "critic",
+          "dpo", "reward", "model", "data", "sft"}) {
+      const bool reads =
+          std::find(a.sections.begin(), a.sections.end(), section) != a.sections.end();
+      EXPECT_EQ(tree[section].IsDefined(), reads) << a.name << " " << section;
+    }
+  }
 }
 
 TEST(AlgorithmRegistryTest, EngineFleetsUpTo64AreAcceptedForEveryLmJob) {

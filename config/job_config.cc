@@ -45,24 +45,27 @@ bool ParseAlgorithm(const YAML::Node& n, const AlgorithmSpec** out, std::string*
   return true;
 }
 
-// A section that some algorithm reads, set for one that does not, would do nothing. Only
-// values other than the defaults count: a resolved config lists every section.
+bool Reads(const AlgorithmSpec& a, const std::string& section) {
+  return std::find(a.sections.begin(), a.sections.end(), section) != a.sections.end();
+}
+
+// Whether the job's algorithm leaves `section` unread: another algorithm's section.
+bool Unread(const JobConfig& c, const std::string& section) {
+  return c.job.algorithm != nullptr && IsAlgorithmSection(section) &&
+         !Reads(*c.job.algorithm, section);
+}
+
+// A section that some algorithm reads, written for one that does not, would do nothing: an
+// error however little it says (`env: {id: CartPole-v1}` in a grpo job holds only a default).
+// The resolved config leaves such sections out (ResolvedYaml), so it loads again.
 void CheckAlgorithmSections(const JobConfig& c, config::CheckContext& ctx) {
-  if (c.job.algorithm == nullptr) return;
-  static const JobConfig defaults;
   for (const config::Field& f : JobSchema().fields) {
-    const auto& own = c.job.algorithm->sections;
-    if (f.kind != config::Field::Kind::kSection || !IsAlgorithmSection(f.name) ||
-        !ctx.Written(f.name) || std::find(own.begin(), own.end(), f.name) != own.end()) {
-      continue;
-    }
-    if (config::DumpYaml(*f.section, f.const_member(&c)) ==
-        config::DumpYaml(*f.section, f.const_member(&defaults))) {
+    if (f.kind != config::Field::Kind::kSection || !Unread(c, f.name) || !ctx.Written(f.name)) {
       continue;
     }
     ctx.Error(f.name, absl::StrCat("job.algorithm ", c.job.algorithm->name,
                                    " does not read this section (it reads: ",
-                                   absl::StrJoin(own, ", "), "); remove it"));
+                                   absl::StrJoin(c.job.algorithm->sections, ", "), "); remove it"));
   }
 }
 
@@ -449,10 +452,6 @@ std::shared_ptr<const Schema> EchoSection() {
   return b.Build();
 }
 
-bool Reads(const AlgorithmSpec& a, const std::string& section) {
-  return std::find(a.sections.begin(), a.sections.end(), section) != a.sections.end();
-}
-
 // The per-role `external` keys, by section (const or not, as `c` is).
 template <typename Config>
 auto ExternalKeys(Config& c) {
@@ -712,9 +711,16 @@ std::string LmWeightTransport(const JobConfig& c) {
   return UnderSlurm(c.launch) || joins ? "zmq" : "shm";
 }
 
-LoadedJob LoadJobFile(const std::string& path, const std::vector<std::string>& overrides) {
+LoadedJob LoadJobFile(const std::string& path, const std::vector<std::string>& overrides,
+                      const std::vector<JobCheck>& checks) {
   LoadedJob out;
-  out.errors = config::LoadFileInto(JobSchema(), &out.config, path, overrides);
+  std::vector<std::function<void(const void*, config::CheckContext&)>> untyped;
+  for (const JobCheck& check : checks) {
+    untyped.push_back([check](const void* obj, config::CheckContext& ctx) {
+      check(*static_cast<const JobConfig*>(obj), ctx);
+    });
+  }
+  out.errors = config::LoadFileInto(JobSchema(), &out.config, path, overrides, std::move(untyped));
   ApplyDerivedDefaults(out.config);
   ApplyBackendDefaults(out.config);
   if (out.config.job.name.empty()) {
@@ -725,13 +731,22 @@ LoadedJob LoadJobFile(const std::string& path, const std::vector<std::string>& o
 
 LoadedJob LoadJobText(const std::string& yaml_text, const std::string& origin) {
   LoadedJob out;
-  out.errors = config::LoadInto(JobSchema(), &out.config, config::LoadInput{yaml_text, origin, {}});
+  out.errors =
+      config::LoadInto(JobSchema(), &out.config, config::LoadInput{yaml_text, origin, {}, {}});
   ApplyDerivedDefaults(out.config);
   ApplyBackendDefaults(out.config);
   return out;
 }
 
-std::string ResolvedYaml(const JobConfig& config) { return config::DumpYaml(JobSchema(), &config); }
+std::string ResolvedYaml(const JobConfig& config) {
+  YAML::Node tree = config::Dump(JobSchema(), &config);
+  for (const config::Field& f : JobSchema().fields) {
+    if (f.kind == config::Field::Kind::kSection && Unread(config, f.name)) tree.remove(f.name);
+  }
+  YAML::Emitter e;
+  e << tree;
+  return std::string(e.c_str()) + "\n";
+}
 
 std::string ConfigReferenceMarkdown() {
   static const JobConfig defaults;

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -176,9 +177,15 @@ struct LoadedJob {
   bool ok() const { return errors.empty(); }
 };
 
-// Loads and validates a job file with command-line overrides; fills job.name
-// from the file name when the file leaves it empty.
-LoadedJob LoadJobFile(const std::string& path, const std::vector<std::string>& overrides);
+// A check of a loaded job that needs more than config/ knows: a reward's regex, the env
+// registry, the files a path names on this host (cli/setup_checks.h). It reports through `ctx`,
+// so every error names file, line and key as the schema's own do.
+using JobCheck = std::function<void(const JobConfig& config, config::CheckContext& ctx)>;
+
+// Loads and validates a job file with command-line overrides, then runs `checks`; fills
+// job.name from the file name when the file leaves it empty.
+LoadedJob LoadJobFile(const std::string& path, const std::vector<std::string>& overrides,
+                      const std::vector<JobCheck>& checks = {});
 // Loads a resolved config sent by the controller (no file on disk).
 LoadedJob LoadJobText(const std::string& yaml_text, const std::string& origin);
 

@@ -326,6 +326,8 @@ std::vector<ConfigError> LoadInto(const Schema& schema, void* obj, const LoadInp
   top.line = 1;
   top.column = 1;
   Walk(schema, obj, root, "", top, ctx);
+  CheckContext check_ctx(&ctx.locs, &top, &ctx.errors, "");
+  for (const auto& check : input.checks) check(obj, check_ctx);
   std::stable_sort(ctx.errors.begin(), ctx.errors.end(),
                    [](const ConfigError& a, const ConfigError& b) {
                      bool ao = !a.loc.override.empty(), bo = !b.loc.override.empty();
@@ -335,8 +337,10 @@ std::vector<ConfigError> LoadInto(const Schema& schema, void* obj, const LoadInp
   return ctx.errors;
 }
 
-std::vector<ConfigError> LoadFileInto(const Schema& schema, void* obj, const std::string& path,
-                                      const std::vector<std::string>& overrides) {
+std::vector<ConfigError> LoadFileInto(
+    const Schema& schema, void* obj, const std::string& path,
+    const std::vector<std::string>& overrides,
+    std::vector<std::function<void(const void* obj, CheckContext& ctx)>> checks) {
   std::ifstream in(path);
   if (!in) {
     return {ConfigError{SourceLoc{path, 0, 0, ""}, "",
@@ -344,7 +348,7 @@ std::vector<ConfigError> LoadFileInto(const Schema& schema, void* obj, const std
   }
   std::stringstream ss;
   ss << in.rdbuf();
-  return LoadInto(schema, obj, LoadInput{ss.str(), path, overrides});
+  return LoadInto(schema, obj, LoadInput{ss.str(), path, overrides, std::move(checks)});
 }
 
 YAML::Node Dump(const Schema& schema, const void* obj) {

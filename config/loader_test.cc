@@ -45,7 +45,7 @@ std::shared_ptr<const Schema> TestSchema() {
 std::vector<ConfigError> Load(const std::string& text, Top* out,
                               std::vector<std::string> overrides = {}) {
   static auto schema = TestSchema();
-  return LoadInto(*schema, out, LoadInput{text, "job.yaml", std::move(overrides)});
+  return LoadInto(*schema, out, LoadInput{text, "job.yaml", std::move(overrides), {}});
 }
 
 std::string One(const std::vector<ConfigError>& errors) {
@@ -225,7 +225,7 @@ TEST(DumpTest, ResolvedYamlReadsBackToTheSameValues) {
       Load("required_name: r\ninner: {lr: 0.1, mode: bee}\nitems: [{name: q}]\n", &t).empty());
   std::string text = DumpYaml(*schema, &t);
   Top u;
-  auto errors = LoadInto(*schema, &u, LoadInput{text, "resolved", {}});
+  auto errors = LoadInto(*schema, &u, LoadInput{text, "resolved", {}, {}});
   ASSERT_TRUE(errors.empty()) << FormatErrors(errors) << text;
   EXPECT_EQ(DumpYaml(*schema, &u), text);
   EXPECT_DOUBLE_EQ(u.inner.lr, 0.1);

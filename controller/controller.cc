@@ -262,6 +262,7 @@ absl::Status Controller::Stopped() const {
 
 absl::Status Controller::Pump(int timeout_ms) {
   RETURN_IF_ERROR(Stopped());
+  RETURN_IF_ERROR(config_failure_);
   // Wait for the first message, then drain what is queued without waiting, so
   // heartbeats that queued up while the caller was busy count before the
   // liveness check.
@@ -276,6 +277,8 @@ absl::Status Controller::Pump(int timeout_ms) {
     r = transport_->Receive(0);
   }
   drops_.unauthenticated = transport_->refused_handshakes();
+  // Before the health check: the worker that reported a config error is about to exit.
+  if (!config_failure_.ok()) return config_failure_;
   absl::Status health = drained ? CheckHealth() : absl::OkStatus();
   if (pump_observer_) pump_observer_();
   // A signal that stops the whole job (scancel signals every step at once) also ends its
@@ -365,6 +368,9 @@ void Controller::Handle(Received r) {
       return;
     case proto::Envelope::kLeave:
       HandleLeave(*a, r.peer, env.leave().reason());
+      return;
+    case proto::Envelope::kSetupFailed:
+      HandleSetupFailed(*a, r.peer, env.setup_failed().error());
       return;
     default:
       spdlog::warn("ignored unexpected {} from {}", BodyName(env), a->id);
@@ -497,6 +503,11 @@ absl::Status Controller::CheckHealth() {
       if (a == nullptr || a->state == ActorState::kDead) continue;  // already handled
       if (a->pid == 0) a->pid = e.pid;
       if (a->host.empty()) a->host = "localhost";
+      if (e.ConfigError()) {
+        return ConfigFailure(*a,
+                             absl::StrCat(e.Describe(), ": it cannot work with the job's config"),
+                             /*with_log_tail=*/true);
+      }
       RETURN_IF_ERROR(Lose(*a, e.Describe()));
     }
     RETURN_IF_ERROR(RestartDue());

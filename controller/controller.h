@@ -200,6 +200,11 @@ class Controller {
   // terminates and finally kills what remains. Leaves no child running.
   void Shutdown(const std::string& reason);
 
+  // Whether the job stopped because a worker failed its set-up on the job's config (it reported
+  // SetupFailed, or a launched process exited with kConfigErrorExit): nothing is retried, and
+  // `rlforge run` exits 2 as for a job file it refuses.
+  bool stopped_on_config() const { return !config_failure_.ok(); }
+
   const ActorRegistry& actors() const { return registry_; }
   const DropStats& drops() const { return drops_; }
   const FaultStats& faults() const { return faults_; }
@@ -239,6 +244,12 @@ class Controller {
   void HandleResult(ActorInfo& actor, Message msg);
   // An elastic role's actor leaving (Leave): its works handed back, its slot left open.
   void HandleLeave(ActorInfo& actor, const std::string& peer, const std::string& reason);
+  // A worker whose role could not be set up from the job's config (SetupFailed): the job stops
+  // naming it and `error`, and the worker is told so (Shutdown).
+  void HandleSetupFailed(ActorInfo& actor, const std::string& peer, const std::string& error);
+  // Records that `actor` cannot work with the job's config (`what`) and returns the status that
+  // stops the job; never a fault, so never retried.
+  absl::Status ConfigFailure(ActorInfo& actor, const std::string& what, bool with_log_tail);
   // Ends every pending work of `actor` as lost (`left`: handed back on purpose) with `why`;
   // returns how many.
   int64_t GiveBackWorks(const ActorInfo& actor, const std::string& why, bool left);
@@ -287,6 +298,7 @@ class Controller {
   std::function<ProcessSpec(const ActorInfo&)> make_spec_;  // from LaunchAll, for relaunches
   std::function<void(const FaultEvent&)> fault_sink_;
   bool shutting_down_ = false;
+  absl::Status config_failure_;  // set once, by ConfigFailure; every later Pump returns it
   bool awaiting_store_ = false;
   std::function<void(const std::string&, const proto::Metrics&)> metrics_sink_;
   std::function<void()> pump_observer_;

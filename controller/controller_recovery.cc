@@ -86,6 +86,17 @@ void Controller::Recover(ActorInfo& a, const std::string& what) {
 
 absl::Status Controller::ServiceLost(Service s, const ProcessExit& exit) {
   const std::string what = absl::StrCat(s.name, " (pid ", exit.pid, ") ", exit.Describe());
+  if (exit.ConfigError()) {
+    // A server started with the job's settings (an env id, a command) that it cannot serve:
+    // another start would fail the same way.
+    std::string msg = absl::StrCat(
+        what, ": it cannot work with the job's config; config errors are not retried; its log: ",
+        s.log_path);
+    std::string tail = TailOfFile(s.log_path, 8);
+    if (!tail.empty()) absl::StrAppend(&msg, "\n  last lines:\n", tail);
+    config_failure_ = absl::FailedPreconditionError(msg);
+    return config_failure_;
+  }
   ActorInfo* owner = s.owner.empty() ? nullptr : registry_.Find(s.owner);
   const bool budget = restarts_by_role_[s.role] < options_.max_restarts;
   if (owner == nullptr || !owner->recoverable || shutting_down_ || !budget) {
@@ -243,6 +254,31 @@ void Controller::HandleLeave(ActorInfo& a, const std::string& peer, const std::s
                           " live; its slot is open to `", JoinCommand(a), "`");
   spdlog::info("{} left: {} ({} work(s) handed back)", a.id, e.detail, e.works_given_back);
   Emit(std::move(e));
+}
+
+void Controller::HandleSetupFailed(ActorInfo& a, const std::string& peer,
+                                   const std::string& error) {
+  Message bye = NewMessage();
+  bye.envelope.mutable_shutdown()->set_reason(
+      "the job stops: this worker's set-up failed on the job's config");
+  transport_->Send(peer, std::move(bye)).IgnoreError();
+  if (shutting_down_ || !config_failure_.ok()) return;
+  ConfigFailure(a, "failed its set-up on the job's config: " + error, /*with_log_tail=*/false)
+      .IgnoreError();  // Pump returns it
+}
+
+absl::Status Controller::ConfigFailure(ActorInfo& a, const std::string& what, bool with_log_tail) {
+  a.state = ActorState::kStopped;  // its exit is expected; it is not lost
+  std::string msg =
+      absl::StrCat(a.id, a.pid ? absl::StrCat(" (pid ", a.pid, " on ", a.host, ")") : "", " ", what,
+                   "; config errors are not retried: fix the config and run the job again");
+  if (!a.log_path.empty()) absl::StrAppend(&msg, "; its log: ", a.log_path);
+  if (with_log_tail && !a.log_path.empty()) {
+    std::string tail = TailOfFile(a.log_path, 8);
+    if (!tail.empty()) absl::StrAppend(&msg, "\n  last lines:\n", tail);
+  }
+  config_failure_ = absl::FailedPreconditionError(msg);  // the job's end reports it
+  return config_failure_;
 }
 
 void Controller::Emit(FaultEvent event) {

@@ -695,6 +695,75 @@ TEST_F(RecoveryTest, SubmitToAVanishedActorGivesTheWorkBackLost) {
   EXPECT_EQ(events_.size(), 1u);
 }
 
+// issue 42: a reward worker whose regex did not compile was relaunched three times as if it had
+// crashed, and the job ended "dead, 3 restart(s)" with the cause only in its log.
+TEST_F(RecoveryTest, WorkerThatFailsItsSetUpOnConfigStopsTheJobNamingItWithoutARestart) {
+  Message m = Envelope("echo-0");
+  m.envelope.mutable_setup_failed()->set_error(
+      "cannot set up role reward: reward.rewards[0] (fmt): params.pattern: missing ')'");
+  transport_.Inject("p0", std::move(m));
+  absl::Status s = controller().Pump(0);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(s.message().find("echo-0 (pid 42 on h) failed its set-up on the job's config: cannot "
+                             "set up role reward: reward.rewards[0] (fmt): params.pattern: "
+                             "missing ')'; config errors are not retried"),
+            std::string::npos)
+      << s;
+  EXPECT_TRUE(controller().stopped_on_config());
+  // The worker is told, so that it exits only once the report is read.
+  auto sent = transport_.TakeSent();
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_EQ(sent[0].first, "p0");
+  EXPECT_TRUE(sent[0].second.envelope.has_shutdown());
+  // Its exit (code 2) and any time that passes neither relaunch it nor hide the cause.
+  launcher_.Exit(1000, false, 2);
+  for (int i = 0; i < 5; ++i) {
+    clock_.AdvanceMillis(1000);
+    EXPECT_EQ(controller().Pump(0), s);
+  }
+  EXPECT_EQ(launcher_.specs.size(), 2u) << "relaunched";
+  EXPECT_EQ(controller().faults().actors_lost, 0u);
+  EXPECT_EQ(controller().faults().fatal_losses, 0u) << "would restart the whole job";
+  EXPECT_TRUE(events_.empty());
+}
+
+// The same when no report came (a process that is not on the control plane, or one whose config
+// did not load): exit code 2 is rlforge's "bad config", final, while a crash is still retried.
+TEST_F(RecoveryTest, LaunchedWorkerExitingWithTheConfigErrorCodeIsNotRelaunched) {
+  launcher_.Exit(1001, false, 1);  // a fault: echo-1 is relaunched after its backoff
+  ASSERT_TRUE(controller().Pump(0).ok());
+  EXPECT_EQ(controller().faults().actors_lost, 1u);
+  launcher_.Exit(1000, false, kConfigErrorExit);
+  absl::Status s = controller().Pump(0);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(s.message().find("echo-0 (pid 42 on h) exited with code 2: it cannot work with the "
+                             "job's config; config errors are not retried"),
+            std::string::npos)
+      << s;
+  EXPECT_NE(s.message().find("its log: /tmp/x.log"), std::string::npos) << s;
+  clock_.AdvanceMillis(10'000);
+  EXPECT_EQ(controller().Pump(0), s);
+  EXPECT_EQ(launcher_.specs.size(), 2u) << "relaunched";
+  EXPECT_EQ(controller().faults().actors_lost, 1u);
+}
+
+TEST_F(RecoveryTest, ServiceExitingWithTheConfigErrorCodeIsNotRestarted) {
+  ASSERT_TRUE(controller()
+                  .LaunchService(ProcessSpec{"sim-0", {"/bin/true"}, "/tmp/sim-0.log", {}, {}},
+                                 "echo-0", "sim")
+                  .ok());
+  launcher_.Exit(1002, false, kConfigErrorExit);
+  absl::Status s = controller().Pump(0);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(s.message().find("sim-0 (pid 1002) exited with code 2: it cannot work with the job's "
+                             "config; config errors are not retried"),
+            std::string::npos)
+      << s;
+  EXPECT_EQ(launcher_.specs.size(), 3u) << "restarted";
+  EXPECT_EQ(controller().faults().actors_lost, 0u);
+  EXPECT_EQ(controller().faults().fatal_losses, 0u);
+}
+
 TEST_F(ControllerTest, SubmitToAVanishedNonRecoverableActorStopsTheJobNamingIt) {
   RegisterTwo();
   transport_.Disconnect("p1");

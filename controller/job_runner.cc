@@ -653,7 +653,10 @@ int ServeAttempt(const JobConfig& config, const RunOptions& options, const Attem
       defer_stop);
   controller.Shutdown(status.ok() ? "job finished" : std::string(status.message()));
   PublishActors(controller, actor_metrics, &run_state);
-  const int code = ExitCodeFor(status, options.stop);
+  int code = ExitCodeFor(status, options.stop);
+  // A worker that cannot work with the config ends the job as a job file refused at load does;
+  // never a whole-job restart either (RunJob restarts on code 1 only).
+  if (code == 1 && controller.stopped_on_config()) code = kConfigErrorExit;
   attempt->actor_lost = controller.faults().fatal_losses > 0;
   ReportOutcome(status, code, f.dir->path(), controller.drops(), *f.status);
   if (*server != nullptr) Linger(**server, config.dashboard.linger_s, options.stop);

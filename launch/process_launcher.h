@@ -26,6 +26,12 @@ struct ProcessSpec {
   int64_t gpus = 0;                        // GPUs the process gets (Slurm binds them)
 };
 
+// The exit code of an rlforge process that cannot work with its config: bad usage, a bad value,
+// a file that is missing or does not load (every rlforge binary returns it so). A relaunch would
+// fail the same way, so the controller stops the job instead of retrying it
+// (docs/fault_tolerance.md).
+inline constexpr int kConfigErrorExit = 2;
+
 struct ProcessExit {
   int pid = 0;
   std::string name;
@@ -33,6 +39,8 @@ struct ProcessExit {
   int code = 0;  // exit code, or the signal number when signaled
   // "exited with code 1", "killed by signal 9 (Killed)"
   std::string Describe() const;
+  // It exited with kConfigErrorExit: a config error, not a fault.
+  bool ConfigError() const { return !signaled && code == kConfigErrorExit; }
 };
 
 class ProcessLauncher {

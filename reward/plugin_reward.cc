@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 
 #include <cmath>
+#include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "reward/plugin_abi.h"
@@ -44,10 +45,16 @@ class PluginReward final : public Reward {
 
 }  // namespace
 
+std::string PluginFile(const std::string& path) {
+  std::error_code ec;
+  const std::filesystem::path absolute = std::filesystem::absolute(path, ec);
+  return ec ? path : absolute.lexically_normal().string();
+}
+
 absl::StatusOr<std::unique_ptr<Reward>> LoadPluginReward(const std::string& path,
                                                          const std::vector<std::string>& args) {
   // RTLD_LOCAL: two plugins may define the same internal symbols.
-  void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  void* lib = dlopen(PluginFile(path).c_str(), RTLD_NOW | RTLD_LOCAL);
   if (lib == nullptr) {
     return absl::NotFoundError(absl::StrCat("reward plugin ", path, ": cannot load: ", dlerror()));
   }

@@ -16,6 +16,13 @@
 
 namespace rlforge::reward {
 
+// The file a plugin reward's params.path names. A relative path is relative to the working
+// directory, as every path in a job file is (the workers `rlforge run` starts share its
+// directory); it is never searched for in the library path as dlopen() would a bare name.
+// `rlforge validate` and `rlforge run` check the same file before anything starts
+// (CheckRewardSpec).
+std::string PluginFile(const std::string& path);
+
 // `args` are "key=value" strings. Errors name the path and what went wrong: the library does
 // not load, lacks the entry symbol, has another ABI version, or its create() refused the args.
 absl::StatusOr<std::unique_ptr<Reward>> LoadPluginReward(const std::string& path,

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <filesystem>
+
 #include "reward/reward_set.h"
 
 namespace rlforge::reward {
@@ -57,6 +59,55 @@ TEST(PluginRewardTest, FaultyPluginMarksSamples) {
   EXPECT_EQ(s.rewards[0].scores[3].status, ScoreStatus::kTimeout);
   EXPECT_TRUE(s.ok[4]);
   EXPECT_DOUBLE_EQ(s.total[4], 10.0);
+}
+
+// issue 42: a relative plugin path meant one file to `rlforge validate` and another to the
+// worker's dlopen(), which searches the library path for a bare name. Both now resolve it
+// against the working directory, through PluginFile.
+TEST(PluginRewardTest, RelativePathIsAFileInTheWorkingDirectory) {
+  const std::string cwd = std::filesystem::current_path().string();
+  EXPECT_EQ(PluginFile("libx.so"), cwd + "/libx.so");
+  EXPECT_EQ(PluginFile("./a/../libx.so"), cwd + "/libx.so");
+  EXPECT_EQ(PluginFile("/opt/libx.so"), "/opt/libx.so");
+  // libm is in the library path, not in the working directory: not loaded.
+  auto r = LoadPluginReward("libm.so.6", {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("cannot load"), std::string::npos) << r.status();
+  // The built example by a path relative to the working directory: found and loaded.
+  const std::string relative = std::filesystem::relative(RLFORGE_KEYWORD_PLUGIN).string();
+  ASSERT_NE(relative.front(), '/');
+  EXPECT_TRUE(LoadPluginReward(relative, {"keyword=x"}).ok());
+  RewardSpec spec;
+  spec.kind = "plugin";
+  spec.params.path = relative;
+  EXPECT_TRUE(CheckRewardSpec(spec).empty());
+  spec.params.path = "libm.so.6";
+  const auto problems = CheckRewardSpec(spec);
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_EQ(problems[0].key, "params.path");
+  EXPECT_EQ(problems[0].message,
+            "no file 'libm.so.6' (relative to the working directory: " + cwd + "/libm.so.6)");
+}
+
+// A pattern CheckRewardSpec passes builds, and one it refuses does not build, with one message.
+TEST(PluginRewardTest, RegexCheckAgreesWithBuilding) {
+  for (const char* pattern : {"^a+$", "(ab", "[z-a]", "\\p{L}+"}) {
+    for (bool full : {false, true}) {
+      RewardSpec spec;
+      spec.kind = "regex_format";
+      spec.params.pattern = pattern;
+      spec.params.full_match = full;
+      const auto problems = CheckRewardSpec(spec);
+      const auto built = BuildReward(spec, 1);
+      EXPECT_EQ(problems.empty(), built.ok()) << pattern << " " << full;
+      if (!problems.empty()) {
+        EXPECT_EQ(problems[0].key, "params.pattern");
+        EXPECT_NE(problems[0].message.find(std::string("regex '") + pattern + "' does not compile"),
+                  std::string::npos)
+            << problems[0].message;
+      }
+    }
+  }
 }
 
 }  // namespace

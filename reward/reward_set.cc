@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <filesystem>
 #include <limits>
 #include <mutex>
 #include <optional>
@@ -186,6 +187,31 @@ absl::StatusOr<std::shared_ptr<const Reward>> BuildReward(const RewardSpec& spec
     return std::shared_ptr<const Reward>(*std::move(r));
   }
   return absl::InvalidArgumentError(absl::StrCat("kind '", spec.kind, "' is not a reward kind"));
+}
+
+std::vector<RewardSpecProblem> CheckRewardSpec(const RewardSpec& spec) {
+  const RewardParams& p = spec.params;
+  std::vector<RewardSpecProblem> out;
+  if (spec.kind == "regex_format" && !p.pattern.empty()) {
+    // As written first (the message shows the user's pattern), then as built. The matcher's
+    // time limit plays no part in compiling.
+    auto r = MakeRegexFormat(p.pattern, /*full_match=*/false, /*time_limit_s=*/1);
+    if (r.ok() && p.full_match) r = MakeRegexFormat(p.pattern, /*full_match=*/true, 1);
+    if (!r.ok()) out.push_back({"params.pattern", std::string(r.status().message())});
+  }
+  if (spec.kind == "plugin" && !p.path.empty()) {
+    const std::string file = PluginFile(p.path);
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(file, ec)) {
+      out.push_back(
+          {"params.path",
+           absl::StrCat("no file '", p.path, "'",
+                        std::filesystem::path(p.path).is_relative()
+                            ? absl::StrCat(" (relative to the working directory: ", file, ")")
+                            : "")});
+    }
+  }
+  return out;
 }
 
 absl::StatusOr<RewardSet> RewardSet::Create(const RewardOptions& options) {

@@ -67,4 +67,13 @@ class RewardSet {
 // the regex matcher of regex_format).
 absl::StatusOr<std::shared_ptr<const Reward>> BuildReward(const RewardSpec& spec, double timeout_s);
 
+// What BuildReward would refuse in `spec` that can be known without running the reward's code:
+// a pattern that does not compile, a plugin path that names no file (PluginFile). A plugin is
+// not loaded here: its code runs in reward workers only, whose set-up reports what else fails.
+struct RewardSpecProblem {
+  std::string key;  // below the reward: "params.pattern"
+  std::string message;
+};
+std::vector<RewardSpecProblem> CheckRewardSpec(const RewardSpec& spec);
+
 }  // namespace rlforge::reward

@@ -106,6 +106,31 @@ std::vector<BadCase> Cases() {
        "job:\n  algorithm: grpo\ntrainer:\n  ranks: 2\n  device: 'cuda:0'\n",
        {},
        {"@:5:3: trainer.device: trainer.ranks 2 with trainer.device cuda:0: "}},
+      // What an actor's set-up would meet is found before anything starts (cli/setup_checks.h).
+      {"regex_that_does_not_compile",  // issue 42: relaunched 3 times as a fault before
+       "job:\n  algorithm: grpo\nreward:\n  rewards:\n    - name: fmt\n      kind: "
+       "regex_format\n      params:\n        pattern: '(ab'\n",
+       {},
+       {"@:8:9: reward.rewards[0].params.pattern: regex '(ab' does not compile ("}},
+      {"plugin_path_not_there",  // issue 42: relative to the working directory, in every command
+       "job:\n  algorithm: grpo\nreward:\n  rewards:\n    - name: kw\n      kind: plugin\n"
+       "      params:\n        path: build/no_such_plugin.so\n",
+       {},
+       {"@:8:9: reward.rewards[0].params.path: no file 'build/no_such_plugin.so' (relative to the "
+        "working directory: "}},
+      {"unknown_env_id",  // issue 35: found only after actors started
+       "job:\n  algorithm: ppo\nenv:\n  id: CartPole-v2\n",
+       {},
+       {"@:4:3: env.id: unknown env 'CartPole-v2' (did you mean CartPole-v1?)"}},
+      {"model_path_not_there",  // issue 35
+       "job:\n  algorithm: grpo\nmodel:\n  path: no/such/checkpoint\n",
+       {},
+       {"@:4:3: model.path: 'no/such/checkpoint' is not a checkpoint directory (relative to the "
+        "working directory: "}},
+      {"unread_section_at_its_defaults",  // issue 35: silently ignored before
+       "job:\n  algorithm: grpo\nmodel:\n  path: no/such/checkpoint\nenv:\n  id: CartPole-v1\n",
+       {},
+       {"@:5:1: env: job.algorithm grpo does not read this section (it reads: "}},
       {"missing_file", nullptr, {}, {"@: cannot open job file: No such file or directory"}},
       {"override_without_equals",
        kGood,

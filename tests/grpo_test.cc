@@ -423,6 +423,60 @@ TEST(GrpoTest, MissingStartingCheckpointIsAClearError) {
   EXPECT_EQ(out.find("started trainer-0"), std::string::npos) << out;
 }
 
+// issue 42: a reward worker whose set-up failed on the job's config was relaunched 3 times over
+// 9 s as if it had crashed ("reward-0 lost: cannot be reached"), and the job ended "reward-0:
+// dead, 3 restart(s)" with the cause only in logs/reward-0.log. Here the plugin file is there, so
+// `rlforge validate` passes, but its create() refuses its args in the worker: the worker reports
+// it, and the job stops at once naming the worker and the cause, exit code 2, no restart.
+TEST(GrpoTest, RewardWorkerThatFailsItsSetUpOnConfigStopsTheJobWithoutARestart) {
+  const std::string root = FreshDir("grpo_setup_fails");
+  const std::string sft = SftCheckpoint(root);
+  std::string text = ReadFile(Grpo());
+  const std::string exact = "kind: exact_answer\n      params:\n        extract: full\n";
+  const size_t at = text.find(exact);
+  ASSERT_NE(at, std::string::npos) << Grpo() << "'s reward section changed";
+  text.replace(at, exact.size(),
+               "kind: plugin\n      params:\n        path: " RLFORGE_FAULTY_PLUGIN
+               "\n        args: [fail_create=1]\n");
+  const std::string config = root + "/grpo_faulty_plugin.yaml";
+  std::ofstream(config) << text;
+  const std::vector<std::string> overrides = {"job.run_root=" + root,
+                                              "job.name=g",
+                                              "model.path=" + sft,
+                                              "job.iterations=2",
+                                              "grpo.prompts_per_iteration=2",
+                                              "grpo.group_size=2",
+                                              "grpo.eval_every=0",
+                                              "grpo.eval_examples=4",
+                                              "launch.restart_backoff_s=0.1",
+                                              "dashboard.enabled=false"};
+  std::vector<std::string> args = {"validate", config};
+  args.insert(args.end(), overrides.begin(), overrides.end());
+  auto [vcode, vout] = RunRlforge(args, 30);
+  ASSERT_EQ(vcode, 0) << "the plugin file is there; only loading it fails\n" << vout;
+
+  args[0] = "run";
+  auto [code, out] = RunRlforge(args, 120);
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_NE(out.find("reward-0 (pid "), std::string::npos) << out;
+  EXPECT_NE(out.find("failed its set-up on the job's config: cannot set up role reward: "
+                     "reward.rewards[0] (exact): reward plugin " RLFORGE_FAULTY_PLUGIN
+                     ": create() failed: create failed as asked; config errors are not retried"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("reward-0 lost"), std::string::npos) << out;
+  EXPECT_EQ(out.find("restarted reward-0"), std::string::npos) << out;
+  size_t starts = 0;
+  for (size_t p = out.find("started reward-0 "); p != std::string::npos;
+       p = out.find("started reward-0 ", p + 1)) {
+    ++starts;
+  }
+  EXPECT_EQ(starts, 1u) << out;
+  EXPECT_TRUE(ReadEvents(root + "/g").empty()) << ReadFile(root + "/g/events.jsonl");
+  EXPECT_NE(ReadFile(root + "/g/status.json").find("failed its set-up on the job's config"),
+            std::string::npos);
+}
+
 // configs/ppo_arith.yaml with `exact` replaced by a length penalty: a seconds-long SFT model
 // never answers correctly, and all-zero rewards would leave the critic nothing to learn.
 std::string PpoWithLengthReward(const std::string& root) {
