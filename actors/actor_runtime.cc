@@ -4,9 +4,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <optional>
 #include <random>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -235,20 +237,11 @@ int RunActor(const ActorOptions& options) {
   spdlog::info("registered as {} (rank {} of {}) in job {}", a.actor_id(), a.rank(), a.world_size(),
                reg->job_id);
 
-  LoadedJob job = LoadJobText(a.config_yaml(), "<config from controller>");
-  if (!job.ok()) {
-    spdlog::error("the controller's config does not load here (version skew?):\n{}",
-                  config::FormatErrors(job.errors));
-    return 1;
-  }
-  auto role = options.create_role(a.role(), job.config, a);
-  if (!role.ok()) {
-    spdlog::error("{}: cannot start role {}: {}", a.actor_id(), a.role(), role.status().ToString());
-    return 1;
-  }
-
+  // Heartbeats start before the role is built: building it (loading a checkpoint) may keep
+  // this thread busy far longer than the controller's heartbeat silence allows.
   ActorStatus status;
-  status.policy_version = (*role)->policy_version();
+  status.state = proto::Heartbeat::SETTING_UP;
+  status.set_phase("reading the job's config");
   HeartbeatSender::Options hbo;
   hbo.endpoint = options.connect;
   hbo.actor_id = a.actor_id();
@@ -266,6 +259,28 @@ int RunActor(const ActorOptions& options) {
   hbo.exit_grace_ms = 5'000;  // a request under way when it was lost gets this long
   HeartbeatSender heartbeat(ctx, hbo, &status);
   heartbeat.Start();
+
+  LoadedJob job = LoadJobText(a.config_yaml(), "<config from controller>");
+  if (!job.ok()) {
+    spdlog::error("the controller's config does not load here (version skew?):\n{}",
+                  config::FormatErrors(job.errors));
+    return 1;
+  }
+  status.set_phase(absl::StrCat("building the ", a.role(), " role"));
+  const SetupProgress progress = [&](const std::string& phase) {
+    status.set_phase(phase);
+    if (options.setup_delay_ms > 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(options.setup_delay_ms));
+    }
+  };
+  auto role = options.create_role(a.role(), job.config, a, progress);
+  if (!role.ok()) {
+    spdlog::error("{}: cannot start role {}: {}", a.actor_id(), a.role(), role.status().ToString());
+    return 1;
+  }
+  status.policy_version = (*role)->policy_version();
+  status.state = proto::Heartbeat::IDLE;
+  spdlog::info("{}: set up", a.actor_id());
   int code = Serve(**transport, **role, *reg, status, heartbeat, options);
   status.state = proto::Heartbeat::STOPPING;
   heartbeat.Stop();
