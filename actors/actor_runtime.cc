@@ -4,9 +4,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <optional>
 #include <random>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -274,25 +276,11 @@ int RunActor(const ActorOptions& options) {
   spdlog::info("registered as {} (rank {} of {}) in job {}", a.actor_id(), a.rank(), a.world_size(),
                reg->job_id);
 
-  LoadedJob job = LoadJobText(a.config_yaml(), "<config from controller>");
-  if (!job.ok()) {
-    const std::string errors = config::FormatErrors(job.errors);
-    spdlog::error("the controller's config does not load here (version skew?):\n{}", errors);
-    return ReportSetupFailure(**transport, *reg,
-                              "the job's config does not load here (version skew?): " + errors);
-  }
-  auto role = options.create_role(a.role(), job.config, a);
-  if (!role.ok()) {
-    spdlog::error("{}: cannot start role {}: {}", a.actor_id(), a.role(), role.status().ToString());
-    // A crash-like failure may pass in a replacement; a config error would only repeat.
-    if (!IsInputError(role.status())) return 1;
-    return ReportSetupFailure(
-        **transport, *reg,
-        absl::StrCat("cannot set up role ", a.role(), ": ", role.status().message()));
-  }
-
+  // Heartbeats start before the role is built: building it (loading a checkpoint) may keep
+  // this thread busy far longer than the controller's heartbeat silence allows.
   ActorStatus status;
-  status.policy_version = (*role)->policy_version();
+  status.state = proto::Heartbeat::SETTING_UP;
+  status.set_phase("reading the job's config");
   HeartbeatSender::Options hbo;
   hbo.endpoint = options.connect;
   hbo.actor_id = a.actor_id();
@@ -310,6 +298,33 @@ int RunActor(const ActorOptions& options) {
   hbo.exit_grace_ms = 5'000;  // a request under way when it was lost gets this long
   HeartbeatSender heartbeat(ctx, hbo, &status);
   heartbeat.Start();
+
+  LoadedJob job = LoadJobText(a.config_yaml(), "<config from controller>");
+  if (!job.ok()) {
+    const std::string errors = config::FormatErrors(job.errors);
+    spdlog::error("the controller's config does not load here (version skew?):\n{}", errors);
+    return ReportSetupFailure(**transport, *reg,
+                              "the job's config does not load here (version skew?): " + errors);
+  }
+  status.set_phase(absl::StrCat("building the ", a.role(), " role"));
+  const SetupProgress progress = [&](const std::string& phase) {
+    status.set_phase(phase);
+    if (options.setup_delay_ms > 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(options.setup_delay_ms));
+    }
+  };
+  auto role = options.create_role(a.role(), job.config, a, progress);
+  if (!role.ok()) {
+    spdlog::error("{}: cannot start role {}: {}", a.actor_id(), a.role(), role.status().ToString());
+    // A crash-like failure may pass in a replacement; a config error would only repeat.
+    if (!IsInputError(role.status())) return 1;
+    return ReportSetupFailure(
+        **transport, *reg,
+        absl::StrCat("cannot set up role ", a.role(), ": ", role.status().message()));
+  }
+  status.policy_version = (*role)->policy_version();
+  status.state = proto::Heartbeat::IDLE;
+  spdlog::info("{}: set up", a.actor_id());
   int code = Serve(**transport, **role, *reg, status, heartbeat, options);
   status.state = proto::Heartbeat::STOPPING;
   heartbeat.Stop();

@@ -1,6 +1,7 @@
 // The actor process's main loop.
 //
-// connect -> Register -> Assignment (config) -> CreateRole ->
+// connect -> Register -> Assignment (config) -> heartbeats start (SETTING_UP, with a phase)
+//   -> CreateRole (reports progress) -> IDLE ->
 //   loop { WorkRequest -> Role::Handle -> WorkResult } until Shutdown
 //
 // Two DEALER sockets reach the controller: the work channel (main thread) and
@@ -31,6 +32,9 @@ struct ActorOptions {
   const std::atomic<int>* stop = nullptr;
   // Builds the role the controller assigns (the binary's registry); required.
   RoleFactory create_role = nullptr;
+  // Test hook (RLFORGE_TEST_SETUP_DELAY_MS, read by `rlforge actor`): each progress report of
+  // the set-up sleeps this long, which makes a checkpoint load as slow as a real model's.
+  int setup_delay_ms = 0;
 };
 
 // Runs one actor until the controller shuts it down. Returns the exit code:

@@ -15,7 +15,7 @@ namespace rlforge {
 namespace {
 
 absl::StatusOr<std::unique_ptr<Role>> MakeEcho(const std::string&, const JobConfig&,
-                                               const proto::Assignment&) {
+                                               const proto::Assignment&, const SetupProgress&) {
   return std::unique_ptr<Role>(std::make_unique<EchoRole>());
 }
 

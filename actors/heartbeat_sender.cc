@@ -52,6 +52,7 @@ void HeartbeatSender::Loop() {
       hb->set_current_work_id(status_->current_work_id.load());
       hb->set_policy_version(status_->policy_version.load());
       hb->set_works_done(status_->works_done.load());
+      if (hb->state() == proto::Heartbeat::SETTING_UP) hb->set_phase(status_->get_phase());
       absl::Status s = (*transport)->Send(std::move(m));
       if (!s.ok()) spdlog::warn("heartbeat not sent: {}", s.ToString());
       next_beat = now + int64_t{options_.interval_ms} * 1000;

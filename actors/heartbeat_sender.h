@@ -9,11 +9,14 @@
 // (its host or the network went away). The actor's main loop then exits; if it is still busy
 // exit_grace_ms later (a long request), the process exits from here: no orphans.
 //
-// Owns its own socket; the only shared state is ActorStatus, all atomics.
+// Owns its own socket; the only shared state is ActorStatus (atomics, and the phase under its
+// own mutex). Started as soon as the actor registers, before its role is built: a set-up that
+// keeps the main thread busy for minutes (loading a checkpoint) is never silence.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -29,6 +32,20 @@ struct ActorStatus {
   std::atomic<uint64_t> current_work_id{0};
   std::atomic<int64_t> policy_version{-1};
   std::atomic<uint64_t> works_done{0};
+
+  // What a set-up (state SETTING_UP) is doing, sent with each heartbeat.
+  void set_phase(std::string phase) {
+    std::lock_guard<std::mutex> l(phase_mu);
+    this->phase = std::move(phase);
+  }
+  std::string get_phase() const {
+    std::lock_guard<std::mutex> l(phase_mu);
+    return phase;
+  }
+
+ private:
+  mutable std::mutex phase_mu;
+  std::string phase;
 };
 
 class HeartbeatSender {

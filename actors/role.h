@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/setup_progress.h"
 #include "config/job_config.h"
 #include "proto/control.pb.h"
 #include "proto/tensor_frame.h"
@@ -34,9 +35,11 @@ class Role {
 };
 
 // Builds the role named `role` for an actor process. The binary supplies it (cli/role_registry.h),
-// so this folder depends on no role folder.
+// so this folder depends on no role folder. A long build (loading a checkpoint) says how far it
+// is through `progress`; the actor's heartbeats carry it.
 using RoleFactory = absl::StatusOr<std::unique_ptr<Role>> (*)(const std::string& role,
                                                               const JobConfig& config,
-                                                              const proto::Assignment& assignment);
+                                                              const proto::Assignment& assignment,
+                                                              const SetupProgress& progress);
 
 }  // namespace rlforge

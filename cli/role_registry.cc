@@ -17,10 +17,12 @@ namespace {
 
 struct RoleEntry {
   const char* name;
-  absl::StatusOr<std::unique_ptr<Role>> (*create)(const JobConfig&, const proto::Assignment&);
+  absl::StatusOr<std::unique_ptr<Role>> (*create)(const JobConfig&, const proto::Assignment&,
+                                                  const SetupProgress&);
 };
 
-absl::StatusOr<std::unique_ptr<Role>> MakeEcho(const JobConfig&, const proto::Assignment&) {
+absl::StatusOr<std::unique_ptr<Role>> MakeEcho(const JobConfig&, const proto::Assignment&,
+                                               const SetupProgress&) {
   return std::make_unique<EchoRole>();
 }
 
@@ -36,14 +38,15 @@ absl::Status NoAlgorithm(const char* role) {
 
 // Roles whose implementation depends on the algorithm dispatch on its family; a family
 // without a case here fails to compile (-Werror=switch).
-absl::StatusOr<std::unique_ptr<Role>> MakeRollout(const JobConfig& c, const proto::Assignment& a) {
+absl::StatusOr<std::unique_ptr<Role>> MakeRollout(const JobConfig& c, const proto::Assignment& a,
+                                                  const SetupProgress& progress) {
   if (c.job.algorithm == nullptr) return NoAlgorithm("rollout");
   switch (c.job.algorithm->family) {
     case AlgorithmFamily::kControlPpo:
       return std::make_unique<ControlRolloutRole>(c, a);
     case AlgorithmFamily::kLmRl:
     case AlgorithmFamily::kDpo:
-      return LmRolloutRole::Create(c, a);
+      return LmRolloutRole::Create(c, a, progress);
     case AlgorithmFamily::kEcho:
     case AlgorithmFamily::kSft:
       break;
@@ -51,7 +54,8 @@ absl::StatusOr<std::unique_ptr<Role>> MakeRollout(const JobConfig& c, const prot
   return NoRole(c, "rollout");
 }
 
-absl::StatusOr<std::unique_ptr<Role>> MakeTrainer(const JobConfig& c, const proto::Assignment& a) {
+absl::StatusOr<std::unique_ptr<Role>> MakeTrainer(const JobConfig& c, const proto::Assignment& a,
+                                                  const SetupProgress& progress) {
   if (c.job.algorithm == nullptr) return NoAlgorithm("trainer");
   switch (c.job.algorithm->family) {
     case AlgorithmFamily::kControlPpo:
@@ -59,13 +63,18 @@ absl::StatusOr<std::unique_ptr<Role>> MakeTrainer(const JobConfig& c, const prot
     case AlgorithmFamily::kSft:
       return std::make_unique<SftTrainerRole>(c, a);
     case AlgorithmFamily::kLmRl:
-      return LmRlTrainerRole::Create(c, a);
+      return LmRlTrainerRole::Create(c, a, progress);
     case AlgorithmFamily::kDpo:
-      return DpoTrainerRole::Create(c, a);
+      return DpoTrainerRole::Create(c, a, progress);
     case AlgorithmFamily::kEcho:
       break;
   }
   return NoRole(c, "trainer");
+}
+
+absl::StatusOr<std::unique_ptr<Role>> MakeReward(const JobConfig& c, const proto::Assignment& a,
+                                                 const SetupProgress&) {
+  return reward::RewardRole::Create(c, a);
 }
 
 // Every role an actor process can take. New roles add one line here.
@@ -73,7 +82,7 @@ constexpr RoleEntry kRoles[] = {
     {"echo", &MakeEcho},
     {"rollout", &MakeRollout},
     {"trainer", &MakeTrainer},
-    {"reward", &reward::RewardRole::Create},
+    {"reward", &MakeReward},
 };
 
 }  // namespace
@@ -85,9 +94,10 @@ std::vector<std::string> KnownRoles() {
 }
 
 absl::StatusOr<std::unique_ptr<Role>> CreateRole(const std::string& role, const JobConfig& config,
-                                                 const proto::Assignment& assignment) {
+                                                 const proto::Assignment& assignment,
+                                                 const SetupProgress& progress) {
   for (const auto& r : kRoles) {
-    if (role == r.name) return r.create(config, assignment);
+    if (role == r.name) return r.create(config, assignment, progress);
   }
   return absl::InvalidArgumentError(
       absl::StrCat("unknown role '", role, "'; known roles: ", JoinOr(KnownRoles())));

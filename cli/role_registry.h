@@ -11,9 +11,10 @@
 namespace rlforge {
 
 // Builds the role named `role` ("trainer", "rollout", ...). Unknown names are an error
-// that lists the known ones.
+// that lists the known ones. `progress` hears how far a long build (a checkpoint load) is.
 absl::StatusOr<std::unique_ptr<Role>> CreateRole(const std::string& role, const JobConfig& config,
-                                                 const proto::Assignment& assignment);
+                                                 const proto::Assignment& assignment,
+                                                 const SetupProgress& progress = {});
 std::vector<std::string> KnownRoles();
 
 }  // namespace rlforge

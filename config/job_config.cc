@@ -214,6 +214,11 @@ std::shared_ptr<const Schema> ControllerSection() {
   b.Double("request_timeout_s", &ControllerOptions::request_timeout_s,
            "How long one unit of work may take before the job stops.")
       .Min(0, false);
+  b.Double("setup_timeout_s", &ControllerOptions::setup_timeout_s,
+           "How long an actor may take to set up after registering (load its checkpoint, build "
+           "its model) before the job stops naming it and its phase. Heartbeats flow during "
+           "set-up, so heartbeat silence is no limit on it.")
+      .Min(0, false);
   b.Double("shutdown_grace_s", &ControllerOptions::shutdown_grace_s,
            "How long actors get to exit after a shutdown before they are killed.")
       .Min(0);

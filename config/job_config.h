@@ -49,6 +49,9 @@ struct ControllerOptions {
   int64_t max_message_mb = 1024;
   double register_timeout_s = 60;
   double request_timeout_s = 600;
+  // From registration to a built role (a checkpoint loaded): its own deadline, apart from
+  // heartbeat silence (the heartbeats flow during set-up).
+  double setup_timeout_s = 600;
   double shutdown_grace_s = 5;
 };
 

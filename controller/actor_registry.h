@@ -52,6 +52,10 @@ struct ActorInfo {
   int64_t lost_at_us = 0;     // when it was last declared dead
   int64_t relaunched_us = 0;  // when its latest replacement was started; 0: never
   std::string last_loss;      // why it was last declared dead
+  // Its heartbeats say it is still setting up (since registered_us), doing `setup_phase`.
+  bool setting_up = false;
+  std::string setup_phase;
+  int64_t setup_logged_us = 0;  // when its phase was last logged
 };
 
 class ActorRegistry {

@@ -4,6 +4,7 @@
 
 #include <numeric>
 #include <random>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -355,6 +356,7 @@ void Controller::Handle(Received r) {
       a->policy_version = env.heartbeat().policy_version();
       a->works_done = env.heartbeat().works_done();
       a->current_work_id = env.heartbeat().current_work_id();
+      NoteSetup(*a, env.heartbeat());
       Message ack = NewMessage();
       ack.envelope.mutable_heartbeat_ack();
       transport_->Send(r.peer, std::move(ack)).IgnoreError();
@@ -409,6 +411,8 @@ void Controller::HandleRegister(const std::string& peer, const proto::Envelope& 
     a->registered_us = clock_->NowMicros();
     a->last_heard_us = a->registered_us;
     a->state = ActorState::kReady;
+    a->setting_up = false;
+    a->setup_phase.clear();
     ++a->incarnation;
     spdlog::info("{} registered from {} (pid {})", a->id, a->host, a->pid);
     if (joined) {
@@ -458,6 +462,7 @@ void Controller::HandleResult(ActorInfo& actor, Message msg) {
     return;
   }
   Pending& p = it->second;
+  EndSetup(actor);  // it answered work: its role is built
   p.done = true;
   p.outcome.actor_id = actor.id;
   p.outcome.result = res;
@@ -468,6 +473,41 @@ void Controller::HandleResult(ActorInfo& actor, Message msg) {
   for (const auto& [id, q] : pending_)
     still_busy = still_busy || (!q.done && q.actor_id == actor.id);
   actor.state = still_busy ? ActorState::kBusy : ActorState::kReady;
+}
+
+namespace {
+// A phase's name, without its progress figure: "loading model 37%" -> "loading model".
+std::string_view PhaseName(std::string_view phase) {
+  const size_t end = phase.find_last_not_of("0123456789% ");
+  return end == std::string_view::npos ? std::string_view() : phase.substr(0, end + 1);
+}
+// Progress of one phase is logged at most this often; a new phase at once.
+constexpr int64_t kSetupLogIntervalUs = 5'000'000;
+}  // namespace
+
+void Controller::NoteSetup(ActorInfo& actor, const proto::Heartbeat& heartbeat) {
+  const int64_t now = clock_->NowMicros();
+  if (heartbeat.state() != proto::Heartbeat::SETTING_UP) {
+    EndSetup(actor);
+    return;
+  }
+  if (!actor.setting_up && !actor.setup_phase.empty()) return;  // a late beat after set-up
+  actor.setting_up = true;
+  if (heartbeat.phase() == actor.setup_phase) return;
+  const bool new_phase = PhaseName(heartbeat.phase()) != PhaseName(actor.setup_phase);
+  actor.setup_phase = heartbeat.phase();
+  if (new_phase || now - actor.setup_logged_us >= kSetupLogIntervalUs) {
+    spdlog::info("{} setting up: {}", actor.id, actor.setup_phase);
+    actor.setup_logged_us = now;
+  }
+}
+
+void Controller::EndSetup(ActorInfo& actor) {
+  if (actor.setting_up) {
+    spdlog::info("{} set up in {:.1f} s", actor.id,
+                 static_cast<double>(clock_->NowMicros() - actor.registered_us) * 1e-6);
+  }
+  actor.setting_up = false;
 }
 
 absl::Status Controller::ActorLost(const ActorInfo& actor, const std::string& what) {
@@ -519,8 +559,20 @@ absl::Status Controller::CheckHealth() {
     int64_t silent = now - a->last_heard_us;
     if (silent > silence_limit) {
       RETURN_IF_ERROR(
-          Lose(*registry_.Find(a->id), absl::StrFormat("missed %d heartbeats (silent for %.1f s)",
-                                                       options_.heartbeat_misses, silent * 1e-6)));
+          Lose(*registry_.Find(a->id),
+               absl::StrCat(absl::StrFormat("missed %d heartbeats (silent for %.1f s)",
+                                            options_.heartbeat_misses, silent * 1e-6),
+                            a->setting_up ? " while setting up: " + a->setup_phase : "")));
+    }
+  }
+  const int64_t setup_limit = static_cast<int64_t>(options_.setup_timeout_s * 1e6);
+  for (const ActorInfo* a : registry_.All()) {
+    if (a->state != ActorState::kReady && a->state != ActorState::kBusy) continue;
+    if (a->setting_up && now - a->registered_us > setup_limit) {
+      RETURN_IF_ERROR(Lose(*registry_.Find(a->id),
+                           absl::StrFormat("did not finish its set-up within %.0f s "
+                                           "(controller.setup_timeout_s); last phase: %s",
+                                           options_.setup_timeout_s, a->setup_phase)));
     }
   }
   int64_t work_limit = static_cast<int64_t>(options_.request_timeout_s * 1e6);

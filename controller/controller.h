@@ -102,6 +102,8 @@ class Controller {
     int64_t heartbeat_misses = 3;
     double register_timeout_s = 60;
     double request_timeout_s = 600;
+    // From registration until the actor's heartbeats leave SETTING_UP.
+    double setup_timeout_s = 600;
     double shutdown_grace_s = 5;
     // Poll granularity while waiting; bounds how late a child's exit is noticed.
     int poll_ms = 50;
@@ -242,6 +244,10 @@ class Controller {
   void Handle(Received r);
   void HandleRegister(const std::string& peer, const proto::Envelope& env);
   void HandleResult(ActorInfo& actor, Message msg);
+  // Tracks and logs an actor's set-up (heartbeats in state SETTING_UP, with their phase).
+  void NoteSetup(ActorInfo& actor, const proto::Heartbeat& heartbeat);
+  // The actor's set-up is over (a heartbeat out of SETTING_UP, or a result): logs how long.
+  void EndSetup(ActorInfo& actor);
   // An elastic role's actor leaving (Leave): its works handed back, its slot left open.
   void HandleLeave(ActorInfo& actor, const std::string& peer, const std::string& reason);
   // A worker whose role could not be set up from the job's config (SetupFailed): the job stops

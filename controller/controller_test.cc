@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include "absl/strings/str_cat.h"
 #include "proto/memory_transport.h"
 
 namespace rlforge {
@@ -83,6 +84,13 @@ class ControllerTest : public ::testing::Test {
   void SendHeartbeat(const std::string& peer, const std::string& actor) {
     Message m = Envelope(actor);
     m.envelope.mutable_heartbeat()->set_state(proto::Heartbeat::IDLE);
+    transport_.Inject(peer, std::move(m));
+  }
+
+  void SendSetUpBeat(const std::string& peer, const std::string& actor, const std::string& phase) {
+    Message m = Envelope(actor);
+    m.envelope.mutable_heartbeat()->set_state(proto::Heartbeat::SETTING_UP);
+    m.envelope.mutable_heartbeat()->set_phase(phase);
     transport_.Inject(peer, std::move(m));
   }
 
@@ -303,6 +311,73 @@ TEST_F(ControllerTest, HeartbeatsKeepActorsAliveAndSilenceKillsTheJob) {
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
   EXPECT_NE(s.message().find("actor echo-1 (pid 42 on h) missed 3 heartbeats"), std::string::npos)
       << s;
+}
+
+// A set-up (a checkpoint load) far longer than heartbeat silence is fine while it heartbeats;
+// its own deadline, controller.setup_timeout_s, then names the actor and its phase.
+TEST_F(ControllerTest, SetUpHasItsOwnDeadlineApartFromHeartbeatSilence) {
+  options_.setup_timeout_s = 100;
+  RegisterTwo();
+  for (int i = 1; i <= 90; ++i) {
+    clock_.AdvanceMillis(1000);
+    SendHeartbeat("h0", "echo-0");
+    SendSetUpBeat("h1", "echo-1", absl::StrCat("loading model ", i, "%"));
+    ASSERT_TRUE(controller().Pump(0).ok()) << "second " << i;
+  }
+  for (int i = 0; i < 20; ++i) {
+    clock_.AdvanceMillis(1000);
+    SendHeartbeat("h0", "echo-0");
+    SendSetUpBeat("h1", "echo-1", "loading model 90%");
+    absl::Status s = controller().Pump(0);
+    if (s.ok()) continue;
+    EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+    EXPECT_NE(s.message().find("actor echo-1 (pid 42 on h) did not finish its set-up within 100 s "
+                               "(controller.setup_timeout_s); last phase: loading model 90%"),
+              std::string::npos)
+        << s;
+    EXPECT_GE(i, 10) << "lost before its set-up deadline";
+    return;
+  }
+  ADD_FAILURE() << "a set-up past controller.setup_timeout_s was not stopped";
+}
+
+TEST_F(ControllerTest, AnActorThatFinishedSettingUpIsNoLongerUnderTheSetUpDeadline) {
+  options_.setup_timeout_s = 5;
+  RegisterTwo();
+  clock_.AdvanceMillis(1000);
+  SendSetUpBeat("h0", "echo-0", "loading model 50%");
+  SendSetUpBeat("h1", "echo-1", "loading model 50%");
+  ASSERT_TRUE(controller().Pump(0).ok());
+  clock_.AdvanceMillis(1000);
+  SendHeartbeat("h0", "echo-0");  // set up
+  auto id = controller().Submit("echo-1", proto::WorkRequest());
+  ASSERT_TRUE(id.ok());
+  SendResult("p1", "echo-1", *id, true);  // a result says so too
+  ASSERT_TRUE(controller().Pump(0).ok());
+  for (int i = 0; i < 20; ++i) {
+    clock_.AdvanceMillis(1000);
+    SendHeartbeat("h0", "echo-0");
+    SendHeartbeat("h1", "echo-1");
+    ASSERT_TRUE(controller().Pump(0).ok()) << "second " << i;
+  }
+}
+
+TEST_F(ControllerTest, SilenceWhileSettingUpNamesThePhase) {
+  RegisterTwo();
+  clock_.AdvanceMillis(500);
+  SendHeartbeat("h0", "echo-0");
+  SendSetUpBeat("h1", "echo-1", "loading model 12%");
+  ASSERT_TRUE(controller().Pump(0).ok());
+  absl::Status s;
+  for (int i = 0; i < 10 && s.ok(); ++i) {
+    clock_.AdvanceMillis(1000);
+    SendHeartbeat("h0", "echo-0");
+    s = controller().Pump(0);
+  }
+  EXPECT_NE(s.message().find("echo-1 (pid 42 on h) missed 3 heartbeats (silent for "),
+            std::string::npos)
+      << s;
+  EXPECT_NE(s.message().find("while setting up: loading model 12%"), std::string::npos) << s;
 }
 
 TEST_F(ControllerTest, QueuedHeartbeatsCountBeforeTheLivenessCheck) {

@@ -91,6 +91,7 @@ FakeActors::FakeActors(const JobConfig& config) : config_(config) {
   o.heartbeat_misses = config.controller.heartbeat_misses;
   o.register_timeout_s = config.controller.register_timeout_s;
   o.request_timeout_s = config.controller.request_timeout_s;
+  o.setup_timeout_s = config.controller.setup_timeout_s;
   o.shutdown_grace_s = 0;
   o.collective_timeout_s = config.trainer.collective_timeout_s;
   // Where real trainer ranks would meet; the fakes run no collective.

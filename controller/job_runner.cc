@@ -383,6 +383,7 @@ Controller::Options ControllerOptionsFor(const JobConfig& config, const RunDirec
   co.heartbeat_misses = config.controller.heartbeat_misses;
   co.register_timeout_s = config.controller.register_timeout_s;
   co.request_timeout_s = config.controller.request_timeout_s;
+  co.setup_timeout_s = config.controller.setup_timeout_s;
   co.shutdown_grace_s = config.controller.shutdown_grace_s;
   co.collective_timeout_s = config.trainer.collective_timeout_s;
   co.join_address = JoinAddress(endpoint, config.controller);

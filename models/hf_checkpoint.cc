@@ -100,7 +100,8 @@ const SafetensorsFile* HfTensorFiles::Locate(const std::string& name) const {
   return it == weight_map.end() ? nullptr : files.at(it->second).get();
 }
 
-absl::StatusOr<Transformer> LoadHfModel(const std::string& dir, torch::Dtype dtype) {
+absl::StatusOr<Transformer> LoadHfModel(const std::string& dir, torch::Dtype dtype,
+                                        const SetupProgress& progress) {
   if (dtype != torch::kFloat32 && dtype != torch::kBFloat16) {
     return absl::InvalidArgumentError(
         absl::StrCat(dir, ": dtype must be float32 or bfloat16, got ", c10::toString(dtype)));
@@ -113,11 +114,17 @@ absl::StatusOr<Transformer> LoadHfModel(const std::string& dir, torch::Dtype dty
   auto locate = [&](const std::string& name) { return tensors->Locate(name); };
 
   const bool value_head = names_in_files.count("value_head.weight") > 0;
+  if (progress) progress("loading model: building the model");
   Transformer model(*config, value_head);
   std::set<std::string> used;
+  int64_t total = 0, done = 0;
+  for (const auto& p : model->parameters()) total += p.numel();
+  int percent = -1;
   {
     torch::NoGradGuard g;
     for (auto& p : model->named_parameters()) {
+      ReportPercent(progress, "loading model", done, total, &percent);
+      done += p.value().numel();
       const std::string& name = p.key();
       const SafetensorsFile* file = locate(name);
       if (file == nullptr || !file->contains(name)) {

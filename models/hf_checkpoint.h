@@ -18,14 +18,17 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/setup_progress.h"
 #include "models/safetensors.h"
 #include "models/transformer.h"
 
 namespace rlforge::models {
 
-// Loads the value head too when the checkpoint has value_head.{weight,bias}.
+// Loads the value head too when the checkpoint has value_head.{weight,bias}. `progress` hears
+// "loading model N%" (of the parameters' elements) as tensors are read.
 absl::StatusOr<Transformer> LoadHfModel(const std::string& dir,
-                                        torch::Dtype dtype = torch::kFloat32);
+                                        torch::Dtype dtype = torch::kFloat32,
+                                        const SetupProgress& progress = {});
 
 // A checkpoint's safetensors files (model.safetensors, or the shards that
 // model.safetensors.index.json lists), opened: headers checked, no tensor data read yet.

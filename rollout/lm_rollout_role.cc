@@ -35,7 +35,8 @@ EngineSettings EngineSettingsFor(const EngineOptions& o, const models::Transform
 }
 
 absl::StatusOr<std::unique_ptr<Role>> LmRolloutRole::Create(const JobConfig& config,
-                                                            const proto::Assignment& assignment) {
+                                                            const proto::Assignment& assignment,
+                                                            const SetupProgress& progress) {
   if (config.model.path.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "model.path: job.algorithm ", config.job.algorithm->name,
@@ -52,7 +53,7 @@ absl::StatusOr<std::unique_ptr<Role>> LmRolloutRole::Create(const JobConfig& con
                      models::TorchDevice("engine.device", config.engine.device, assignment.rank()));
     ASSIGN_OR_RETURN(role->tokenizer_, models::LoadTokenizer(config.model.path));
     ASSIGN_OR_RETURN(models::Transformer model,
-                     models::LoadHfModel(config.model.path, torch::kFloat32));
+                     models::LoadHfModel(config.model.path, torch::kFloat32, progress));
     model->eval();
     // The engine follows its parameters: its KV pool goes there too, and on a GPU every step
     // runs through the CUDA kernels (llm_engine.cc).

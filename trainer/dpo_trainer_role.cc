@@ -21,10 +21,12 @@ std::pair<torch::Tensor, torch::Tensor> SplitPairs(const torch::Tensor& seq) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Role>> DpoTrainerRole::Create(const JobConfig& config,
-                                                             const proto::Assignment& assignment) {
+                                                             const proto::Assignment& assignment,
+                                                             const SetupProgress& progress) {
   std::unique_ptr<DpoTrainerRole> role(new DpoTrainerRole(config));
-  ASSIGN_OR_RETURN(role->state_, LmPolicyState::Create(role->config_, assignment));
-  ASSIGN_OR_RETURN(role->reference_, LoadFrozenReference(role->config_, &role->state_->comm()));
+  ASSIGN_OR_RETURN(role->state_, LmPolicyState::Create(role->config_, assignment, progress));
+  ASSIGN_OR_RETURN(role->reference_,
+                   LoadFrozenReference(role->config_, &role->state_->comm(), progress));
   return std::unique_ptr<Role>(std::move(role));
 }
 

@@ -119,17 +119,19 @@ absl::StatusOr<torch::Tensor> ScoreTokenLogprobs(ShardedModel& model, const Grou
 }
 
 absl::StatusOr<std::unique_ptr<ShardedModel>> LoadFrozenReference(const JobConfig& config,
-                                                                  dist::Communicator* comm) {
+                                                                  dist::Communicator* comm,
+                                                                  const SetupProgress& progress) {
   ASSIGN_OR_RETURN(const ShardedModel::Options options,
                    ShardingOptions(config.trainer, comm->rank(), /*trainable=*/false));
   ASSIGN_OR_RETURN(std::unique_ptr<ShardedModel> ref,
-                   LoadShardedModel(config.model.path, comm, options));
+                   LoadShardedModel(config.model.path, comm, options, /*value_head=*/false,
+                                    progress, "loading the reference model"));
   ref->module()->eval();
   return ref;
 }
 
 absl::StatusOr<std::unique_ptr<LmPolicyState>> LmPolicyState::Create(
-    const JobConfig& config, const proto::Assignment& assignment) {
+    const JobConfig& config, const proto::Assignment& assignment, const SetupProgress& progress) {
   if (config.model.path.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "model.path: job.algorithm ", config.job.algorithm->name,
@@ -138,10 +140,12 @@ absl::StatusOr<std::unique_ptr<LmPolicyState>> LmPolicyState::Create(
   SetComputeThreads(config.trainer.threads, config.trainer.ranks);
   torch::manual_seed(static_cast<uint64_t>(config.job.seed));
   std::unique_ptr<LmPolicyState> s(new LmPolicyState(config));
+  if (progress && config.trainer.ranks > 1) progress("meeting the other trainer ranks");
   ASSIGN_OR_RETURN(s->comm_, ConnectTrainerRanks(assignment, config.trainer));
   ASSIGN_OR_RETURN(const ShardedModel::Options options,
                    ShardingOptions(config.trainer, s->comm_->rank(), /*trainable=*/true));
-  ASSIGN_OR_RETURN(s->policy_, LoadShardedModel(config.model.path, s->comm_.get(), options));
+  ASSIGN_OR_RETURN(s->policy_, LoadShardedModel(config.model.path, s->comm_.get(), options,
+                                                /*value_head=*/false, progress, "loading model"));
   return CallCatching([&]() -> absl::StatusOr<std::unique_ptr<LmPolicyState>> {
     s->optimizer_ = std::make_unique<FlatAdamW>(s->policy_->shard_data(), s->policy_->shard_grad(),
                                                 AdamWOptions(config.trainer, config.trainer.lr));

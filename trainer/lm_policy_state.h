@@ -80,8 +80,8 @@ absl::StatusOr<torch::Tensor> GroupTokenLogprobs(models::Transformer& model, con
 absl::StatusOr<torch::Tensor> ScoreTokenLogprobs(ShardedModel& model, const GroupBatch& b);
 
 // A frozen copy of model.path (no gradient, eval mode) sharded over `comm`: the reference.
-absl::StatusOr<std::unique_ptr<ShardedModel>> LoadFrozenReference(const JobConfig& config,
-                                                                  dist::Communicator* comm);
+absl::StatusOr<std::unique_ptr<ShardedModel>> LoadFrozenReference(
+    const JobConfig& config, dist::Communicator* comm, const SetupProgress& progress = {});
 
 class LmPolicyState {
  public:
@@ -89,8 +89,10 @@ class LmPolicyState {
   // count, builds AdamW over this rank's shard with trainer.* and, on rank 0, the publisher
   // (shared memory named after this process and actor unless weights.transport is zmq).
   // Catches libtorch's exceptions.
+  // `progress` hears how far the load is.
   static absl::StatusOr<std::unique_ptr<LmPolicyState>> Create(const JobConfig& config,
-                                                               const proto::Assignment& assignment);
+                                                               const proto::Assignment& assignment,
+                                                               const SetupProgress& progress = {});
   ~LmPolicyState();
 
   dist::Communicator& comm() { return *comm_; }

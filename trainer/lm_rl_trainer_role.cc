@@ -22,13 +22,15 @@ void PutMetrics(const std::map<std::string, double>& m, WorkReply& reply) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Role>> LmRlTrainerRole::Create(const JobConfig& config,
-                                                              const proto::Assignment& assignment) {
+                                                              const proto::Assignment& assignment,
+                                                              const SetupProgress& progress) {
   std::unique_ptr<LmRlTrainerRole> role(new LmRlTrainerRole(config));
-  ASSIGN_OR_RETURN(role->state_, LmPolicyState::Create(role->config_, assignment));
+  ASSIGN_OR_RETURN(role->state_, LmPolicyState::Create(role->config_, assignment, progress));
   const GrpoOptions& g = role->config_.grpo;
   RETURN_IF_ERROR(CallCatching([&]() -> absl::Status {
     if (g.kl_beta > 0) {
-      ASSIGN_OR_RETURN(role->reference_, LoadFrozenReference(role->config_, &role->state_->comm()));
+      ASSIGN_OR_RETURN(role->reference_,
+                       LoadFrozenReference(role->config_, &role->state_->comm(), progress));
     }
     ASSIGN_OR_RETURN(
         role->estimator_,

@@ -37,7 +37,8 @@ namespace rlforge {
 class LmRlTrainerRole final : public Role {
  public:
   static absl::StatusOr<std::unique_ptr<Role>> Create(const JobConfig& config,
-                                                      const proto::Assignment& assignment);
+                                                      const proto::Assignment& assignment,
+                                                      const SetupProgress& progress = {});
   absl::StatusOr<WorkReply> Handle(const proto::WorkRequest& request,
                                    std::vector<TensorFrame> tensors) override;
   int64_t policy_version() const override { return state_->version(); }

@@ -352,7 +352,8 @@ absl::Status CheckHfTensor(const models::HfTensorFiles& files, const ShardedPara
   return absl::OkStatus();
 }
 
-absl::Status LoadMyHfShards(const std::string& dir, ShardedModel& m, ShardReadStats* stats) {
+absl::Status LoadMyHfShards(const std::string& dir, ShardedModel& m, ShardReadStats* stats,
+                            const SetupProgress& progress, const std::string& what) {
   ASSIGN_OR_RETURN(models::TransformerConfig config, models::LoadHfConfig(dir));
   const int64_t layers = m.module()->config().num_hidden_layers;
   if (config.num_hidden_layers != layers) {
@@ -374,6 +375,10 @@ absl::Status LoadMyHfShards(const std::string& dir, ShardedModel& m, ShardReadSt
   }
   torch::NoGradGuard ng;
   const int64_t n = m.comm().size(), rank = m.comm().rank();
+  int64_t mine = 0, done = 0;
+  for (size_t u = 0; u < m.units().size(); ++u) mine += m.units()[u].padded / n;
+  int percent = -1;
+  ReportPercent(progress, what, 0, mine, &percent);
   for (size_t u = 0; u < m.units().size(); ++u) {
     const int64_t k = m.units()[u].padded / n, first = rank * k;
     torch::Tensor dest = m.shard_data().narrow(0, m.shard_offset(u), k);
@@ -385,6 +390,8 @@ absl::Status LoadMyHfShards(const std::string& dir, ShardedModel& m, ShardReadSt
                        files.Locate(p.name)->ReadRange(p.name, lo - p.offset, hi - lo));
       dest.narrow(0, lo - first, hi - lo).copy_(part);
       if (stats != nullptr) stats->bytes_read += part.numel() * part.element_size();
+      done += hi - lo;
+      ReportPercent(progress, what, done, mine, &percent);
     }
   }
   return absl::OkStatus();
@@ -439,8 +446,10 @@ absl::Status SaveHfConsolidated(const std::string& dir, ShardedModel& m, torch::
   return Agree(m.comm(), mine, absl::StrCat("saving Hugging Face checkpoint ", dir));
 }
 
-absl::Status LoadHfShards(const std::string& model_dir, ShardedModel& m, ShardReadStats* stats) {
-  const absl::Status mine = CallCatching([&] { return LoadMyHfShards(model_dir, m, stats); });
+absl::Status LoadHfShards(const std::string& model_dir, ShardedModel& m, ShardReadStats* stats,
+                          const SetupProgress& progress, const std::string& what) {
+  const absl::Status mine =
+      CallCatching([&] { return LoadMyHfShards(model_dir, m, stats, progress, what); });
   return Agree(m.comm(), mine, absl::StrCat("loading Hugging Face checkpoint ", model_dir));
 }
 

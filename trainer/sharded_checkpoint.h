@@ -31,6 +31,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "common/setup_progress.h"
 #include "trainer/flat_adamw.h"
 #include "trainer/sharded_model.h"
 
@@ -61,8 +62,10 @@ absl::Status SaveHfConsolidated(const std::string& dir, ShardedModel& m,
 // model.safetensors or an index and its shards; fp32 or bf16). config.json must agree with
 // m's layer count; every parameter of m must be present with its shape, except a value head
 // (value_head.*), which starts at zero when absent (a critic made from a policy checkpoint).
-// Tensors m has no parameter for are skipped. Optimizer state is left alone.
+// Tensors m has no parameter for are skipped. Optimizer state is left alone. `progress` hears
+// "<what> N%" (of this rank's bytes) as tensors are read.
 absl::Status LoadHfShards(const std::string& model_dir, ShardedModel& m,
-                          ShardReadStats* stats = nullptr);
+                          ShardReadStats* stats = nullptr, const SetupProgress& progress = {},
+                          const std::string& what = "loading model");
 
 }  // namespace rlforge

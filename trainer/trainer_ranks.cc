@@ -40,16 +40,16 @@ absl::StatusOr<ShardedModel::Options> ShardingOptions(const TrainerOptions& t, i
   return o;
 }
 
-absl::StatusOr<std::unique_ptr<ShardedModel>> LoadShardedModel(const std::string& path,
-                                                               dist::Communicator* comm,
-                                                               ShardedModel::Options options,
-                                                               bool value_head) {
+absl::StatusOr<std::unique_ptr<ShardedModel>> LoadShardedModel(
+    const std::string& path, dist::Communicator* comm, ShardedModel::Options options,
+    bool value_head, const SetupProgress& progress, const std::string& what) {
   return CallCatching([&]() -> absl::StatusOr<std::unique_ptr<ShardedModel>> {
     ASSIGN_OR_RETURN(models::TransformerConfig config, models::LoadHfConfig(path));
+    if (progress) progress(what + ": building the model");
     // Built full, then each rank keeps its shard and reads only that slice of the files.
     ASSIGN_OR_RETURN(std::unique_ptr<ShardedModel> m,
                      ShardedModel::Create(models::Transformer(config, value_head), comm, options));
-    RETURN_IF_ERROR(LoadHfShards(path, *m));
+    RETURN_IF_ERROR(LoadHfShards(path, *m, /*stats=*/nullptr, progress, what));
     return m;
   });
 }

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/setup_progress.h"
 #include "config/job_config.h"
 #include "dist/communicator.h"
 #include "proto/control.pb.h"
@@ -38,11 +39,12 @@ absl::StatusOr<ShardedModel::Options> ShardingOptions(const TrainerOptions& trai
                                                       bool trainable);
 
 // Loads a Hugging Face checkpoint sharded over `comm`, each rank reading only its slice
-// (with `value_head`: the checkpoint's value head, or zeros when it has none).
-absl::StatusOr<std::unique_ptr<ShardedModel>> LoadShardedModel(const std::string& path,
-                                                               dist::Communicator* comm,
-                                                               ShardedModel::Options options,
-                                                               bool value_head = false);
+// (with `value_head`: the checkpoint's value head, or zeros when it has none). `progress`
+// hears "<what> N%" as the model is built and read.
+absl::StatusOr<std::unique_ptr<ShardedModel>> LoadShardedModel(
+    const std::string& path, dist::Communicator* comm, ShardedModel::Options options,
+    bool value_head = false, const SetupProgress& progress = {},
+    const std::string& what = "loading model");
 
 // Items [begin, end) of a batch that `rank` of `size` takes: contiguous, balanced by the
 // items' costs (tokens). An empty share is {0, 1} with `weight_zero` set.
