@@ -89,8 +89,8 @@ std::pair<int, std::string> FailingSetUp(absl::Status failure) {
   o.connect = (*server)->endpoint();
   o.role = "reward";
   o.register_timeout_s = 20;
-  o.create_role = [](const std::string&, const JobConfig&,
-                     const proto::Assignment&) -> absl::StatusOr<std::unique_ptr<Role>> {
+  o.create_role = [](const std::string&, const JobConfig&, const proto::Assignment&,
+                     const SetupProgress&) -> absl::StatusOr<std::unique_ptr<Role>> {
     return failing;
   };
   std::atomic<int> code{-1};
