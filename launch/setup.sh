@@ -16,7 +16,7 @@ RLFORGE_PACKAGES=(
   libyaml-cpp-dev libabsl-dev libgtest-dev googletest libgloo-dev
   nlohmann-json3-dev libcpp-httplib-dev libspdlog-dev libcli11-dev libmujoco-dev
   libicu-dev
-  python3 python3-zmq python3-protobuf python3-yaml
+  python3 python3-pip python3-zmq python3-protobuf python3-yaml
   chromium chromium-driver python3-selenium
   slurmctld slurmd slurm-client
 )
