@@ -84,10 +84,10 @@ ShmRingSink::~ShmRingSink() {
   shm_unlink(name_.c_str());
 }
 
-uint64_t ShmRingSink::GoneReaders() const {
+uint64_t ShmRingSink::GoneReaders(const std::vector<int>& pids) {
   uint64_t gone = 0;
-  for (size_t r = 0; r < reader_pids_.size(); ++r) {
-    if (reader_pids_[r] > 0 && kill(reader_pids_[r], 0) != 0 && errno == ESRCH) gone |= 1ull << r;
+  for (size_t r = 0; r < pids.size(); ++r) {
+    if (pids[r] > 0 && kill(pids[r], 0) != 0 && errno == ESRCH) gone |= 1ull << r;
   }
   return gone;
 }
@@ -97,13 +97,17 @@ absl::Status ShmRingSink::AwaitFree(int slot, const char* what) {
   const uint64_t tag = s.tag.load(std::memory_order_acquire);
   if (tag == 0) return absl::OkStatus();
   const uint64_t all = AllOf(s.readers);
-  // The pids are this publication's readers'; an earlier publication's buckets were drained.
-  const bool ours = TagPublication(tag) == publication_;
+  // The bucket's readers are this publication's or, when one of them died before taking the
+  // previous stream's last buckets, the previous publication's.
+  const int64_t of = TagPublication(tag);
+  const std::vector<int>* pids = of == publication_            ? &reader_pids_
+                                 : of == previous_publication_ ? &previous_reader_pids_
+                                                               : nullptr;
   uint64_t gone = 0;  // readers whose process is gone: they take nothing any more
   return AwaitCondition(
       [&] { return ((s.taken.load(std::memory_order_acquire) | gone) & all) == all; },
       [&] {  // every 5 ms
-        if (ours) gone = GoneReaders();
+        if (pids != nullptr) gone = GoneReaders(*pids);
         return std::string();
       },
       timeout_s_,
@@ -126,6 +130,8 @@ absl::Status ShmRingSink::BeginPublication(int64_t publication, int readers,
                                                    readers, " readers (", reader_pids.size(),
                                                    " pids; at most ", kMaxReaders, ")"));
   }
+  previous_publication_ = publication_;
+  previous_reader_pids_ = std::move(reader_pids_);
   publication_ = publication;
   readers_ = readers;
   reader_pids_ = std::move(reader_pids);

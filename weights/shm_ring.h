@@ -57,7 +57,8 @@ class ShmRingSink final : public BucketSink {
       : name_(std::move(name)), base_(base), mapped_(mapped), timeout_s_(timeout_s) {}
   absl::Status AwaitFree(int slot, const char* what);
   // The readers of this publication whose process is gone, as bits.
-  uint64_t GoneReaders() const;
+  // Readers (of `pids`) whose process is gone.
+  static uint64_t GoneReaders(const std::vector<int>& pids);
 
   std::string name_;
   void* base_;
@@ -65,6 +66,10 @@ class ShmRingSink final : public BucketSink {
   double timeout_s_;
   int readers_ = 1;
   std::vector<int> reader_pids_;
+  // The publication before publication_ and its readers: a reader that died mid-stream leaves
+  // that stream's last buckets untaken, and the next stream's first two wait on them.
+  std::vector<int> previous_reader_pids_;
+  int64_t previous_publication_ = 0;
   int64_t publication_ = 0;  // the last one begun (0: none)
   bool streamed_ = true;     // publication_'s stream began (its bucket 0 was acquired)
 };
