@@ -326,7 +326,9 @@ TEST(PpoTest, AKilledWorkerOfAStaleRunIsReplaced) {
 TEST(PpoTest, UnknownEnvFailsWithSuggestion) {
   std::string root = FreshDir("ppo_badenv");
   auto [code, out] = RunJob(root, "e", {"env.id=CartPole-v0"});
-  EXPECT_EQ(code, 1);
+  // A config error now (validate checks env ids): exit 2, before any actor starts.
+  EXPECT_EQ(code, 2);
+  EXPECT_EQ(out.find("started"), std::string::npos) << out;
   EXPECT_NE(out.find("unknown env 'CartPole-v0' (did you mean CartPole-v1?)"), std::string::npos)
       << out;
 }
