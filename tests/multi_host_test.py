@@ -247,7 +247,8 @@ def check_run(run_dir, lost, cut_off, curve):
     for needle in [f"controller listening on tcp://{SUBNET}.1:{CONTROLLER_PORT}",
                    f"trainer ranks meet at {SUBNET}.1:{STORE_PORT}",
                    "policy weights reach the engines via gloo:weights",
-                   "the weight group forms again with 1 engine(s)",
+                   # The replacement joins the next sync's group (a group of the survivor
+                   # alone forms only if a sync falls while the replacement starts: timing).
                    "the weight group forms again with 2 engine(s)"] + (
                        ["made this job's CURVE keys", "without this job's CURVE key"] if curve
                        else []):
