@@ -1,3 +1,4 @@
+#!/usr/bin/env bash
 # Shared by launch/rlforge and launch/test (sourced): installs missing Debian packages, then
 # configures and builds in Release. Idempotent: the second time it only checks, and the build is
 # incremental.
