@@ -2,7 +2,7 @@
 """Generated tokens/s on a GRPO-shaped load: rlforge's rollout engine vs naive
 generation without a KV cache vs Hugging Face transformers' generate().
 
-    OPENBLAS_NUM_THREADS=1 /work/.venv-bench/bin/python bench/engine_bench.py --build build \
+    OPENBLAS_NUM_THREADS=1 $(python3 bench/bench_env.py) bench/engine_bench.py --build build \
         [--sizes 10m 50m] [--prompts 64] [--hf-batch 16]
     python bench/engine_bench.py --build build --sizes qwen0.5b --device cuda \
         --dtype bfloat16 --hf-batch 64     # on a GPU (launch/gpu-check runs this)

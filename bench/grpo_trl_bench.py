@@ -2,7 +2,7 @@
 """GRPO iteration throughput: rlforge vs TRL's GRPOTrainer, same checkpoint, task and batch.
 
     python3 bench/grpo_trl_bench.py [--rounds 3] [--steps 20] [--warmup 2] \
-        [--trl-threads 2 1] [--rlforge-set trainer.threads=2] [--venv /work/.venv-trl] \
+        [--trl-threads 2 1] [--rlforge-set trainer.threads=2] [--venv DIR] \
         [--out /tmp/grpo_trl_bench.json]
 
 Both sides run configs/grpo_arith.yaml's job from its SFT checkpoint
@@ -27,8 +27,8 @@ first `warmup` steps dropped.
 Tokens are generated completion tokens up to and including eos on both sides (rlforge:
 the samples' token count; TRL: sum of completion_mask, which TRL cuts after the first eos).
 
-First use creates the venv and installs torch, transformers and trl from PyPI (none of
-this is an rlforge dependency).
+TRL runs in the bench environment (bench/bench_env.py, shared by every bench; first use makes it
+and installs bench/requirements.txt, none of which is an rlforge dependency).
 """
 import argparse
 import json
@@ -37,6 +37,8 @@ import statistics
 import subprocess
 import sys
 import time
+
+import bench_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CKPT = "runs/sft_arith_flawed/checkpoints/step_3000"
@@ -197,14 +199,8 @@ def trl_worker(a):
 
 # --- driver ---
 def ensure_venv(venv):
-    py = os.path.join(venv, "bin", "python")
-    if not os.path.exists(py):
-        subprocess.check_call(["/usr/bin/python3", "-m", "venv", venv])
-    if subprocess.run([py, "-c", "import torch, transformers, trl, datasets"], capture_output=True).returncode:
-        subprocess.check_call([py, "-m", "pip", "install", "-q", "torch", "transformers", "trl"])
-    out = subprocess.check_output([py, "-c", "import torch, transformers, trl; "
-                                   "print(torch.__version__, transformers.__version__, trl.__version__)"], text=True)
-    return py, dict(zip(["torch", "transformers", "trl"], out.split()))
+    py = bench_env.ensure(venv)
+    return py, bench_env.versions(py, ["torch", "transformers", "trl"])
 
 
 def thread_env(n):
@@ -303,7 +299,7 @@ def main():
     ap.add_argument("--rlforge-set", nargs="*", default=[], metavar="KEY=VALUE",
                     help="extra rlforge overrides, e.g. trainer.threads=2")
     ap.add_argument("--run-root", default="/tmp/grpo-trl-bench-runs")
-    ap.add_argument("--venv", default="/work/.venv-trl")
+    ap.add_argument("--venv", default=bench_env.DEFAULT_VENV)
     ap.add_argument("--out", default="/tmp/grpo_trl_bench.json")
     ap.add_argument("--trl-worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--threads", type=int, default=2, help=argparse.SUPPRESS)

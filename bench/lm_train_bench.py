@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """One LM training step (forward, backward, AdamW): rlforge (libtorch) vs PyTorch eager.
 
-    /work/.venv-bench/bin/python bench/lm_train_bench.py --build build --threads 1
+    $(python3 bench/bench_env.py) bench/lm_train_bench.py --build build --threads 1
     python bench/lm_train_bench.py --build build --device cuda --dtype bfloat16 \
         --sizes qwen0.5b --steps 3        # on a GPU (launch/gpu-check runs this)
 

@@ -9,11 +9,11 @@ ppo.py has no linear clip schedule). Every run stops once solved; wall-clock is
 measured around the whole command (process start, imports and env creation
 included) and to the moment the solve is seen. Thread counts are pinned equal.
 
-    python3 bench/ppo_time_to_solve.py [--seeds 1 2 3] [--venv /work/.venv-bench]
+    python3 bench/ppo_time_to_solve.py [--seeds 1 2 3] [--venv DIR]
 
-First use creates the venv and installs torch, stable-baselines3, gymnasium,
-gym==0.23.1 (CleanRL 1.2.0's ppo.py needs it) and numpy<2 from PyPI; none of
-this is an rlforge dependency.
+SB3 and CleanRL run in the bench environment (bench/bench_env.py, shared by every bench; first use makes it
+and installs bench/requirements.txt, none of which is an rlforge dependency); CleanRL 1.2.0's ppo.py is taken
+from its wheel into the venv folder on first use.
 """
 import argparse
 import json
@@ -24,19 +24,14 @@ import sys
 import time
 import zipfile
 
+import bench_env
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 THREADS = "1"
 
 
 def ensure_venv(venv):
-    py = os.path.join(venv, "bin", "python")
-    if not os.path.exists(py):
-        subprocess.check_call([sys.executable, "-m", "venv", venv])
-    need = subprocess.run([py, "-c", "import torch, stable_baselines3, gymnasium, gym, pygame"],
-                          capture_output=True).returncode != 0
-    if need:
-        subprocess.check_call([py, "-m", "pip", "install", "-q", "torch", "stable-baselines3",
-                               "gymnasium", "gym==0.23.1", "numpy<2", "tensorboard", "pygame"])
+    py = bench_env.ensure(venv)
     ppo = os.path.join(venv, "cleanrl_ppo.py")
     if not os.path.exists(ppo):
         d = os.path.join(venv, "cleanrl_wheel")
@@ -114,7 +109,7 @@ def parse_rlforge(line):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
-    ap.add_argument("--venv", default="/work/.venv-bench")
+    ap.add_argument("--venv", default=bench_env.DEFAULT_VENV)
     ap.add_argument("--rlforge", default=os.path.join(ROOT, "build", "rlforge"))
     a = ap.parse_args()
     py, ppo = ensure_venv(a.venv)

@@ -3,7 +3,7 @@
 
     /usr/bin/python3 bench/sharded_train_bench.py [--ranks 1 2] [--threads 1] [--batch 8] [--seq 128] \
         [--warmup 2] [--steps 5] [--seed 0] [--model-dir /tmp/rlforge-bench-50m] \
-        [--rlforge-bin build/bench/sharded_train_bench] [--venv /work/.venv-fsdp] \
+        [--rlforge-bin build/bench/sharded_train_bench] [--venv DIR] \
         [--out /tmp/sharded_train_bench.json]
 
 Targets (the issue): step time at most 1.0x PyTorch FSDP2 at the same N; peak per-rank memory
@@ -62,8 +62,8 @@ If the binary is absent, only the FSDP2 side is run and the rlforge side is repo
 Step-1 losses (the first step, before any update: same weights, same batch) must agree within
 1e-4 relative.
 
-First use creates the venv and installs torch (CPU wheel index if reachable, else PyPI) and
-safetensors (none of this is an rlforge dependency).
+The torch side runs in the bench environment (bench/bench_env.py, shared by every bench; first use makes it
+and installs bench/requirements.txt, none of which is an rlforge dependency).
 """
 import argparse
 import json
@@ -74,10 +74,10 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
+
+import bench_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 
 CONFIG = {
     "architectures": ["LlamaForCausalLM"],
@@ -403,20 +403,8 @@ def thread_env(n):
 
 
 def ensure_venv(venv):
-    py = os.path.join(venv, "bin", "python")
-    if not os.path.exists(py):
-        subprocess.check_call(["/usr/bin/python3", "-m", "venv", venv])
-    if subprocess.run([py, "-c", "import torch, safetensors; from torch.distributed.fsdp import fully_shard"],
-                      capture_output=True).returncode:
-        try:
-            urllib.request.urlopen(CPU_INDEX + "/torch/", timeout=15).close()
-            index = ["--index-url", CPU_INDEX, "--extra-index-url", "https://pypi.org/simple"]
-        except OSError:
-            index = []  # PyPI's torch: the CUDA build, which runs on CPU as well
-        subprocess.check_call([py, "-m", "pip", "install", "-q", *index, "torch", "safetensors"])
-    out = subprocess.check_output([py, "-c", "import torch, safetensors; print(torch.__version__, safetensors.__version__)"],
-                                  text=True)
-    return py, dict(zip(["torch", "safetensors"], out.split()))
+    py = bench_env.ensure(venv)
+    return py, bench_env.versions(py, ["torch", "safetensors"])
 
 
 def quiet_run(cmd, env, capture=False):
@@ -483,7 +471,7 @@ def main():
     ap.add_argument("--seed", type=int, default=0, help="batch seed (the weights always use seed 0)")
     ap.add_argument("--model-dir", default="/tmp/rlforge-bench-50m")
     ap.add_argument("--rlforge-bin", default=os.path.join(ROOT, "build", "bench", "sharded_train_bench"))
-    ap.add_argument("--venv", default="/work/.venv-fsdp")
+    ap.add_argument("--venv", default=bench_env.DEFAULT_VENV)
     ap.add_argument("--out", default="/tmp/sharded_train_bench.json")
     ap.add_argument("--fsdp-worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--make-model", action="store_true", help=argparse.SUPPRESS)

@@ -4,7 +4,7 @@
 //
 // Run through bench/tokenizer_bench.py, which measures Hugging Face tokenizers on the same
 // text in the same run and prints the ratio:
-//   /work/.venv-py/bin/python bench/tokenizer_bench.py build/bench/tokenizer_bench
+//   $(python3 bench/bench_env.py) bench/tokenizer_bench.py build/bench/tokenizer_bench
 // Directly: build/bench/tokenizer_bench TOKENIZER_DIR TEXT_FILE REPEATS [lines]
 // ("lines": encode each line on its own, as a dataset of short texts, instead of the whole file.)
 // Prints one JSON line: {"bytes":..,"tokens":..,"encode_s":..,"decode_s":..,"ids_fnv":..}.

@@ -3,7 +3,7 @@
 
 Usage (the shared tooling venv has `tokenizers`):
     ninja -C build bench/tokenizer_bench   # or: ninja -C build tokenizer_bench
-    /work/.venv-py/bin/python bench/tokenizer_bench.py build/bench/tokenizer_bench
+    $(python3 bench/bench_env.py) bench/tokenizer_bench.py build/bench/tokenizer_bench
 
 Text: tests/data/tokenizer/corpus.txt repeated to ~1 MB, plus the reference texts. Checks
 that both give the same ids, then prints encode throughput of each and the ratio.

@@ -2,7 +2,7 @@
 """Checks that models saved by rlforge load in transformers and give the same logits.
 
 Run by hand after building the tests (needs torch + transformers):
-    /work/.venv-fsdp/bin/python tools/check_hf_roundtrip.py [--build build]
+    $(python3 bench/bench_env.py) tools/check_hf_roundtrip.py [--build build]
 
 It runs the C++ test HfExportTest.WritesModelsForTransformersCheck, which saves
 rlforge-initialised models (models/hf_crosscheck_test.cc ExportConfigs: Llama with GQA,

@@ -1,7 +1,7 @@
 """Reads a run's TensorBoard event files with TensorBoard itself and compares
 every scalar with metrics.jsonl.
 
-  /work/.venv-py/bin/python tools/check_tensorboard.py runs/<name>
+  $(python3 bench/bench_env.py) tools/check_tensorboard.py runs/<name>
 
 Uses tensorboard's EventAccumulator (PyPI `tensorboard`, tooling only; rlforge
 writes the files in C++ without it). Exits 1 on any mismatch.

@@ -10,7 +10,7 @@ template raised -- is stored with the context the template saw. templating's
 chat_template_fixtures_test renders the same contexts in C++ and requires identical bytes.
 
 Usage (needs transformers and jinja2):
-  /work/.venv-fsdp/bin/python tools/make_chat_template_fixtures.py [OUT_DIR]
+  $(python3 bench/bench_env.py) tools/make_chat_template_fixtures.py [OUT_DIR]
 """
 import json
 import os

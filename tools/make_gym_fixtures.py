@@ -7,9 +7,8 @@ terminated, truncated) through gym.make (so TimeLimit applies). Actions come
 from a seeded NumPy generator, or from a simple balancing controller so that
 one CartPole episode runs into the 500-step time limit.
 
-Usage (a venv with gymnasium from PyPI; the product never needs it):
-    python3 -m venv /work/.venv-rl && /work/.venv-rl/bin/pip install gymnasium numpy
-    /work/.venv-rl/bin/python tools/make_gym_fixtures.py tests/data/gym
+Usage (in the bench environment, bench/bench_env.py; the product never needs it):
+    $(python3 bench/bench_env.py) tools/make_gym_fixtures.py tests/data/gym
 """
 import json
 import sys

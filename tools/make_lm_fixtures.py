@@ -2,7 +2,7 @@
 """Makes the tiny reference language models under tests/data/lm/ with transformers.
 
 Run by hand (needs torch + transformers; e.g. the shared tooling venv):
-    /work/.venv-fsdp/bin/python tools/make_lm_fixtures.py [NAME ...]
+    $(python3 bench/bench_env.py) tools/make_lm_fixtures.py [NAME ...]
 
 For each model (all, or those named) it writes a Hugging Face checkpoint directory
 (config.json + safetensors, some sharded with an index) and reference.safetensors holding

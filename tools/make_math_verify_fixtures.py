@@ -12,10 +12,8 @@ what the generator meant; `math_verify` is math_verify.verify(parse(gold), parse
 DISAGREEMENTS below lists the pairs where rlforge answers differently on purpose, each with
 the reason; the C++ test requires agreement everywhere else and a real disagreement there.
 
-Usage (a tooling-only venv; the product never needs it):
-    python3 -m venv /work/.venv-mathverify
-    /work/.venv-mathverify/bin/pip install math-verify==0.9.0
-    /work/.venv-mathverify/bin/python tools/make_math_verify_fixtures.py \\
+Usage (in the bench environment, bench/bench_env.py; the product never needs it):
+    $(python3 bench/bench_env.py) tools/make_math_verify_fixtures.py \\
         tests/data/math_verify/corpus.json
 """
 import fractions

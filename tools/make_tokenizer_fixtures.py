@@ -19,7 +19,7 @@ With a small alphabet limit HF's trainer may break ties differently on a rerun (
 valid tokenizer): tokenizer.json and reference.json are always committed together.
 
 Usage (the shared tooling venv; the product never needs it):
-    /work/.venv-py/bin/python tools/make_tokenizer_fixtures.py tests/data/tokenizer
+    $(python3 bench/bench_env.py) tools/make_tokenizer_fixtures.py tests/data/tokenizer
 """
 import json
 import os

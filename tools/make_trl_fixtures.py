@@ -17,7 +17,7 @@ Everything is float64 so the C++ side can compare to 1e-9. Output: one JSON file
 {"shape": [...], "data": [...]} plus the scalars TRL logged.
 
 Usage (the shared tooling venv; the product never needs it):
-    /work/.venv-py/bin/python tools/make_trl_fixtures.py tests/data/trl
+    $(python3 bench/bench_env.py) tools/make_trl_fixtures.py tests/data/trl
 """
 import collections
 import json
