@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace rlforge::reward {
 
@@ -43,6 +44,16 @@ class Reward {
   virtual ~Reward() = default;
   // A failure is returned as SampleScore::Error, never as a 0 score.
   virtual SampleScore ScoreOne(const Sample& sample) const = 0;
+
+  // Rewards that score a batch's samples in parallel and keep each sample's time limit
+  // themselves (the python reward's process pool) say so; RewardSet then calls ScoreBatch once
+  // per batch instead of ScoreOne per sample under its own deadline.
+  virtual bool Batched() const { return false; }
+  virtual std::vector<SampleScore> ScoreBatch(const std::vector<Sample>& batch) const {
+    std::vector<SampleScore> out;
+    for (const Sample& s : batch) out.push_back(ScoreOne(s));
+    return out;
+  }
 };
 
 }  // namespace rlforge::reward

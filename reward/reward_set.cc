@@ -30,18 +30,36 @@ struct RunState {
   int generation = 0;  // bumped when a thread is abandoned; stale threads stop
 };
 
+SampleScore Finite(SampleScore out) {
+  if (out.ok() && !std::isfinite(out.value)) {
+    return {0, ScoreStatus::kNotFinite, absl::StrCat("returned ", out.value)};
+  }
+  return out;
+}
+
 SampleScore Checked(const Reward& r, const Sample& s) {
-  SampleScore out;
   try {
-    out = r.ScoreOne(s);
+    return Finite(r.ScoreOne(s));
   } catch (const std::exception& e) {
     return SampleScore::Error(absl::StrCat("threw: ", e.what()));
   } catch (...) {
     return SampleScore::Error("threw a non-standard exception");
   }
-  if (out.ok() && !std::isfinite(out.value)) {
-    return {0, ScoreStatus::kNotFinite, absl::StrCat("returned ", out.value)};
+}
+
+// A batched reward keeps its own per-sample limits (reward.h).
+std::vector<SampleScore> CheckedBatch(const Reward& r, const std::vector<Sample>& batch) {
+  std::vector<SampleScore> out;
+  try {
+    out = r.ScoreBatch(batch);
+  } catch (const std::exception& e) {
+    out.assign(batch.size(), SampleScore::Error(absl::StrCat("threw: ", e.what())));
   }
+  if (out.size() != batch.size()) {
+    out.assign(batch.size(), SampleScore::Error(absl::StrCat(
+                                 "scored ", out.size(), " of a batch of ", batch.size())));
+  }
+  for (SampleScore& s : out) s = Finite(std::move(s));
   return out;
 }
 
@@ -63,6 +81,7 @@ void RewardSet::Add(std::string name, double weight, double timeout_s,
 }
 
 std::vector<SampleScore> RewardSet::RunOne(const Entry& e, const std::vector<Sample>& batch) const {
+  if (e.reward->Batched()) return CheckedBatch(*e.reward, batch);
   auto st = std::make_shared<RunState>();
   st->reward = e.reward;
   st->batch = batch;
