@@ -17,13 +17,15 @@
 // every engine at once is therefore a fault like any other.
 //
 // Dealing, scoring and fault re-dealing are RolloutDispatcher's (controller/rollout_dispatcher.h),
-// which the synchronous round here and the asynchronous loop both drive.
+// which the synchronous round here and the asynchronous loop both drive; this class keeps the
+// fleet's versions and brings engines to the current weights.
 //
-// Elastic workers (synchronous and asynchronous runs): an engine that joins a slot beyond rollout.workers is
-// brought to the current version as a replacement is and dealt groups from then on; one that leaves
-// (SIGTERM) hands back what it owed, dealt again as a lost engine's work but not counted as a
-// fault. A round starts only once rollout.min_workers engines and reward.min_workers reward workers
-// are live (it waits, with a status, up to the controller's deadline).
+// Elastic workers (synchronous and asynchronous runs): an engine that joins a slot beyond
+// rollout.workers is brought to the current version as a replacement is and dealt groups from
+// then on; one that leaves (SIGTERM) hands back what it owed, dealt again as a lost engine's
+// work but not counted as a fault. A batch is dealt only once rollout.min_workers engines and
+// reward.min_workers reward workers are live (it waits, with a status, up to the controller's
+// deadline).
 //
 // Not thread-safe: one algorithm's loop drives it. The controller does not load libtorch;
 // everything here is token ids and text.
