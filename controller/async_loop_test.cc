@@ -565,6 +565,36 @@ TEST_F(AsyncLoopTest, AnEngineJoinedByHandIsDealtGroupsWithinOneIteration) {
   EXPECT_EQ(c.faults().actors_lost, 0u);
 }
 
+// The synchronous loop's leave, asynchronously: an engine that leaves (SIGTERM) after its first
+// chunk hands back the groups it still owed; they are dealt again to the other engine, every
+// batch is whole and within the bound, and no fault is counted.
+TEST_F(AsyncLoopTest, AnEngineLeavingOnSigtermHandsBackItsGroupsAndNoFaultIsCounted) {
+  auto clean = Run("1", 2, /*train_pumps=*/4);
+  ASSERT_TRUE(clean->status.ok()) << clean->status;
+  auto left_at = std::make_shared<size_t>(0);
+  auto left = Run("1", 2, 4, 2, [left_at](Job& j) {
+    auto generate = j.rollout->Generate();
+    j.actors->On("rollout", Task::kLmGenerate, [generate, left_at, &j](const FakeWork& w) {
+      if (w.rank != 1 || *left_at > 0) return generate(w);
+      FakeReply chunk = generate(w);
+      j.rollout->Forget(w.actor_id);
+      *left_at = j.actors->received().size();
+      return FakeReply::AndLeave(std::move(chunk));
+    });
+  });
+  ASSERT_TRUE(left->status.ok()) << left->status;
+  ASSERT_GT(*left_at, 0u);
+  ExpectWholeBatchesWithinTheBound(*clean, *left, 1);
+  const Controller& c = left->actors->controller();
+  EXPECT_EQ(c.faults().actors_lost, 0u);
+  EXPECT_EQ(c.elastic().leaves, 1u);
+  EXPECT_TRUE(KindsAfter(*left, *left_at, left->actors->Ids("rollout")[1]).empty())
+      << "nothing is sent after it left";
+  for (const IterationRecord& r : left->ctx->records) {
+    EXPECT_EQ(r.metrics.count("faults/requeued_groups"), 0u) << "step " << r.step;
+  }
+}
+
 TEST(AdmitFreshTest, RemovesGroupsWithATokenBeyondTheBoundAndCountsLags) {
   auto group = [](int64_t id, std::vector<int64_t> a, std::vector<int64_t> b) {
     LmGroup g;
