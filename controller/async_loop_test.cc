@@ -137,8 +137,8 @@ class AsyncLoopTest : public ::testing::Test {
   std::string root_;
   int runs_ = 0;
   int reward_workers_ = 1;
-  std::string rollout_extra_;  // more keys of the rollout section, e.g. ", partial: true"
-  std::string job_extra_;      // more sections, e.g. "checkpoint: {every: 2}\n"
+  std::string rollout_extra_;            // more keys of the rollout section, e.g. ", partial: true"
+  std::string job_extra_;                // more sections, e.g. "checkpoint: {every: 2}\n"
   std::optional<JobCheckpoint> resume_;  // the checkpoint the next Run resumes from
   std::unique_ptr<models::Tokenizer> tok_;
   models::PromptTemplate tmpl_ = *models::PromptTemplate::Create("none");

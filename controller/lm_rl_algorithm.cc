@@ -264,12 +264,12 @@ nlohmann::json InFlightJson(const RolloutDispatcher& rollout) {
 // `from.step` holds in flight (batches step + 1 on, in order). Returns the last one dealt.
 absl::StatusOr<int64_t> DispatchRecorded(RolloutDispatcher& rollout, const TaskText& text,
                                          const JobConfig& c, const JobCheckpoint& from) {
-  const nlohmann::json& r = from.controller.contains("rollout") ? from.controller["rollout"]
-                                                                : nlohmann::json();
+  const nlohmann::json& r =
+      from.controller.contains("rollout") ? from.controller["rollout"] : nlohmann::json();
   const std::string where = from.dir + "/controller.json";
   if (!r.is_object() || !r.contains("batches") || !r["batches"].is_array()) {
-    return absl::DataLossError(absl::StrCat(
-        where, ": no rollout.batches (the groups in flight of an asynchronous run)"));
+    return absl::DataLossError(
+        absl::StrCat(where, ": no rollout.batches (the groups in flight of an asynchronous run)"));
   }
   const int64_t prompts = c.grpo.prompts_per_iteration;
   int64_t dispatched = from.step;
@@ -357,9 +357,9 @@ absl::Status LmRlAlgorithm::RunAsync(JobContext& ctx, const TaskText& text, LmLo
     rec.timings["train_s"] = t_train.Seconds();
     // Evaluation deals its own prompts to the engines: they first return all they owe (after
     // the weight sync, so a replacement that takes given-back groups loads the newest weights).
-    RETURN_IF_ERROR(AfterTrain(
-        ctx, config_, loop, trainer, std::move(trained), it, version, rec,
-        [&] { return rollout.ServeUntil([&] { return rollout.owed_groups() == 0; }); }));
+    RETURN_IF_ERROR(
+        AfterTrain(ctx, config_, loop, trainer, std::move(trained), it, version, rec,
+                   [&] { return rollout.ServeUntil([&] { return rollout.owed_groups() == 0; }); }));
     EndTimings(t_iter.Seconds(), generated, tokens, static_cast<double>(loop.fleet().size()),
                rollout.TakeEngineBusySeconds(), rec);
     RETURN_IF_ERROR(ctx.EndIteration(rec));

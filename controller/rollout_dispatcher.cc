@@ -31,8 +31,8 @@ absl::Status RolloutDispatcher::Dispatch(int64_t batch, const std::vector<Prompt
                                          const std::vector<int64_t>& request_ids) {
   if (batches_.count(batch)) return absl::InternalError(absl::StrCat("batch ", batch, " twice"));
   if (request_ids.size() != examples.size()) {
-    return absl::InternalError(absl::StrCat("batch ", batch, ": ", examples.size(),
-                                            " examples, ", request_ids.size(), " request ids"));
+    return absl::InternalError(absl::StrCat("batch ", batch, ": ", examples.size(), " examples, ",
+                                            request_ids.size(), " request ids"));
   }
   if (ctl_.actors().IdsOfRole("reward").empty()) {
     return absl::FailedPreconditionError("the job has no reward worker");

@@ -100,9 +100,9 @@ TEST_P(RolloutDispatcherTest, TwoBatchesInFlightComeBackWholeRoutedByRequestId) 
   ASSERT_EQ(in_flight.size(), 2u);
   EXPECT_EQ(in_flight[1].batch, 2);
   EXPECT_EQ(in_flight[1].request_ids, (std::vector<int64_t>{4, 5, 6, 7}));
-  ASSERT_TRUE(dispatcher_
-                  ->ServeUntil([&] { return dispatcher_->Complete(1) && dispatcher_->Complete(2); })
-                  .ok());
+  ASSERT_TRUE(
+      dispatcher_->ServeUntil([&] { return dispatcher_->Complete(1) && dispatcher_->Complete(2); })
+          .ok());
   EXPECT_EQ(dispatcher_->owed_groups(), 0);
   auto a = dispatcher_->Take(1), b = dispatcher_->Take(2);
   ASSERT_TRUE(a.ok() && b.ok());

@@ -56,8 +56,7 @@ TEST(AsyncResumeTest, AsyncGrpoKilledAndResumedLosesAndDuplicatesNoGroup) {
       nlohmann::json::parse(ReadFile(run + "/checkpoints/step_2/state/controller.json"));
   ASSERT_TRUE(c.contains("rollout")) << c.dump();
   EXPECT_EQ(c["rollout"]["batches"][0]["batch"].get<int64_t>(), 3) << c.dump();
-  EXPECT_EQ(c["rollout"]["batches"][0]["request_ids"],
-            (nlohmann::json{8, 9, 10, 11}))
+  EXPECT_EQ(c["rollout"]["batches"][0]["request_ids"], (nlohmann::json{8, 9, 10, 11}))
       << "batch 3, dealt while step 2 trained";
 
   auto [rc, out] = RunRlforge({"run", "--resume", run}, 300);
