@@ -255,7 +255,8 @@ TEST(AlgorithmRegistryTest, MaxStalenessIsForRlWithRolloutWorkersOnly) {
     EXPECT_EQ(neg.errors[0].key, "rollout.max_staleness");
     EXPECT_NE(neg.errors[0].ToString().find("got -1"), std::string::npos) << Errors(neg);
   }
-  // Batches in flight are not in a checkpoint: control PPO refuses the pair as LM RL does.
+  // Control PPO's batches in flight are not in a checkpoint: it refuses the pair (LM RL jobs
+  // record their groups in flight).
   LoadedJob ckpt = LoadJobText(
       "job: {algorithm: ppo}\nrollout: {max_staleness: 1}\ncheckpoint: {every: 5}\n", "t.yaml");
   ASSERT_EQ(ckpt.errors.size(), 1u) << Errors(ckpt);

@@ -81,14 +81,14 @@ std::shared_ptr<const Schema> RolloutSection() {
   b.Bool("external", &RolloutOptions::external,
          "Do not start the workers; wait for them to join with `rlforge actor --role rollout`.");
   b.Int("max_workers", &RolloutOptions::max_workers,
-        "Synchronous jobs (rollout.max_staleness 0): engines (language-model jobs) or simulator "
-        "workers (ppo, sim.backend inprocess) in all, counting those that join the running job "
+        "Engines (language-model jobs) or simulator workers (ppo with rollout.max_staleness 0, "
+        "sim.backend inprocess) in all, counting those that join the running job "
         "by hand (`rlforge actor --role rollout --connect ADDR`, no --rank); 0: "
         "rollout.workers, so none can join (docs/fault_tolerance.md, elastic workers).")
       .Min(0)
       .Max(1024);
   b.Int("min_workers", &RolloutOptions::min_workers,
-        "Synchronous language-model and ppo jobs: the fewest live rollout workers an "
+        "Language-model jobs and synchronous ppo jobs: the fewest live rollout workers an "
         "iteration's rollouts start with; "
         "below it the job waits (status waiting) up to controller.register_timeout_s plus the "
         "largest restart backoff, then fails.")

@@ -69,8 +69,9 @@ void CheckAlgorithmSections(const JobConfig& c, config::CheckContext& ctx) {
   }
 }
 
-// rollout.max_workers / min_workers and reward's: only synchronous language-model and control
-// PPO loops take joiners and wait for a minimum; every cap within what the job can hold.
+// rollout.max_workers / min_workers and reward's: language-model loops (synchronous or not) and
+// the synchronous control PPO loop take joiners and wait for a minimum; every cap within what
+// the job can hold.
 void CheckElasticWorkers(const JobConfig& c, config::CheckContext& ctx) {
   if (c.job.algorithm == nullptr) return;
   const AlgorithmFamily family = c.job.algorithm->family;
@@ -80,7 +81,7 @@ void CheckElasticWorkers(const JobConfig& c, config::CheckContext& ctx) {
   if (!lm && !ppo) {
     unsupported = absl::StrCat("job.algorithm ", c.job.algorithm->name,
                                " does not take joining workers (language-model and ppo jobs do)");
-  } else if (c.rollout.max_staleness > 0) {
+  } else if (ppo && c.rollout.max_staleness > 0) {
     unsupported = absl::StrCat("asynchronous runs (rollout.max_staleness ", c.rollout.max_staleness,
                                ") do not take joining workers; set rollout.max_staleness: 0");
   }
@@ -626,7 +627,7 @@ std::shared_ptr<const Schema> BuildJobSchema() {
         ctx.Error("checkpoint.every", absl::StrCat("job.algorithm ", c.job.algorithm->name, " ",
                                                    why, "; got ", c.checkpoint.every, " (set 0)"));
       }
-      if (c.rollout.max_staleness > 0) {
+      if (c.rollout.max_staleness > 0 && c.job.algorithm->family == AlgorithmFamily::kControlPpo) {
         ctx.Error("checkpoint.every",
                   absl::StrCat("asynchronous runs (rollout.max_staleness ", c.rollout.max_staleness,
                                ") have groups in flight that a checkpoint does not hold; got ",

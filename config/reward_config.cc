@@ -130,7 +130,7 @@ std::shared_ptr<const Schema> RewardSection() {
   b.Bool("external", &RewardOptions::external,
          "Do not start the workers; wait for them to join with `rlforge actor --role reward`.");
   b.Int("max_workers", &RewardOptions::max_workers,
-        "Language-model jobs (synchronous): reward workers in all, counting those that join the "
+        "Language-model jobs: reward workers in all, counting those that join the "
         "running job by hand (`rlforge actor --role reward --connect ADDR`, no --rank); 0: "
         "reward.workers, so none can join.")
       .Min(0)

@@ -8,15 +8,19 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <set>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "controller/algorithm.h"
-#include "controller/async_rollout.h"
 #include "controller/fake_actors.h"
 #include "controller/fake_lm_actors.h"
+#include "controller/rollout_dispatcher.h"
+#include "nlohmann/json.hpp"
 
 namespace rlforge::testing {
 namespace {
@@ -80,7 +84,7 @@ class AsyncLoopTest : public ::testing::Test {
         staleness.empty() ? "" : ", max_staleness: " + staleness, rollout_extra_, "}\n",
         "reward: {workers: ", reward_workers_, "}\n", "grpo: {prompts_per_iteration: ", kPrompts,
         ", group_size: 2, max_new_tokens: 6, eval_every: ", eval_every,
-        ", eval_examples: 4, stream_groups: 2}\n"));
+        ", eval_examples: 4, stream_groups: 2}\n", job_extra_));
     auto algo = CreateAlgorithm(job->config);
     EXPECT_TRUE(algo.ok()) << algo.status();
     if (!algo.ok()) {
@@ -113,6 +117,7 @@ class AsyncLoopTest : public ::testing::Test {
     const std::string dir = absl::StrCat(root_, "/run", runs_++);
     std::filesystem::create_directories(dir);
     job->ctx = std::make_unique<FakeJobContext>(*job->actors, job->config, dir);
+    if (resume_) job->ctx->resume = &*resume_;
     job->status = (*algo)->Run(*job->ctx);
     return job;
   }
@@ -132,7 +137,9 @@ class AsyncLoopTest : public ::testing::Test {
   std::string root_;
   int runs_ = 0;
   int reward_workers_ = 1;
-  std::string rollout_extra_;  // more keys of the rollout section, e.g. ", partial: true"
+  std::string rollout_extra_;            // more keys of the rollout section, e.g. ", partial: true"
+  std::string job_extra_;                // more sections, e.g. "checkpoint: {every: 2}\n"
+  std::optional<JobCheckpoint> resume_;  // the checkpoint the next Run resumes from
   std::unique_ptr<models::Tokenizer> tok_;
   models::PromptTemplate tmpl_ = *models::PromptTemplate::Create("none");
 };
@@ -437,6 +444,154 @@ TEST_F(AsyncLoopTest, PartialRolloutsSpanTwoVersionsAndNoAdmittedTokenLagsBeyond
       EXPECT_EQ(job->ctx->records[r].metrics.at("stale_groups_discarded"), 0.0) << r;
       EXPECT_LE(job->ctx->records[r].metrics.at("policy_version_lag"), static_cast<double>(k));
     }
+  }
+}
+
+// The request ids of every group trained, step by step.
+std::vector<std::vector<int64_t>> TrainedIds(const Job& job) {
+  std::vector<std::vector<int64_t>> out;
+  for (const FakeWork* w : job.actors->Received(Task::kGrpoTrain)) {
+    auto groups = GroupsFromFrames(w->tensors, true, 2);
+    EXPECT_TRUE(groups.ok()) << groups.status();
+    out.emplace_back();
+    for (const LmGroup& g : *groups) out.back().push_back(g.request_id);
+  }
+  return out;
+}
+
+// checkpoint.every 2 with rollout.max_staleness 1: the checkpoint after iteration 2 records
+// batch 3, dealt while step 2 trained, with its request ids. A run resumed from it deals batch 3
+// again with those ids, before anything else, and trains steps 3 to 5 on exactly the groups the
+// uninterrupted run trained there: across both runs every request id is trained once, and
+// every token lags the trainer by at most k.
+TEST_F(AsyncLoopTest, CheckpointRecordsTheGroupsInFlightAndAResumedRunDealsThemAgainOnce) {
+  job_extra_ = "checkpoint: {every: 2}\n";
+  auto first = Run("1", 1, /*train_pumps=*/4, /*eval_every=*/2, [](Job& j) {
+    j.actors->On("trainer", Task::kSaveState, [](const FakeWork&) { return FakeReply::Ok(); });
+  });
+  ASSERT_TRUE(first->status.ok()) << first->status;
+  const std::string run = first->ctx->run_dir().path();
+  std::ifstream in(run + "/checkpoints/step_2/state/controller.json");
+  const nlohmann::json c = nlohmann::json::parse(in, nullptr, false);
+  ASSERT_TRUE(c.contains("rollout")) << c.dump();
+  std::vector<int64_t> batch3;
+  for (int64_t i = 12; i < 18; ++i) batch3.push_back(i);
+  EXPECT_EQ(c["rollout"], (nlohmann::json{{"batches", {{{"batch", 3}, {"request_ids", batch3}}}}}));
+  const std::vector<std::vector<int64_t>> uninterrupted = TrainedIds(*first);
+  ASSERT_EQ(uninterrupted.size(), 5u);
+
+  resume_ = JobCheckpoint{2, run + "/checkpoints/step_2/state", c};
+  auto resumed = Run("1", 1, 4, 2, [](Job& j) {
+    j.actors->On("trainer", Task::kSaveState, [](const FakeWork&) { return FakeReply::Ok(); });
+    j.actors->On("trainer", Task::kLoadState,
+                 [](const FakeWork&) { return WeightsReply(2, "inline"); });
+  });
+  ASSERT_TRUE(resumed->status.ok()) << resumed->status;
+  // Batch 3's groups are the first the resumed run deals, with their recorded ids.
+  const auto& queued = resumed->rollout->queued();
+  ASSERT_GE(queued.size(), 6u);
+  for (size_t i = 0; i < 6; ++i) EXPECT_EQ(queued[i].request_id, batch3[i]);
+  const std::vector<std::vector<int64_t>> after = TrainedIds(*resumed);
+  ASSERT_EQ(after.size(), 3u);
+  std::multiset<int64_t> trained;
+  for (size_t s = 0; s < 2; ++s) trained.insert(uninterrupted[s].begin(), uninterrupted[s].end());
+  for (size_t s = 0; s < 3; ++s) {
+    EXPECT_EQ(after[s], uninterrupted[s + 2]) << "step " << s + 3;
+    trained.insert(after[s].begin(), after[s].end());
+  }
+  ASSERT_EQ(trained.size(), 5u * kPrompts);
+  int64_t want = 0;
+  for (int64_t id : trained) EXPECT_EQ(id, want++) << "every group once, none lost";
+  const std::vector<std::vector<LmGroup>> trains = TrainBatches(*resumed);
+  for (size_t s = 0; s < trains.size(); ++s) {
+    const int64_t step = static_cast<int64_t>(s) + 3;
+    for (const LmGroup& g : trains[s]) {
+      for (const LmSample& smp : g.samples) {
+        for (int64_t v : smp.versions) {
+          EXPECT_LE(v, step - 1);
+          EXPECT_LE(step - 1 - v, 1) << "step " << step;
+        }
+      }
+    }
+  }
+  ASSERT_EQ(resumed->ctx->records.size(), 3u) << "no start evaluation";
+  for (size_t r = 0; r < 3; ++r) {
+    const auto& m = resumed->ctx->records[r].metrics;
+    EXPECT_EQ(m.at("batch/request_id_first"), static_cast<double>((r + 2) * kPrompts));
+    EXPECT_EQ(m.at("batch/groups"), static_cast<double>(kPrompts));
+  }
+}
+
+TEST_F(AsyncLoopTest, ResumeFromACheckpointWithoutItsGroupsInFlightIsRefusedNamingTheFile) {
+  resume_ = JobCheckpoint{2, "/ckpt/step_2/state", {{"iteration", 2}, {"policy_version", 2}}};
+  auto job = Run("1", 1, 0, 2, [](Job& j) {
+    j.actors->On("trainer", Task::kLoadState,
+                 [](const FakeWork&) { return WeightsReply(2, "inline"); });
+  });
+  EXPECT_EQ(job->status.code(), absl::StatusCode::kDataLoss) << job->status;
+  EXPECT_NE(job->status.message().find("/ckpt/step_2/state/controller.json: no rollout.batches"),
+            std::string::npos)
+      << job->status;
+}
+
+// An engine joined by hand while step 1 trains loads the current weights and is dealt groups
+// within one iteration; every batch is whole and within the bound.
+TEST_F(AsyncLoopTest, AnEngineJoinedByHandIsDealtGroupsWithinOneIteration) {
+  rollout_extra_ = ", max_workers: 2";
+  auto joined = Run("1", 1, /*train_pumps=*/4, 2, [](Job& j) {
+    j.actors->On("trainer", Task::kGrpoTrain, [&j](const FakeWork& w) {
+      if (w.request.grpo_train().step() == 1) j.actors->Join("rollout");
+      FakeReply r = WeightsReply(w.request.grpo_train().step(), "inline");
+      r.delay_pumps = 4;
+      return r;
+    });
+  });
+  ASSERT_TRUE(joined->status.ok()) << joined->status;
+  const auto& records = joined->ctx->records;  // step 0 (the start's evaluation), 1 .. 5
+  ASSERT_EQ(records.size(), 6u);
+  EXPECT_EQ(records[1].metrics.count("rollout/1/groups"), 0u) << "not there yet";
+  double joiner_groups = 0;
+  for (size_t r = 2; r <= 3; ++r) joiner_groups += records[r].metrics.at("rollout/1/groups");
+  EXPECT_GT(joiner_groups, 0) << "dealt groups by the iteration after it joined";
+  const std::vector<std::string> kinds = KindsAfter(*joined, 0, "rollout-1");
+  ASSERT_FALSE(kinds.empty());
+  EXPECT_EQ(kinds.front(), "load_weights");
+  for (size_t r = 1; r < records.size(); ++r) {
+    EXPECT_EQ(records[r].metrics.at("batch/groups"), static_cast<double>(kPrompts));
+    EXPECT_EQ(records[r].metrics.at("stale_groups_discarded"), 0.0);
+  }
+  const Controller& c = joined->actors->controller();
+  EXPECT_EQ(c.elastic().joins, 1u);
+  EXPECT_EQ(c.faults().actors_lost, 0u);
+}
+
+// The synchronous loop's leave, asynchronously: an engine that leaves (SIGTERM) after its first
+// chunk hands back the groups it still owed; they are dealt again to the other engine, every
+// batch is whole and within the bound, and no fault is counted.
+TEST_F(AsyncLoopTest, AnEngineLeavingOnSigtermHandsBackItsGroupsAndNoFaultIsCounted) {
+  auto clean = Run("1", 2, /*train_pumps=*/4);
+  ASSERT_TRUE(clean->status.ok()) << clean->status;
+  auto left_at = std::make_shared<size_t>(0);
+  auto left = Run("1", 2, 4, 2, [left_at](Job& j) {
+    auto generate = j.rollout->Generate();
+    j.actors->On("rollout", Task::kLmGenerate, [generate, left_at, &j](const FakeWork& w) {
+      if (w.rank != 1 || *left_at > 0) return generate(w);
+      FakeReply chunk = generate(w);
+      j.rollout->Forget(w.actor_id);
+      *left_at = j.actors->received().size();
+      return FakeReply::AndLeave(std::move(chunk));
+    });
+  });
+  ASSERT_TRUE(left->status.ok()) << left->status;
+  ASSERT_GT(*left_at, 0u);
+  ExpectWholeBatchesWithinTheBound(*clean, *left, 1);
+  const Controller& c = left->actors->controller();
+  EXPECT_EQ(c.faults().actors_lost, 0u);
+  EXPECT_EQ(c.elastic().leaves, 1u);
+  EXPECT_TRUE(KindsAfter(*left, *left_at, left->actors->Ids("rollout")[1]).empty())
+      << "nothing is sent after it left";
+  for (const IterationRecord& r : left->ctx->records) {
+    EXPECT_EQ(r.metrics.count("faults/requeued_groups"), 0u) << "step " << r.step;
   }
 }
 

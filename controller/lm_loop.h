@@ -16,11 +16,16 @@
 // tags buckets with it, so the stream is never confused with an earlier one's copy). Losing
 // every engine at once is therefore a fault like any other.
 //
-// Elastic workers (synchronous runs): an engine that joins a slot beyond rollout.workers is
-// brought to the current version as a replacement is and dealt groups from then on; one that leaves
-// (SIGTERM) hands back what it owed, dealt again as a lost engine's work but not counted as a
-// fault. A round starts only once rollout.min_workers engines and reward.min_workers reward workers
-// are live (it waits, with a status, up to the controller's deadline).
+// Dealing, scoring and fault re-dealing are RolloutDispatcher's (controller/rollout_dispatcher.h),
+// which the synchronous round here and the asynchronous loop both drive; this class keeps the
+// fleet's versions and brings engines to the current weights.
+//
+// Elastic workers (synchronous and asynchronous runs): an engine that joins a slot beyond
+// rollout.workers is brought to the current version as a replacement is and dealt groups from
+// then on; one that leaves (SIGTERM) hands back what it owed, dealt again as a lost engine's
+// work but not counted as a fault. A batch is dealt only once rollout.min_workers engines and
+// reward.min_workers reward workers are live (it waits, with a status, up to the controller's
+// deadline).
 //
 // Not thread-safe: one algorithm's loop drives it. The controller does not load libtorch;
 // everything here is token ids and text.
@@ -34,61 +39,15 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "config/answer_check.h"
 #include "config/job_config.h"
 #include "controller/algorithm.h"
 #include "controller/engine_fleet.h"
+#include "controller/task_text.h"
 #include "controller/trainer_group.h"
-#include "data/arith_task.h"
-#include "models/chat_template.h"
-#include "models/tokenizer.h"
+#include "nlohmann/json.hpp"
 #include "proto/lm_groups.h"
 
 namespace rlforge {
-
-// Everything the controller needs to turn examples into prompts and responses into text.
-struct TaskText {
-  std::unique_ptr<models::Tokenizer> tokenizer;
-  std::optional<models::PromptTemplate> tmpl;
-  std::optional<ArithmeticTask> task;  // data.source arithmetic
-  std::vector<PromptExample> train_file, heldout;
-  std::vector<PreferenceExample> preference_file;  // dpo with data.source jsonl
-
-  // bos (when the tokenizer has one) + the templated prompt: what the rollout engine sees.
-  std::vector<int32_t> Encode(const std::string& system, const std::string& prompt) const;
-  // Response text + end of turn + eos: the tokens a policy emits for `response` (as SFT
-  // trains them), e.g. one side of a DPO pair.
-  std::vector<int32_t> EncodeResponse(const std::string& response) const;
-  // Response text without the stop token and end-of-turn marker.
-  std::string Response(const LmSample& s) const;
-  // `count` training examples starting at `offset`: the arithmetic task's stream, or the
-  // training file cycled.
-  std::vector<PromptExample> TrainBatch(uint64_t seed, uint64_t offset, int64_t count) const;
-};
-
-// Loads model.path's tokenizer, data.prompt_template and the data; keeps at most
-// `heldout_examples` held-out examples. For dpo, a JSONL train file holds preference pairs
-// ({"prompt", "chosen", "rejected"}).
-absl::StatusOr<TaskText> LoadTaskText(const JobConfig& c, int64_t heldout_examples);
-
-// A job's held-out evaluation as its config describes it, for `rlforge eval --job`. kLmRl:
-// grpo.eval_examples, max_new_tokens and eval_verifier (what LmRlAlgorithm passes to
-// LmLoop::Evaluate); kDpo: dpo.eval_examples and max_new_tokens, exact; kSft:
-// data.heldout_examples and sft.max_new_tokens, exact, against each example's SFT response
-// (what the SFT trainer compares with). An error for a job without one (echo, ppo).
-struct HeldoutEvaluation {
-  int64_t examples = 0;  // how many of the held-out set
-  int64_t max_new_tokens = 0;
-  AnswerCheck verifier = AnswerCheck::kExact;
-  bool sft = false;  // the reference is the SFT response (held-out lines {prompt, response})
-};
-absl::StatusOr<HeldoutEvaluation> HeldoutEvaluationOf(const JobConfig& c);
-
-// The first `count` examples of the job's held-out set, as the job reads it (HeldoutExamples,
-// data/heldout_set.h, for job.seed), each one's reference in `answer`. Errors name the file
-// and line, or the data.* option.
-absl::StatusOr<std::vector<PromptExample>> JobHeldoutSet(const JobConfig& c,
-                                                         const HeldoutEvaluation& e, int64_t count);
 
 struct SamplingParams {
   int64_t n = 1;  // samples per prompt
@@ -150,6 +109,8 @@ class LmLoop {
                            std::vector<TensorFrame> tensors, IterationRecord& rec);
 
   const EngineFleet& fleet() const { return fleet_; }
+  JobContext& ctx() const { return ctx_; }
+  const TaskText& text() const { return text_; }
 
   // The engines serving the required version, after marking lost ones and loading the current
   // weights onto replacements; waits for a replacement when no engine is live. Loading may
@@ -167,7 +128,6 @@ class LmLoop {
   void AddRequeuedMetrics(std::map<std::string, double>& metrics) const;
 
  private:
-  class Round;
   // The version of a lost engine: it serves nothing.
   static constexpr int64_t kLostVersion = -1;
 
@@ -221,8 +181,10 @@ void RewardStats(const Scored& s, double count, std::map<std::string, double>& m
 
 // Whole-job checkpoints of the loops that drive a language-model policy (kLmRl, kDpo): after
 // iteration `it`, at policy `version`, when CheckpointAfterIteration says so, the trainer
-// ranks' state (trainer/) and controller.json {iteration, policy_version}.
-absl::Status CheckpointLmJob(JobContext& ctx, TrainerGroup& trainer, int64_t it, int64_t version);
+// ranks' state (trainer/) and controller.json {iteration, policy_version}, plus
+// {"rollout": rollout} when `rollout` is not null (an asynchronous run's groups in flight).
+absl::Status CheckpointLmJob(JobContext& ctx, TrainerGroup& trainer, int64_t it, int64_t version,
+                             const nlohmann::json& rollout = nullptr);
 
 // A resumed job: the trainer ranks read their state from the checkpoint, the restored version
 // is checked against controller.json's, and the engines load it. Returns that version.

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <map>
 
 #include "absl/strings/match.h"
@@ -12,8 +13,8 @@
 #include "common/logging.h"
 #include "common/status.h"
 #include "common/timing_keys.h"
-#include "controller/async_rollout.h"
 #include "controller/lm_loop.h"
+#include "controller/rollout_dispatcher.h"
 #include "controller/trainer_group.h"
 
 namespace rlforge {
@@ -169,11 +170,6 @@ absl::Status LmRlAlgorithm::Run(JobContext& ctx) {
       "staleness {}",
       config_.job.algorithm->name, g.prompts_per_iteration, g.group_size, config_.job.iterations,
       text.heldout.size(), config_.rollout.max_staleness);
-  if (config_.rollout.max_staleness > 0) {  // no checkpoints: the config refuses them
-    RETURN_IF_ERROR(loop.EvaluateStart(g.max_new_tokens, static_cast<uint64_t>(config_.job.seed),
-                                       g.eval_verifier));  // step 0: the starting policy
-    return RunAsync(ctx, text, loop, trainer);
-  }
   int64_t first = 1, version = 0;
   if (const JobCheckpoint* from = ctx.resume_point()) {
     ASSIGN_OR_RETURN(version, ResumeLmJob(trainer, loop, *from));
@@ -181,6 +177,9 @@ absl::Status LmRlAlgorithm::Run(JobContext& ctx) {
   } else {
     RETURN_IF_ERROR(loop.EvaluateStart(g.max_new_tokens, static_cast<uint64_t>(config_.job.seed),
                                        g.eval_verifier));  // step 0: the starting policy
+  }
+  if (config_.rollout.max_staleness > 0) {
+    return RunAsync(ctx, text, loop, trainer, first, version);
   }
   return RunSynchronous(ctx, text, loop, trainer, first, version);
 }
@@ -231,70 +230,105 @@ absl::Status LmRlAlgorithm::RunSynchronous(JobContext& ctx, const TaskText& text
 
 namespace {
 
-// Serves the rollout's work until `done` holds, while the trainer is idle (so groups a lost
-// engine gave back can wait for a replacement, which loads the current weights first). An
-// error when nothing is in flight that could make it hold (never a wait without a deadline:
-// each work has the request deadline).
-absl::Status ServeUntil(Controller& ctl, AsyncRollout& rollout, const std::function<bool()>& done) {
-  while (!done()) {
-    RETURN_IF_ERROR(rollout.Refill());
-    const std::vector<uint64_t> ids = rollout.Outstanding();
-    if (ids.empty()) return absl::InternalError("the rollout waits on a batch nothing generates");
-    ASSIGN_OR_RETURN(const size_t k, ctl.AwaitReady(ids));
-    RETURN_IF_ERROR(rollout.Handle(ids[k]));
-  }
-  return absl::OkStatus();
-}
-
-// Serves the rollout's work (engines keep generating, rewards keep scoring) until the
-// trainer's request in flight has a result; trainer.Await() then collects it. Groups a lost
-// engine gives back meanwhile go to the engines serving now, or wait for ServeUntil's Refill.
-absl::Status ServeWhileTraining(Controller& ctl, AsyncRollout& rollout,
-                                const TrainerGroup& trainer) {
-  while (true) {
-    std::vector<uint64_t> ids = rollout.Outstanding();
-    const size_t own = ids.size();
-    ids.insert(ids.end(), trainer.in_flight().begin(), trainer.in_flight().end());
-    ASSIGN_OR_RETURN(const size_t k, ctl.AwaitReady(ids));
-    if (k >= own) return absl::OkStatus();
-    RETURN_IF_ERROR(rollout.Handle(ids[k]));
-  }
+// Batch b's request ids: run-wide, in dispatch order ((b - 1) x prompts + i).
+std::vector<int64_t> BatchRequestIds(int64_t batch, int64_t prompts) {
+  std::vector<int64_t> ids(static_cast<size_t>(prompts));
+  for (int64_t i = 0; i < prompts; ++i) ids[static_cast<size_t>(i)] = (batch - 1) * prompts + i;
+  return ids;
 }
 
 // Deals training batches dispatched + 1 .. min(last, job.iterations) to the engines.
-absl::Status DispatchThrough(AsyncRollout& rollout, const TaskText& text, const JobConfig& c,
+absl::Status DispatchThrough(RolloutDispatcher& rollout, const TaskText& text, const JobConfig& c,
                              int64_t last, int64_t& dispatched) {
   const int64_t prompts = c.grpo.prompts_per_iteration;
   const uint64_t seed = static_cast<uint64_t>(c.job.seed);
   while (dispatched < std::min(last, c.job.iterations)) {
     ++dispatched;
     const uint64_t offset = static_cast<uint64_t>((dispatched - 1) * prompts);
-    RETURN_IF_ERROR(rollout.Dispatch(dispatched, text.TrainBatch(seed, offset, prompts)));
+    RETURN_IF_ERROR(rollout.Dispatch(dispatched, text.TrainBatch(seed, offset, prompts),
+                                     BatchRequestIds(dispatched, prompts)));
   }
   return absl::OkStatus();
+}
+
+// The batches in flight, as an asynchronous checkpoint records them (controller.json "rollout").
+nlohmann::json InFlightJson(const RolloutDispatcher& rollout) {
+  nlohmann::json batches = nlohmann::json::array();
+  for (const InFlightBatch& b : rollout.InFlight()) {
+    batches.push_back({{"batch", b.batch}, {"request_ids", b.request_ids}});
+  }
+  return {{"batches", batches}};
+}
+
+// Deals again, with their recorded request ids, the batches a checkpoint after iteration
+// `from.step` holds in flight (batches step + 1 on, in order). Returns the last one dealt.
+absl::StatusOr<int64_t> DispatchRecorded(RolloutDispatcher& rollout, const TaskText& text,
+                                         const JobConfig& c, const JobCheckpoint& from) {
+  const nlohmann::json& r =
+      from.controller.contains("rollout") ? from.controller["rollout"] : nlohmann::json();
+  const std::string where = from.dir + "/controller.json";
+  if (!r.is_object() || !r.contains("batches") || !r["batches"].is_array()) {
+    return absl::DataLossError(
+        absl::StrCat(where, ": no rollout.batches (the groups in flight of an asynchronous run)"));
+  }
+  const int64_t prompts = c.grpo.prompts_per_iteration;
+  int64_t dispatched = from.step;
+  for (const nlohmann::json& b : r["batches"]) {
+    const int64_t batch = b.value("batch", int64_t{-1});
+    const std::vector<int64_t> ids = b.value("request_ids", std::vector<int64_t>());
+    if (batch != dispatched + 1 || static_cast<int64_t>(ids.size()) != prompts) {
+      return absl::DataLossError(absl::StrCat(where, ": in-flight batch ", batch, " with ",
+                                              ids.size(), " request ids; expected batch ",
+                                              dispatched + 1, " with ", prompts));
+    }
+    const uint64_t offset = static_cast<uint64_t>((batch - 1) * prompts);
+    RETURN_IF_ERROR(rollout.Dispatch(
+        batch, text.TrainBatch(static_cast<uint64_t>(c.job.seed), offset, prompts), ids));
+    dispatched = batch;
+  }
+  spdlog::info("resumed with {} batch(es) in flight dealt again", dispatched - from.step);
+  return dispatched;
+}
+
+// Which groups batch `s` holds (before admission): request_id_first/last and groups, for
+// checking that no group is lost or trained twice (across a resume too).
+void RecordRequestIds(const Scored& s, IterationRecord& rec) {
+  int64_t lo = std::numeric_limits<int64_t>::max(), hi = std::numeric_limits<int64_t>::min();
+  for (const LmGroup& g : s.groups) {
+    lo = std::min(lo, g.request_id);
+    hi = std::max(hi, g.request_id);
+  }
+  rec.metrics["batch/request_id_first"] = static_cast<double>(lo);
+  rec.metrics["batch/request_id_last"] = static_cast<double>(hi);
+  rec.metrics["batch/groups"] = static_cast<double>(s.groups.size());
+  for (const auto& [k, v] : s.metrics) {
+    if (absl::StartsWith(k, "rollout/")) rec.metrics[k] = v;  // per engine: version, groups
+  }
 }
 
 }  // namespace
 
 absl::Status LmRlAlgorithm::RunAsync(JobContext& ctx, const TaskText& text, LmLoop& loop,
-                                     TrainerGroup& trainer) {
+                                     TrainerGroup& trainer, int64_t first, int64_t version) {
   const GrpoOptions& g = config_.grpo;
   const int64_t k = config_.rollout.max_staleness, iterations = config_.job.iterations;
-  const uint64_t seed = static_cast<uint64_t>(config_.job.seed);
-  Controller& ctl = ctx.controller();
   SamplingParams sampling = TrainSampling(g);
-  sampling.seed = seed * 1000003ull;  // with each group's run-wide request id
-  AsyncRollout rollout(ctl, loop, text, config_.data.system_prompt, sampling);
-  int64_t version = 0, dispatched = 0;
-  for (int64_t it = 1; it <= iterations; ++it) {
+  sampling.seed = static_cast<uint64_t>(config_.job.seed) * 1000003ull;  // with each request id
+  RolloutDispatcher rollout(loop, sampling, k);
+  int64_t dispatched = first - 1;
+  if (const JobCheckpoint* from = ctx.resume_point()) {
+    ASSIGN_OR_RETURN(dispatched, DispatchRecorded(rollout, text, config_, *from));
+  }
+  for (int64_t it = first; it <= iterations; ++it) {
     const Stopwatch t_iter;
     IterationRecord rec;
     rec.step = it;
     RETURN_IF_ERROR(DispatchThrough(rollout, text, config_, it, dispatched));  // this batch
     const Stopwatch t_wait;
-    RETURN_IF_ERROR(ServeUntil(ctl, rollout, [&] { return rollout.Complete(it); }));
+    RETURN_IF_ERROR(rollout.ServeUntil([&] { return rollout.Complete(it); }));
     rec.timings["rollout_wall_s"] = t_wait.Seconds();  // the trainer waited for the batch
     ASSIGN_OR_RETURN(Scored s, rollout.Take(it));
+    RecordRequestIds(s, rec);
     const double generated = static_cast<double>(s.groups.size() * g.group_size);
     std::vector<double> lag_tokens;
     const int64_t stale = AdmitFresh(version, k, s, lag_tokens);
@@ -318,17 +352,19 @@ absl::Status LmRlAlgorithm::RunAsync(JobContext& ctx, const TaskText& text, LmLo
     rec.metrics["stale_groups_discarded"] = static_cast<double>(stale);
     rec.metrics["partial_samples"] = static_cast<double>(PartialSamples(s));
     loop.AddRequeuedMetrics(rec.metrics);  // work dealt again after a worker was lost
-    RETURN_IF_ERROR(ServeWhileTraining(ctl, rollout, trainer));
+    RETURN_IF_ERROR(rollout.ServeUntilReady(trainer.in_flight()));
     ASSIGN_OR_RETURN(WorkOutcome trained, trainer.Await());
     rec.timings["train_s"] = t_train.Seconds();
     // Evaluation deals its own prompts to the engines: they first return all they owe (after
     // the weight sync, so a replacement that takes given-back groups loads the newest weights).
-    RETURN_IF_ERROR(AfterTrain(
-        ctx, config_, loop, trainer, std::move(trained), it, version, rec,
-        [&] { return ServeUntil(ctl, rollout, [&] { return rollout.owed_groups() == 0; }); }));
+    RETURN_IF_ERROR(
+        AfterTrain(ctx, config_, loop, trainer, std::move(trained), it, version, rec,
+                   [&] { return rollout.ServeUntil([&] { return rollout.owed_groups() == 0; }); }));
     EndTimings(t_iter.Seconds(), generated, tokens, static_cast<double>(loop.fleet().size()),
                rollout.TakeEngineBusySeconds(), rec);
     RETURN_IF_ERROR(ctx.EndIteration(rec));
+    // The batches in flight go into the checkpoint: a resumed run deals them again.
+    RETURN_IF_ERROR(CheckpointLmJob(ctx, trainer, it, version, InFlightJson(rollout)));
   }
   return absl::OkStatus();
 }

@@ -11,8 +11,10 @@
 // rollout.max_staleness 0 (synchronous): rollout always serves the trainer's current version,
 // so the policy-version lag recorded per iteration is 0 unless something is wrong.
 // rollout.max_staleness k >= 1 (asynchronous, docs/async_rl.md): the engines generate the next
-// batches (AsyncRollout) while the trainer trains; batch b is dispatched once the engines serve
-// step b-1-k's weights, and a group is admitted only when no token lags by more than k.
+// batches while the trainer trains; batch b is dispatched once the engines serve step b-1-k's
+// weights, and a group is admitted only when no token lags by more than k. Both modes deal
+// through one RolloutDispatcher; an asynchronous checkpoint records the batches in flight (their
+// request ids), which a resumed run deals again, so no group is lost or trained twice.
 #pragma once
 
 #include "controller/algorithm.h"
@@ -37,7 +39,8 @@ class LmRlAlgorithm final : public Algorithm {
   // (from policy `version`) or asynchronous.
   absl::Status RunSynchronous(JobContext& ctx, const TaskText& text, LmLoop& loop,
                               TrainerGroup& trainer, int64_t first, int64_t version);
-  absl::Status RunAsync(JobContext& ctx, const TaskText& text, LmLoop& loop, TrainerGroup& trainer);
+  absl::Status RunAsync(JobContext& ctx, const TaskText& text, LmLoop& loop, TrainerGroup& trainer,
+                        int64_t first, int64_t version);
   JobConfig config_;
 };
 

@@ -1,4 +1,4 @@
-#include "controller/async_rollout.h"
+#include "controller/rollout_dispatcher.h"
 
 #include <algorithm>
 #include <cmath>
@@ -10,58 +10,112 @@
 
 namespace rlforge {
 
-AsyncRollout::AsyncRollout(Controller& ctl, LmLoop& loop, const TaskText& text,
-                           std::string system_prompt, SamplingParams p)
-    : ctl_(ctl),
-      loop_(loop),
+namespace {
+
+double MetricOr(const proto::WorkResult& r, const std::string& key, double fallback) {
+  auto it = r.metrics().find(key);
+  return it == r.metrics().end() ? fallback : it->second;
+}
+
+}  // namespace
+
+RolloutDispatcher::RolloutDispatcher(LmLoop& loop, SamplingParams p, int64_t max_staleness)
+    : loop_(loop),
+      ctl_(loop.ctx().controller()),
       fleet_(loop.fleet()),
-      text_(text),
-      system_prompt_(std::move(system_prompt)),
       p_(p),
+      max_staleness_(max_staleness),
       engines_(loop.fleet().size()) {}
 
-absl::Status AsyncRollout::Dispatch(int64_t batch, const std::vector<PromptExample>& examples) {
+absl::Status RolloutDispatcher::Dispatch(int64_t batch, const std::vector<PromptExample>& examples,
+                                         const std::vector<int64_t>& request_ids) {
   if (batches_.count(batch)) return absl::InternalError(absl::StrCat("batch ", batch, " twice"));
+  if (request_ids.size() != examples.size()) {
+    return absl::InternalError(absl::StrCat("batch ", batch, ": ", examples.size(), " examples, ",
+                                            request_ids.size(), " request ids"));
+  }
   if (ctl_.actors().IdsOfRole("reward").empty()) {
     return absl::FailedPreconditionError("the job has no reward worker");
   }
-  ASSIGN_OR_RETURN(std::vector<size_t> current, loop_.CurrentEngines());
+  // Below a role's minimum the batch waits (joins, replacements) rather than starting.
+  const JobConfig& c = loop_.ctx().config();
+  RETURN_IF_ERROR(
+      ctl_.AwaitLive("rollout", static_cast<int>(c.rollout.min_workers), "rollout.min_workers"));
+  RETURN_IF_ERROR(
+      ctl_.AwaitLive("reward", static_cast<int>(c.reward.min_workers), "reward.min_workers"));
+  for (int64_t id : request_ids) {
+    if (where_.count(id)) {
+      return absl::InternalError(absl::StrCat("request id ", id, " is in flight"));
+    }
+  }
+  for (size_t i = 0; i < request_ids.size(); ++i) where_[request_ids[i]] = {batch, i};
   Batch& b = batches_[batch];
   b.examples = examples;
+  b.request_ids = request_ids;
   b.groups.resize(examples.size());
   b.arrived.assign(examples.size(), false);
   b.rewards.assign(examples.size() * p_.n, std::nan(""));
-  std::vector<int64_t> ids(examples.size());
-  for (size_t i = 0; i < examples.size(); ++i) {
-    ids[i] = next_request_++;
-    where_[ids[i]] = {batch, i};
-  }
-  return Deal(ids, std::move(current));
+  b.engine_s.assign(fleet_.size(), 0.0);
+  b.engine_groups.assign(fleet_.size(), 0);
+  return Deal(request_ids);
 }
 
-absl::Status AsyncRollout::Refill() {
+absl::Status RolloutDispatcher::Refill() {
   if (homeless_.empty()) return absl::OkStatus();
-  ASSIGN_OR_RETURN(std::vector<size_t> current, loop_.CurrentEngines());
   std::vector<int64_t> ids = std::move(homeless_);
   homeless_.clear();
-  return Deal(ids, std::move(current));
+  return Deal(ids);
 }
 
-LmGroup AsyncRollout::Prompt(int64_t id) const {
+absl::Status RolloutDispatcher::ServeUntil(const std::function<bool()>& done) {
+  while (!done()) {
+    RETURN_IF_ERROR(Refill());
+    const std::vector<uint64_t> ids = Outstanding();
+    if (ids.empty()) {
+      // Given back while no engine served: CurrentEngines waits for one in the next Refill.
+      if (!homeless_.empty()) continue;
+      return absl::InternalError("the rollout waits on a batch nothing generates");
+    }
+    ASSIGN_OR_RETURN(const size_t k, ctl_.AwaitReady(ids));
+    RETURN_IF_ERROR(Handle(ids[k]));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RolloutDispatcher::ServeUntilReady(const std::vector<uint64_t>& others) {
+  while (true) {
+    std::vector<uint64_t> ids = Outstanding();
+    const size_t own = ids.size();
+    ids.insert(ids.end(), others.begin(), others.end());
+    ASSIGN_OR_RETURN(const size_t k, ctl_.AwaitReady(ids));
+    if (k >= own) return absl::OkStatus();
+    RETURN_IF_ERROR(Handle(ids[k]));
+  }
+}
+
+LmGroup RolloutDispatcher::Prompt(int64_t id) const {
   const auto [batch, i] = where_.at(id);
   LmGroup g;
   g.request_id = id;
-  g.prompt = text_.Encode(system_prompt_, batches_.at(batch).examples[i].prompt);
+  g.prompt = loop_.text().Encode(loop_.ctx().config().data.system_prompt,
+                                 batches_.at(batch).examples[i].prompt);
   return g;
 }
 
-bool AsyncRollout::Live(const std::string& actor_id) const {
+bool RolloutDispatcher::Live(const std::string& actor_id) const {
   const ActorInfo* a = ctl_.actors().Find(actor_id);
   return a != nullptr && (a->state == ActorState::kReady || a->state == ActorState::kBusy);
 }
 
-absl::Status AsyncRollout::Deal(const std::vector<int64_t>& ids, std::vector<size_t> engines) {
-  std::erase_if(engines, [&](size_t e) { return !Live(fleet_.id(e)); });
+absl::Status RolloutDispatcher::Deal(const std::vector<int64_t>& ids) {
+  if (ids.empty()) return absl::OkStatus();
+  // CurrentEngines may serve the controller (loading a replacement), and an engine can be
+  // declared lost meanwhile: deal only to those still serving once it returns.
+  ASSIGN_OR_RETURN(std::vector<size_t> engines, loop_.CurrentEngines());
+  const std::vector<size_t> serving = loop_.ServingEngines();
+  std::erase_if(engines, [&](size_t e) {
+    return std::find(serving.begin(), serving.end(), e) == serving.end();
+  });
   if (engines.empty()) {
     homeless_.insert(homeless_.end(), ids.begin(), ids.end());
     return absl::OkStatus();
@@ -84,7 +138,7 @@ absl::Status AsyncRollout::Deal(const std::vector<int64_t>& ids, std::vector<siz
   return absl::OkStatus();
 }
 
-absl::Status AsyncRollout::Request(size_t engine) {
+absl::Status RolloutDispatcher::Request(size_t engine) {
   // Declared lost since its groups were queued (the controller was served meanwhile): they
   // go to the engines still serving, as a lost engine's do.
   if (!Live(fleet_.id(engine))) return GiveBack(engine);
@@ -107,31 +161,37 @@ absl::Status AsyncRollout::Request(size_t engine) {
   return absl::OkStatus();
 }
 
-bool AsyncRollout::Complete(int64_t batch) const {
+bool RolloutDispatcher::Complete(int64_t batch) const {
   auto it = batches_.find(batch);
   return it != batches_.end() && it->second.scored == it->second.groups.size();
 }
 
-std::vector<uint64_t> AsyncRollout::Outstanding() const {
+std::vector<uint64_t> RolloutDispatcher::Outstanding() const {
   std::vector<uint64_t> ids;
   for (const auto& [id, e] : generating_) ids.push_back(id);
   for (const auto& [id, s] : scoring_) ids.push_back(id);
   return ids;
 }
 
-int64_t AsyncRollout::owed_groups() const {
+int64_t RolloutDispatcher::owed_groups() const {
   int64_t owed = static_cast<int64_t>(homeless_.size());
   for (const Engine& e : engines_) owed += static_cast<int64_t>(e.owed.size());
   return owed;
 }
 
-double AsyncRollout::TakeEngineBusySeconds() {
+double RolloutDispatcher::TakeEngineBusySeconds() {
   const double s = busy_s_;
   busy_s_ = 0;
   return s;
 }
 
-absl::Status AsyncRollout::Handle(uint64_t work_id) {
+std::vector<InFlightBatch> RolloutDispatcher::InFlight() const {
+  std::vector<InFlightBatch> out;
+  for (const auto& [batch, b] : batches_) out.push_back({batch, b.request_ids});
+  return out;
+}
+
+absl::Status RolloutDispatcher::Handle(uint64_t work_id) {
   if (auto g = generating_.find(work_id); g != generating_.end()) {
     const size_t engine = g->second;
     generating_.erase(g);
@@ -145,40 +205,50 @@ absl::Status AsyncRollout::Handle(uint64_t work_id) {
   Scoring scoring = std::move(s->second);
   scoring_.erase(s);
   ASSIGN_OR_RETURN(auto next, ctl_.AwaitNext({work_id}));
-  if (next.second.lost) {
-    spdlog::warn("{} lost while scoring {} group(s): sent again", scoring.worker,
-                 scoring.groups.size());
-    loop_.CountRequeued(0, 1);
-    return Score(std::move(scoring));
-  }
-  return RecordScores(scoring, std::move(next.second));
+  return OnScored(std::move(scoring), std::move(next.second));
 }
 
-absl::Status AsyncRollout::GiveBack(size_t engine) {
+absl::Status RolloutDispatcher::GiveBack(size_t engine) {
   Engine& e = engines_[engine];
   const std::vector<int64_t> again(e.owed.begin(), e.owed.end());
-  spdlog::warn("{} lost with {} group(s) outstanding: dealt again", fleet_.id(engine),
-               again.size());
+  // An engine that left on purpose handed them back: not a fault.
+  const ActorInfo* a = ctl_.actors().Find(fleet_.id(engine));
+  const bool left = a != nullptr && a->state == ActorState::kLeft;
+  spdlog::log(left ? spdlog::level::info : spdlog::level::warn,
+              "{} {} with {} group(s) outstanding: dealt again", fleet_.id(engine),
+              left ? "left" : "lost", again.size());
   e = Engine();
-  loop_.CountRequeued(static_cast<int64_t>(again.size()), 0);
-  return Deal(again, loop_.ServingEngines());
+  if (!left) loop_.CountRequeued(static_cast<int64_t>(again.size()), 0);
+  return Deal(again);
 }
 
-absl::Status AsyncRollout::Generated(size_t engine, WorkOutcome o) {
-  Engine& e = engines_[engine];
+absl::Status RolloutDispatcher::Generated(size_t engine, WorkOutcome o) {
   const std::string& name = fleet_.id(engine);
+  if (max_staleness_ == 0) RETURN_IF_ERROR(fleet_.CheckReply(engine, o.result.policy_version()));
   ASSIGN_OR_RETURN(std::vector<LmGroup> chunk, GroupsFromFrames(o.tensors, true, p_.n));
-  const auto& m = o.result.metrics();
-  busy_s_ += m.count("generate_s") ? m.at("generate_s") : 0;
   if (chunk.empty()) return absl::InternalError(absl::StrCat(name, " returned no group"));
+  Engine& e = engines_[engine];
   for (const LmGroup& grp : chunk) {
     if (e.owed.erase(grp.request_id) == 0) {
-      return absl::InternalError(absl::StrCat(name, " returned request ", grp.request_id,
-                                              ", which it does not owe (unknown or repeated)"));
+      return absl::InternalError(absl::StrCat(name, " returned unknown or repeated request ",
+                                              grp.request_id, " (one it does not owe)"));
     }
   }
+  // The chunk's figures count toward the batch of its first group.
+  Batch& first = batches_.at(where_.at(chunk.front().request_id).first);
+  const double busy = MetricOr(o.result, "generate_s", 0);
+  first.tokens += MetricOr(o.result, "generated_tokens", 0);
+  first.preemptions += MetricOr(o.result, "preemptions", 0);
+  first.engine_s[engine] += busy;
+  busy_s_ += busy;
   // The next chunk before scoring this one; an engine lost meanwhile gives its share back.
   if (!e.owed.empty()) RETURN_IF_ERROR(Live(name) ? Request(engine) : GiveBack(engine));
+  ASSIGN_OR_RETURN(Scoring scoring, Route(engine, std::move(chunk)));
+  return Score(std::move(scoring));
+}
+
+absl::StatusOr<RolloutDispatcher::Scoring> RolloutDispatcher::Route(size_t engine,
+                                                                    std::vector<LmGroup> chunk) {
   Scoring scoring;
   std::vector<reward::Sample> samples;
   for (LmGroup& grp : chunk) {
@@ -187,12 +257,11 @@ absl::Status AsyncRollout::Generated(size_t engine, WorkOutcome o) {
     where_.erase(w);
     Batch& b = batches_.at(batch);
     b.arrived[i] = true;
-    ++b.generated;
+    ++b.engine_groups[engine];
     for (const LmSample& s : grp.samples) {
-      b.tokens += static_cast<double>(s.tokens.size());
       reward::Sample rs;
       rs.prompt = b.examples[i].prompt;
-      rs.response = text_.Response(s);
+      rs.response = loop_.text().Response(s);
       rs.answer = b.examples[i].answer;
       rs.response_tokens = static_cast<int64_t>(s.tokens.size());
       samples.push_back(std::move(rs));
@@ -200,14 +269,11 @@ absl::Status AsyncRollout::Generated(size_t engine, WorkOutcome o) {
     b.groups[i] = std::move(grp);
     scoring.groups.push_back({batch, i});
   }
-  // The engine's preemptions and tokens belong to the batch of the chunk's first group.
-  Batch& first = batches_.at(scoring.groups.front().first);
-  first.preemptions += m.count("preemptions") ? m.at("preemptions") : 0;
   reward::SamplesToProto(samples, &scoring.task);
-  return Score(std::move(scoring));
+  return scoring;
 }
 
-absl::Status AsyncRollout::Score(Scoring s) {
+absl::Status RolloutDispatcher::Score(Scoring s) {
   std::vector<std::string> live = ctl_.actors().LiveOfRole("reward");
   if (live.empty()) {
     RETURN_IF_ERROR(ctl_.AwaitLive("reward"));
@@ -222,7 +288,18 @@ absl::Status AsyncRollout::Score(Scoring s) {
   return absl::OkStatus();
 }
 
-absl::Status AsyncRollout::RecordScores(const Scoring& s, WorkOutcome o) {
+absl::Status RolloutDispatcher::OnScored(Scoring s, WorkOutcome o) {
+  if (o.lost) {
+    spdlog::log(o.left ? spdlog::level::info : spdlog::level::warn,
+                "{} {} while scoring {} group(s): sent again", s.worker, o.left ? "left" : "lost",
+                s.groups.size());
+    if (!o.left) loop_.CountRequeued(0, 1);
+    return Score(std::move(s));
+  }
+  return RecordScores(s, o);
+}
+
+absl::Status RolloutDispatcher::RecordScores(const Scoring& s, const WorkOutcome& o) {
   const int64_t n = p_.n;
   ASSIGN_OR_RETURN(reward::BatchScores scores,
                    reward::ScoresFromProto(o.result.score(), s.groups.size() * n));
@@ -237,6 +314,8 @@ absl::Status AsyncRollout::RecordScores(const Scoring& s, WorkOutcome o) {
             "': ", scores.error[q], " (see logs/", s.worker, ".log)"));
       }
       b.rewards[i * n + j] = scores.total[q];
+      // Per reward, each sample's score by its place in the batch: the sums run in example
+      // order, so they do not depend on how chunks arrived.
       for (const auto& pr : scores.rewards) {
         std::vector<double>& v = b.by_reward[pr.name];
         v.resize(b.groups.size() * n, 0.0);
@@ -245,10 +324,12 @@ absl::Status AsyncRollout::RecordScores(const Scoring& s, WorkOutcome o) {
     }
     ++b.scored;
   }
+  // The reward worker's busy time (reward/reward_role.cc).
+  batches_.at(s.groups.front().first).reward_s += MetricOr(o.result, "reward/time_s", 0);
   return absl::OkStatus();
 }
 
-absl::StatusOr<Scored> AsyncRollout::Take(int64_t batch) {
+absl::StatusOr<Scored> RolloutDispatcher::Take(int64_t batch) {
   if (!Complete(batch)) {
     return absl::InternalError(absl::StrCat("batch ", batch, " is not complete"));
   }
@@ -261,6 +342,18 @@ absl::StatusOr<Scored> AsyncRollout::Take(int64_t batch) {
   AddRewardSums(b.by_reward, out.rewards, out.metrics);
   out.metrics["generated_tokens"] = b.tokens;
   out.metrics["engine_preemptions"] = b.preemptions;
+  double busiest = 0;
+  for (size_t e = 0; e < fleet_.size(); ++e) {
+    // An elastic slot nobody ever joined has nothing to report.
+    if (ctl_.actors().Find(fleet_.id(e))->incarnation == 0) continue;
+    const std::string prefix = absl::StrCat("rollout/", e, "/");
+    out.metrics[prefix + "version"] = static_cast<double>(fleet_.version(e));
+    out.metrics[prefix + "groups"] = static_cast<double>(b.engine_groups[e]);
+    out.timings[prefix + "generate_s"] = b.engine_s[e];
+    busiest = std::max(busiest, b.engine_s[e]);
+  }
+  out.timings["generate_s"] = busiest;
+  out.timings["reward_s"] = b.reward_s;
   return out;
 }
 
