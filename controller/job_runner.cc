@@ -230,8 +230,91 @@ absl::Status LaunchAndRun(Controller& controller, const JobConfig& config,
   return status;
 }
 
-// The controller, its dashboard and the job, once the run directory is open; RunJob's exit
-// code.
+// The dashboard's header for the run: the total is the loop's to say
+// (JobContext::SetTotalIterations), 0 (not known) until then.
+dashboard::RunInfo RunInfoFor(const JobConfig& config, const AttemptFiles& f,
+                              const std::string& job_id) {
+  dashboard::RunInfo info;
+  info.name = f.dir->name();
+  info.algorithm = config.job.algorithm->name;
+  info.job_id = job_id;
+  info.run_dir = f.dir->path();
+  info.config_yaml = ShownConfig(config);
+  info.resumed_from = f.resume != nullptr ? f.resume->step : 0;
+  return info;
+}
+
+// The controller's sinks: its state into status.json and the run state, the actors' metrics
+// for the dashboard, and what runs at every pump (PumpObserver).
+void ConnectSinks(Controller& controller, const AttemptFiles& f, dashboard::RunState& run_state,
+                  ActorMetrics& actor_metrics, const RunOptions* deferred,
+                  std::atomic<int>& hard_stop) {
+  f.status->set_state(&run_state);
+  controller.set_status_sink([&f](const std::string& state, const std::string& message) {
+    f.status->Write(state, message);
+  });
+  controller.set_metrics_sink([&actor_metrics](const std::string& actor, const proto::Metrics& m) {
+    for (const auto& [k, v] : m.values()) actor_metrics[actor][k] = v;
+  });
+  PublishActors(controller, actor_metrics, &run_state);
+  controller.set_pump_observer(
+      PumpObserver(controller, actor_metrics, run_state, deferred, hard_stop));
+}
+
+// After the loop and the shutdown: the exit code and the log's last word.
+int ReportAttempt(const Controller& controller, const absl::Status& status,
+                  const RunOptions& options, const AttemptFiles& f, Attempt* attempt) {
+  int code = ExitCodeFor(status, options.stop);
+  // A worker that cannot work with the config ends the job as a job file refused at load does;
+  // never a whole-job restart either (RunJob restarts on code 1 only).
+  if (code == 1 && controller.stopped_on_config()) code = kConfigErrorExit;
+  attempt->actor_lost = controller.faults().fatal_losses > 0;
+  ReportOutcome(status, code, f.dir->path(), controller.drops(), *f.status);
+  return code;
+}
+
+// The controller on its bound transport, its dashboard and the job; RunJob's exit code.
+int RunController(const JobConfig& config, const RunOptions& options, const AttemptFiles& f,
+                  Algorithm& algorithm, ServerTransport* transport, const std::string& endpoint,
+                  Attempt* attempt) {
+  const Controller::Options co = ControllerOptionsFor(config, *f.dir, f.actor_key_path, endpoint);
+  ActorLaunch launch;
+  absl::Status s = SetUpLaunch(config, algorithm.Roles(), &launch);
+  if (!s.ok()) return FailBeforeRun(*f.status, "", s);
+  // With checkpoints, the first signal waits for the iteration's end (the loop checkpoints and
+  // stops); the controller itself stops at the second.
+  const bool defer_stop = config.checkpoint.every > 0 && options.signals != nullptr;
+  std::atomic<int> hard_stop{0};
+  Controller controller(co, transport, RealClock::Get(), launch.launcher(),
+                        defer_stop ? &hard_stop : options.stop);
+  ExpectRoles(controller, algorithm.Roles(), config.launch);
+  // events.jsonl: every failure, restart and rejoin of a worker, with its wall-clock time.
+  auto events = MetricsLog::Open(f.dir->path() + "/events.jsonl");
+  if (!events.ok()) return FailBeforeRun(*f.status, "", events.status());
+  controller.set_fault_sink([&](const FaultEvent& e) { RecordFault(e, &*events); });
+  // The dashboard reads a copy of the run that the loop refreshes (at most every 200 ms).
+  dashboard::RunState run_state(RealClock::Get(), static_cast<size_t>(config.dashboard.max_points),
+                                static_cast<size_t>(config.dashboard.max_samples));
+  f.progress->SetResumedFrom(f.resume != nullptr ? f.resume->step : 0);
+  run_state.SetInfo(RunInfoFor(config, f, co.job_id));
+  ActorMetrics actor_metrics;
+  ConnectSinks(controller, f, run_state, actor_metrics, defer_stop ? &options : nullptr, hard_stop);
+  auto server = StartDashboard(config.dashboard, f.dashboard_token, &run_state);
+  if (!server.ok()) return FailBeforeRun(*f.status, "", server.status());
+  if (*server != nullptr) f.status->set_dashboard_url((*server)->url());
+  std::unique_ptr<dashboard::EventFileWriter> tensorboard = OpenTensorBoard(config, *f.dir);
+  const absl::Status status = LaunchAndRun(
+      controller, config, options, f, launch, endpoint, algorithm,
+      {f.metrics, &run_state, tensorboard.get(), f.progress, [&f] { f.status->Rewrite(); }},
+      defer_stop);
+  controller.Shutdown(status.ok() ? "job finished" : std::string(status.message()));
+  PublishActors(controller, actor_metrics, &run_state);
+  const int code = ReportAttempt(controller, status, options, f, attempt);
+  if (*server != nullptr) Linger(**server, config.dashboard.linger_s, options.stop);
+  return code;
+}
+
+// The job's keys and the controller's bound socket, then RunController; RunJob's exit code.
 int ServeAttempt(const JobConfig& config, const RunOptions& options, const AttemptFiles& files,
                  Algorithm& algorithm, Attempt* attempt) {
   auto security = PrepareJobSecurity(config.controller, files.dir->path());
@@ -249,66 +332,8 @@ int ServeAttempt(const JobConfig& config, const RunOptions& options, const Attem
   spdlog::info("controller listening on {}", (*transport)->endpoint());
   AttemptFiles f = files;
   f.actor_key_path = security->actor_key_path;
-  const Controller::Options co =
-      ControllerOptionsFor(config, *f.dir, f.actor_key_path, (*transport)->endpoint());
-  ActorLaunch launch;
-  absl::Status s = SetUpLaunch(config, algorithm.Roles(), &launch);
-  if (!s.ok()) return FailBeforeRun(*f.status, "", s);
-  // With checkpoints, the first signal waits for the iteration's end (the loop checkpoints and
-  // stops); the controller itself stops at the second.
-  const bool defer_stop = config.checkpoint.every > 0 && options.signals != nullptr;
-  std::atomic<int> hard_stop{0};
-  Controller controller(co, transport->get(), RealClock::Get(), launch.launcher(),
-                        defer_stop ? &hard_stop : options.stop);
-  ExpectRoles(controller, algorithm.Roles(), config.launch);
-  // events.jsonl: every failure, restart and rejoin of a worker, with its wall-clock time.
-  auto events = MetricsLog::Open(f.dir->path() + "/events.jsonl");
-  if (!events.ok()) return FailBeforeRun(*f.status, "", events.status());
-  controller.set_fault_sink([&](const FaultEvent& e) { RecordFault(e, &*events); });
-
-  // The dashboard reads a copy of the run that the loop refreshes (at most every 200 ms).
-  dashboard::RunState run_state(RealClock::Get(), static_cast<size_t>(config.dashboard.max_points),
-                                static_cast<size_t>(config.dashboard.max_samples));
-  // The total is the loop's to say (JobContext::SetTotalIterations): 0 (not known) until then.
-  dashboard::RunInfo info;
-  info.name = f.dir->name();
-  info.algorithm = config.job.algorithm->name;
-  info.job_id = co.job_id;
-  info.run_dir = f.dir->path();
-  info.config_yaml = ShownConfig(config);
-  info.resumed_from = f.resume != nullptr ? f.resume->step : 0;
-  f.progress->SetResumedFrom(info.resumed_from);
-  run_state.SetInfo(std::move(info));
-  f.status->set_state(&run_state);
-  controller.set_status_sink([&](const std::string& state, const std::string& message) {
-    f.status->Write(state, message);
-  });
-  ActorMetrics actor_metrics;
-  controller.set_metrics_sink([&](const std::string& actor, const proto::Metrics& m) {
-    for (const auto& [k, v] : m.values()) actor_metrics[actor][k] = v;
-  });
-  PublishActors(controller, actor_metrics, &run_state);
-  controller.set_pump_observer(PumpObserver(controller, actor_metrics, run_state,
-                                            defer_stop ? &options : nullptr, hard_stop));
-  auto server = StartDashboard(config.dashboard, f.dashboard_token, &run_state);
-  if (!server.ok()) return FailBeforeRun(*f.status, "", server.status());
-  if (*server != nullptr) f.status->set_dashboard_url((*server)->url());
-  std::unique_ptr<dashboard::EventFileWriter> tensorboard = OpenTensorBoard(config, *f.dir);
-
-  const absl::Status status = LaunchAndRun(
-      controller, config, options, f, launch, (*transport)->endpoint(), algorithm,
-      {f.metrics, &run_state, tensorboard.get(), f.progress, [&f] { f.status->Rewrite(); }},
-      defer_stop);
-  controller.Shutdown(status.ok() ? "job finished" : std::string(status.message()));
-  PublishActors(controller, actor_metrics, &run_state);
-  int code = ExitCodeFor(status, options.stop);
-  // A worker that cannot work with the config ends the job as a job file refused at load does;
-  // never a whole-job restart either (RunJob restarts on code 1 only).
-  if (code == 1 && controller.stopped_on_config()) code = kConfigErrorExit;
-  attempt->actor_lost = controller.faults().fatal_losses > 0;
-  ReportOutcome(status, code, f.dir->path(), controller.drops(), *f.status);
-  if (*server != nullptr) Linger(**server, config.dashboard.linger_s, options.stop);
-  return code;
+  return RunController(config, options, f, algorithm, transport->get(), (*transport)->endpoint(),
+                       attempt);
 }
 
 // One attempt at the job; returns RunJob's exit code.
