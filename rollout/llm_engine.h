@@ -1,10 +1,14 @@
 // LlmEngine: continuous-batching generation over a paged KV cache.
 //
 // requests -> scheduler (decodes first, then chunked prefill, preemption by
-// recompute) -> model (HiddenIncremental + paged attention) -> sampler ->
+// recompute) -> model runner (HiddenIncremental + paged attention) -> sampler ->
 // finished groups
 //
-// The model's step runs either on the CPU engine's own code (the default) or through the
+// The engine is the loop of nano-vllm's split: the scheduler (rollout/scheduler.h: admission,
+// continuous batching, KV block accounting, preemption, prefix sharing, stop checks) picks each
+// step's work and the model runner (rollout/model_runner.h: batch tensors, forward, sampling)
+// computes it; the engine adds request checks against the model and weight updates between
+// steps. The model's step runs either on the CPU engine's own code (the default) or through the
 // kernel library (EngineSettings::use_kernel_library, a model on a CUDA device, or one not in
 // fp32: the engine's own code is fp32 only).
 //
@@ -39,7 +43,10 @@
 #include "models/transformer.h"
 #include "rollout/block_manager.h"
 #include "rollout/decode_graphs.h"
+#include "rollout/generation.h"
+#include "rollout/model_runner.h"
 #include "rollout/sampler.h"
+#include "rollout/scheduler.h"
 
 namespace rlforge {
 
@@ -74,27 +81,6 @@ struct EngineSettings {
   bool pad_decode_steps_on_cpu = false;
 };
 
-struct GenerationRequest {
-  uint64_t id = 0;
-  std::vector<int32_t> prompt;
-  int64_t n = 1;
-  SamplingParams params;
-};
-
-struct GeneratedSample {
-  int64_t index = 0;              // 0..n-1 within the group
-  std::vector<int32_t> tokens;    // generated tokens (the stop token included)
-  std::vector<float> logprobs;    // one per token, unmodified policy
-  std::vector<int64_t> versions;  // policy version that sampled each token
-  std::string finish_reason;      // "stop" (stop token or string) or "length"
-};
-
-struct FinishedGroup {
-  uint64_t request_id = 0;
-  std::vector<int32_t> prompt;
-  std::vector<GeneratedSample> samples;  // ordered by index
-};
-
 struct EngineStats {
   int64_t steps = 0;
   int64_t generated_tokens = 0;
@@ -123,8 +109,8 @@ class LlmEngine {
 
   // Groups whose n samples have all finished since the last call.
   std::vector<FinishedGroup> TakeFinished();
-  bool HasUnfinished() const;
-  int64_t num_running() const { return static_cast<int64_t>(running_.size()); }
+  bool HasUnfinished() const { return scheduler_.HasUnfinished(); }
+  int64_t num_running() const { return scheduler_.num_running(); }
 
   // New weights for version `version`: `apply` writes them into the model. It
   // runs inside a later Step(), when the update mode allows. An `apply` that fails part way
@@ -135,68 +121,32 @@ class LlmEngine {
   bool weight_update_pending() const { return pending_update_ != nullptr; }
   int64_t policy_version() const { return version_; }
   // Whether the model step goes through the kernel library (see EngineSettings).
-  bool uses_kernel_library() const { return use_kernels_; }
+  bool uses_kernel_library() const { return runner_.uses_kernel_library(); }
   // Why the weights are torn ("" when they are a whole version).
   const std::string& torn() const { return torn_; }
 
   const EngineStats& stats() const { return stats_; }
-  const BlockManager& blocks() const { return blocks_; }
+  const BlockManager& blocks() const { return scheduler_.blocks(); }
   // The decode graphs, or null where steps run eagerly (EngineSettings::cuda_graphs).
-  const DecodeGraphs* decode_graphs() const { return graphs_.get(); }
-  models::Transformer& model() { return model_; }
+  const DecodeGraphs* decode_graphs() const { return runner_.decode_graphs(); }
+  models::Transformer& model() { return runner_.model(); }
 
  private:
-  struct Sequence;
-  struct Group;
   struct PendingUpdate;
 
-  // Submit's checks: what makes a request unservable, named with its id.
-  absl::Status CheckRequest(const GenerationRequest& request) const;
+  // Submit's checks against the model: a prompt token outside the vocabulary, named with its id.
+  absl::Status CheckTokens(const GenerationRequest& request) const;
   absl::Status MaybeApplyWeightUpdate();
-  bool Schedule(std::vector<Sequence*>& batch, std::vector<int64_t>& chunk);
-  void Preempt(Sequence* seq);
-  struct StepInputs;
-  absl::Status RunModel(const std::vector<Sequence*>& batch, const std::vector<int64_t>& chunk);
-  // The step's model inputs from the scheduled batch; forks shared prompts that end this step.
-  StepInputs BuildStep(const std::vector<Sequence*>& batch, const std::vector<int64_t>& chunk);
-  // The model's forward over `in` and one draw per in.drawers (throws, for CallCatching).
-  std::vector<SampledToken> Forward(const StepInputs& in);
-  // The kernel path's step: a decode graph's when one serves it, else eagerly. Only the drawn
-  // tokens and their logprobs leave the device.
-  std::vector<SampledToken> KernelForward(const StepInputs& in);
-  // The model and the sampler kernel on device tensors: what a decode graph captures.
-  kernel_ops::SampledRows KernelStep(const DeviceStep& in);
-  // Each drawer's sampler settings: its request's, its seed (SampleSeed), its token's position.
-  HostSampling SamplingOf(const StepInputs& in, int64_t vocab) const;
-  // The CPU engine's own draws from fp32 logits on the CPU, through SampleToken.
-  std::vector<SampledToken> OwnDraws(const torch::Tensor& logits, const StepInputs& in);
-  // The samples that continue the leader; they take its place in the running batch.
-  std::vector<Sequence*> Fork(Sequence* leader);
-  // A drawn token onto its sequence (tokens, logprob, version, stop check).
-  void Append(Sequence* seq, const SampledToken& draw);
-  // Frees finished sequences and hands over groups whose samples have all finished.
-  void Retire();
-  // KV pools' copy-on-write moves, before the step writes.
-  void ApplyBlockCopies();
-  bool StopsAt(Sequence* seq) const;
+  // stats_ from the scheduler's and the model runner's counters.
+  void UpdateStats();
 
-  models::Transformer model_;
   EngineSettings options_;
   int64_t version_;
-  BlockManager blocks_;
-  torch::Device device_;      // the model's
-  bool use_kernels_ = false;  // options_.use_kernel_library, a CUDA model or a non-fp32 one
-  std::vector<torch::Tensor> k_pool_, v_pool_;
-  std::unique_ptr<DecodeGraphs> graphs_;  // null: every step eager
-  std::vector<std::unique_ptr<Group>> groups_;
-  std::deque<Sequence*> waiting_;
-  std::vector<Sequence*> running_;  // admission order
-  std::vector<BlockCopy> pending_copies_;
-  std::vector<FinishedGroup> finished_;
+  Scheduler scheduler_;
+  ModelRunner runner_;
   std::unique_ptr<PendingUpdate> pending_update_;
   std::string torn_;
   EngineStats stats_;
-  int64_t admission_counter_ = 0;
 };
 
 }  // namespace rlforge

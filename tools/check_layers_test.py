@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""check_layers.py must flag an upward include and a sibling-role include, and pass a clean tree."""
+"""check_layers.py must flag an upward include, a sibling-role include and a break of the torch
+rule, and pass a clean tree."""
 import os
 import subprocess
 import sys
@@ -43,7 +44,45 @@ def main():
     assert listed.returncode == 0, listed.stdout
     unlisted = run({"README.md": readme, "trainer/a.cc": "", "models/m.h": ""})
     assert unlisted.returncode == 1 and "does not list models/" in unlisted.stdout, unlisted.stdout
-    print("check_layers: 8 cases passed")
+    torch_cases()
+    print("check_layers: 14 cases passed")
+
+
+def torch_cases():
+    engine = {"models/m.h": "#include <torch/torch.h>\n",
+              "models/CMakeLists.txt": "rlforge_library(rlforge_models SOURCES m.cc)\n"
+                                       "rlforge_use_torch(rlforge_models)\n",
+              "rollout/runner.h": '#include "models/m.h"\n',
+              "rollout/sched.cc": '#include "rollout/runner.h"\n',
+              "rollout/CMakeLists.txt": "rlforge_library(rlforge_rollout_core SOURCES sched.cc\n"
+                                        "  DEPS rlforge_common)  # rlforge_use_torch(not_this)\n"}
+    free = run(engine)
+    assert free.returncode == 1 and (
+        "rollout/sched.cc: built into rlforge_rollout_core, which does not link libtorch"
+        in free.stdout) and "rollout/runner.h -> models/m.h -> <torch/torch.h>" in free.stdout, \
+        free.stdout
+    linked = dict(engine)
+    linked["rollout/CMakeLists.txt"] += "rlforge_use_torch(rlforge_rollout_core)\n"
+    assert run(linked).returncode == 0, run(linked).stdout
+    header = run({"controller/c.h": "#include <ATen/Parallel.h>\n",
+                  "controller/CMakeLists.txt": "rlforge_library(rlforge_controller SOURCES)\n"})
+    assert header.returncode == 1 and (
+        "controller/c.h: controller/ has no library that links libtorch" in header.stdout), \
+        header.stdout
+    table = ("<!-- layers: begin -->\n| level | folders | what |\n| --- | --- | --- |\n"
+             + "".join(f"| {i} | {', '.join(f)} | x |\n" for i, f in enumerate(LEVELS))
+             + "<!-- layers: end -->\n")
+    rule = ("<!-- torch: begin -->\nOne rule. The libraries that link libtorch: "
+            "`rlforge_models`, `rlforge_rollout_core`.\n<!-- torch: end -->\n")
+    listed = dict(linked, **{"docs/architecture.md": table + rule})
+    assert run(listed).returncode == 0, run(listed).stdout
+    stale = dict(linked, **{"docs/architecture.md": table + rule.replace(", `rlforge_rollout_core`",
+                                                                         "")})
+    out = run(stale)
+    assert out.returncode == 1 and "the torch rule lists the libraries ['rlforge_models']" in \
+        out.stdout, out.stdout
+    unlisted = dict(linked, **{"docs/architecture.md": table})
+    assert run(unlisted).returncode == 1, run(unlisted).stdout
 
 
 if __name__ == "__main__":
