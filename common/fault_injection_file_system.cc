@@ -1,6 +1,7 @@
 #include "common/fault_injection_file_system.h"
 
 #include <algorithm>
+#include <iterator>
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
@@ -10,40 +11,31 @@ namespace {
 
 using Op = FaultInjectionFileSystem::Op;
 
-// The words the POSIX file system uses for the operation, so an injected error reads as a
-// real one.
-const char* Verb(Op op) {
-  switch (op) {
-    case Op::kCreate:
-      return "open for writing";
-    case Op::kOpenAppend:
-      return "open for appending";
-    case Op::kRead:
-      return "open";
-    case Op::kStat:
-      return "stat";
-    case Op::kList:
-      return "list";
-    case Op::kRename:
-      return "rename";
-    case Op::kRemove:
-      return "remove";
-    case Op::kMakeDirectory:
-      return "create directory";
-    case Op::kSyncDirectory:
-      return "fsync directory";
-    case Op::kAppend:
-    case Op::kWriteAt:
-      return "write";
-    case Op::kTruncate:
-      return "resize";
-    case Op::kSync:
-      return "fsync";
-    case Op::kClose:
-      return "close";
-  }
-  return "?";
-}
+// Each operation's short name (ops() in messages) and the words the POSIX file system uses
+// for it, so an injected error reads as a real one; in the order of Op.
+struct OpWords {
+  const char* name;
+  const char* verb;
+};
+constexpr OpWords kOpWords[] = {
+    {"create", "open for writing"},
+    {"open-append", "open for appending"},
+    {"read", "open"},
+    {"stat", "stat"},
+    {"list", "list"},
+    {"rename", "rename"},
+    {"remove", "remove"},
+    {"mkdir", "create directory"},
+    {"fsync-dir", "fsync directory"},
+    {"append", "write"},
+    {"write-at", "write"},
+    {"truncate", "resize"},
+    {"fsync", "fsync"},
+    {"close", "close"},
+};
+static_assert(std::size(kOpWords) == static_cast<size_t>(Op::kClose) + 1);
+
+const char* Verb(Op op) { return kOpWords[static_cast<size_t>(op)].verb; }
 
 }  // namespace
 
@@ -74,7 +66,7 @@ class FaultInjectionWritableFile final : public WritableFile {
   absl::Status Sync() override {
     absl::Status s;
     if (fs_->Next(Op::kSync, path(), 0, &s) != FaultInjectionFileSystem::Verdict::kRun) return s;
-    RETURN_IF_ERROR(base_->Sync());
+    if (fs_->sync_base_) RETURN_IF_ERROR(base_->Sync());
     fs_->MarkSynced(path());
     return absl::OkStatus();
   }
@@ -112,37 +104,7 @@ class FaultInjectionWritableFile final : public WritableFile {
 };
 
 const char* FaultInjectionFileSystem::OpName(Op op) {
-  switch (op) {
-    case Op::kCreate:
-      return "create";
-    case Op::kOpenAppend:
-      return "open-append";
-    case Op::kRead:
-      return "read";
-    case Op::kStat:
-      return "stat";
-    case Op::kList:
-      return "list";
-    case Op::kRename:
-      return "rename";
-    case Op::kRemove:
-      return "remove";
-    case Op::kMakeDirectory:
-      return "mkdir";
-    case Op::kSyncDirectory:
-      return "fsync-dir";
-    case Op::kAppend:
-      return "append";
-    case Op::kWriteAt:
-      return "write-at";
-    case Op::kTruncate:
-      return "truncate";
-    case Op::kSync:
-      return "fsync";
-    case Op::kClose:
-      return "close";
-  }
-  return "?";
+  return kOpWords[static_cast<size_t>(op)].name;
 }
 
 void FaultInjectionFileSystem::FailAt(int64_t n, int err) {
@@ -171,7 +133,8 @@ FaultInjectionFileSystem::Verdict FaultInjectionFileSystem::Next(Op op, const st
                                                                  absl::Status* status,
                                                                  const std::string& verb) {
   if (crashed_) {
-    *status = absl::AbortedError(absl::StrCat(path, ": the process crashed before ", OpName(op)));
+    *status = absl::AbortedError(
+        absl::StrCat(path, ": simulated crash earlier: ", OpName(op), " not done"));
     return Verdict::kFail;
   }
   ops_.push_back({op, path, bytes});
@@ -286,7 +249,7 @@ absl::StatusOr<bool> FaultInjectionFileSystem::CreateDirectory(const std::string
 absl::Status FaultInjectionFileSystem::SyncDirectory(const std::string& path) {
   absl::Status s;
   if (Next(Op::kSyncDirectory, path, 0, &s) != Verdict::kRun) return s;
-  return base_.SyncDirectory(path);
+  return sync_base_ ? base_.SyncDirectory(path) : base_.Stat(path).status();
 }
 
 }  // namespace rlforge
