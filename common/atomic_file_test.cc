@@ -25,7 +25,9 @@ TEST(AtomicFileTest, ReplacesContentsAndLeavesNoTemporary) {
 TEST(AtomicFileTest, ReadingAMissingFileNamesIt) {
   const auto s = ReadFileToString("/nonexistent_rlforge_dir/x.json");
   ASSERT_FALSE(s.ok());
-  EXPECT_EQ(std::string(s.status().message()), "/nonexistent_rlforge_dir/x.json: cannot open");
+  EXPECT_EQ(std::string(s.status().message()),
+            "/nonexistent_rlforge_dir/x.json: cannot open: No such file or directory");
+  EXPECT_TRUE(absl::IsNotFound(s.status()));
 }
 
 TEST(AtomicFileTest, MissingDirectoryIsAnErrorNamingThePath) {

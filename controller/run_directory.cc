@@ -1,48 +1,38 @@
 #include "controller/run_directory.h"
 
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 
 namespace rlforge {
 
 namespace fs = std::filesystem;
 
-absl::StatusOr<RunDirectory> RunDirectory::Create(const std::string& root,
-                                                  const std::string& name) {
-  std::error_code ec;
-  fs::create_directories(root, ec);
-  if (ec) return absl::UnavailableError(absl::StrCat("cannot create ", root, ": ", ec.message()));
+absl::StatusOr<RunDirectory> RunDirectory::Create(const std::string& root, const std::string& name,
+                                                  FileSystem& files) {
+  RETURN_IF_ERROR(files.CreateDirectories(root));
   for (int i = 1; i < 10000; ++i) {
-    fs::path p = fs::path(root) / (i == 1 ? name : absl::StrCat(name, "-", i));
-    // create_directory is atomic: two runs started at once get different folders.
-    if (fs::create_directory(p, ec)) {
-      fs::create_directories(p / "logs", ec);
-      if (ec)
-        return absl::UnavailableError(
-            absl::StrCat("cannot create ", (p / "logs").string(), ": ", ec.message()));
-      return RunDirectory(p.string());
-    }
-    if (ec)
-      return absl::UnavailableError(absl::StrCat("cannot create ", p.string(), ": ", ec.message()));
+    const std::string p = (fs::path(root) / (i == 1 ? name : absl::StrCat(name, "-", i))).string();
+    // mkdir is atomic: two runs started at once get different folders.
+    ASSIGN_OR_RETURN(const bool made, files.CreateDirectory(p));
+    if (!made) continue;
+    RETURN_IF_ERROR(files.CreateDirectories(p + "/logs"));
+    RETURN_IF_ERROR(files.SyncDirectory(root));
+    return RunDirectory(p, &files);
   }
   return absl::ResourceExhaustedError(absl::StrCat("too many runs named ", name, " in ", root));
 }
 
-absl::StatusOr<RunDirectory> RunDirectory::Open(const std::string& path) {
-  std::error_code ec;
-  if (!fs::exists(fs::path(path) / "config.resolved.yaml", ec)) {
+absl::StatusOr<RunDirectory> RunDirectory::Open(const std::string& path, FileSystem& files) {
+  if (!files.Exists(path + "/config.resolved.yaml")) {
     return absl::NotFoundError(
         absl::StrCat(path, " is not a run directory (no config.resolved.yaml)"));
   }
-  fs::create_directories(fs::path(path) / "logs", ec);
-  if (ec)
-    return absl::UnavailableError(absl::StrCat("cannot create ", path, "/logs: ", ec.message()));
   std::string clean = fs::path(path).lexically_normal().string();
   while (clean.size() > 1 && clean.back() == '/') clean.pop_back();
-  return RunDirectory(clean);
+  RETURN_IF_ERROR(files.CreateDirectories(clean + "/logs"));
+  return RunDirectory(clean, &files);
 }
 
 std::string RunDirectory::name() const { return fs::path(path_).filename().string(); }
@@ -53,37 +43,26 @@ std::string RunDirectory::LogPath(const std::string& actor_id) const {
 
 absl::Status RunDirectory::WriteFile(const std::string& relative,
                                      const std::string& contents) const {
-  fs::path target = fs::path(path_) / relative;
-  fs::path tmp = target;
-  tmp += ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out)
-      return absl::UnavailableError(
-          absl::StrCat("cannot write ", tmp.string(), ": ", std::strerror(errno)));
-    out << contents;
-    if (!out.flush()) return absl::UnavailableError(absl::StrCat("cannot write ", tmp.string()));
-  }
-  std::error_code ec;
-  fs::rename(tmp, target, ec);
-  if (ec)
-    return absl::UnavailableError(
-        absl::StrCat("cannot rename to ", target.string(), ": ", ec.message()));
-  return absl::OkStatus();
+  return WriteFileAtomic(*fs_, (fs::path(path_) / relative).string(), contents);
 }
 
-absl::StatusOr<MetricsLog> MetricsLog::Open(const std::string& path) {
-  std::ofstream out(path, std::ios::app);
-  if (!out)
-    return absl::UnavailableError(absl::StrCat("cannot open ", path, ": ", std::strerror(errno)));
+absl::StatusOr<MetricsLog> MetricsLog::Open(const std::string& path, FileSystem& fs) {
+  uint64_t keep = 0;
+  bool cut = false;
+  if (fs.Exists(path)) {
+    ASSIGN_OR_RETURN(const std::string text, fs.ReadFile(path));
+    cut = !text.empty() && text.back() != '\n';
+    const size_t newline = text.rfind('\n');
+    keep = newline == std::string::npos ? 0 : newline + 1;
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> out, fs.NewAppendableFile(path));
+  // A line a crash cut short would otherwise run into the next one appended.
+  if (cut) RETURN_IF_ERROR(out->Truncate(keep));
   return MetricsLog(std::move(out));
 }
 
 absl::Status MetricsLog::Append(const nlohmann::json& record) {
-  out_ << record.dump() << "\n";
-  out_.flush();
-  if (!out_) return absl::UnavailableError("cannot append to metrics.jsonl");
-  return absl::OkStatus();
+  return out_->Append(record.dump() + "\n");
 }
 
 }  // namespace rlforge

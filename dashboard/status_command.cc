@@ -130,13 +130,15 @@ absl::StatusOr<std::string> FromRunDir(const fs::path& dir, const LivenessCheck&
                            {"message", file.value("message", "")},
                            {"algorithm", file.value("algorithm", "")},
                            {"total", file.value("total", 0)}};
+  // The last whole record: a line a crash cut short (until the log is next opened) is not.
   std::ifstream metrics(dir / "metrics.jsonl");
-  std::string line, last;
+  std::string line;
+  nlohmann::json rec;
   while (std::getline(metrics, line)) {
-    if (!line.empty()) last = line;
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (!j.is_discarded() && j.is_object()) rec = std::move(j);
   }
-  nlohmann::json rec = nlohmann::json::parse(last, nullptr, false);
-  if (!rec.is_discarded() && rec.is_object()) {
+  if (rec.is_object()) {
     status["step"] = rec.value("step", 0);
     status["latest"] = {{"metrics", rec.value("metrics", nlohmann::json::object())},
                         {"timings", rec.value("timings", nlohmann::json::object())}};

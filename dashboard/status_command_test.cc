@@ -122,5 +122,15 @@ TEST_F(StatusCommandTest, ATotalNotKnownYetIsAQuestionMark) {
   EXPECT_NE(Status().find("iteration 458/?"), std::string::npos) << Status();
 }
 
+// A line cut short by a crash (ENOSPC, a kill mid-write) hides neither the step nor the
+// metrics of the last whole record.
+TEST_F(StatusCommandTest, ALastLineCutByACrashIsPassedOver) {
+  std::ofstream(dir_ + "/metrics.jsonl", std::ios::app) << R"({"step": 459, "metr)";
+  WriteStatus("stopped", SelfIdentity(), 460);
+  const std::string out = Status();
+  EXPECT_NE(out.find("iteration 458/460"), std::string::npos) << out;
+  EXPECT_NE(out.find("episodic_return=21"), std::string::npos) << out;
+}
+
 }  // namespace
 }  // namespace rlforge::dashboard

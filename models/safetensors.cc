@@ -253,22 +253,8 @@ absl::StatusOr<torch::Tensor> SafetensorsFile::ReadRange(const std::string& name
 
 namespace {
 
-absl::Status Errno(const std::string& what, const std::string& path) {
-  return absl::InternalError(absl::StrCat(path, ": cannot ", what, ": ", std::strerror(errno)));
-}
-
-absl::Status PwriteAll(int fd, const std::string& path, const void* data, uint64_t bytes,
-                       uint64_t offset) {
-  const char* p = static_cast<const char*>(data);
-  while (bytes > 0) {
-    const ssize_t n = ::pwrite(fd, p, bytes, static_cast<off_t>(offset));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return Errno("write", path);
-    p += n;
-    bytes -= static_cast<uint64_t>(n);
-    offset += static_cast<uint64_t>(n);
-  }
-  return absl::OkStatus();
+std::string_view Bytes(const void* data, uint64_t n) {
+  return std::string_view(static_cast<const char*>(data), n);
 }
 
 // Adds [b, e) to disjoint, merged ranges.
@@ -291,8 +277,9 @@ void MarkWritten(std::map<int64_t, int64_t>& ranges, int64_t b, int64_t e) {
 
 absl::StatusOr<std::unique_ptr<SafetensorsWriter>> SafetensorsWriter::Create(
     const std::string& path, const std::vector<SafetensorSpec>& tensors,
-    const std::map<std::string, std::string>& metadata) {
+    const std::map<std::string, std::string>& metadata, FileSystem& fs) {
   std::unique_ptr<SafetensorsWriter> w(new SafetensorsWriter());
+  w->fs_ = &fs;
   w->path_ = path;
   w->tmp_ = path + ".tmp";
   nlohmann::json header = nlohmann::json::object();
@@ -325,27 +312,26 @@ absl::StatusOr<std::unique_ptr<SafetensorsWriter>> SafetensorsWriter::Create(
   std::string h = header.dump();
   while ((h.size() % 8) != 0) h.push_back(' ');  // keeps the data 8-byte aligned
   w->data_start_ = 8 + h.size();
-  w->fd_ = ::open(w->tmp_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (w->fd_ < 0) return Errno("open for writing", w->tmp_);
-  if (::ftruncate(w->fd_, static_cast<off_t>(w->data_start_ + offset)) != 0) {
-    return Errno("size", w->tmp_);
-  }
+  ASSIGN_OR_RETURN(w->file_, fs.NewWritableFile(w->tmp_));
+  RETURN_IF_ERROR(w->file_->Truncate(w->data_start_ + offset));
   const uint64_t n = h.size();
-  RETURN_IF_ERROR(PwriteAll(w->fd_, w->tmp_, &n, 8, 0));  // little-endian host
-  RETURN_IF_ERROR(PwriteAll(w->fd_, w->tmp_, h.data(), h.size(), 8));
+  RETURN_IF_ERROR(w->file_->WriteAt(0, Bytes(&n, 8)));  // little-endian host
+  RETURN_IF_ERROR(w->file_->WriteAt(8, h));
   return w;
 }
 
 SafetensorsWriter::~SafetensorsWriter() {
-  if (fd_ >= 0) {
-    ::close(fd_);
-    ::unlink(tmp_.c_str());
+  if (file_ != nullptr) {
+    file_.reset();
+    fs_->Remove(tmp_).IgnoreError();  // may fail as the write did
   }
 }
 
 absl::Status SafetensorsWriter::Write(const std::string& name, int64_t element_offset,
                                       const torch::Tensor& values) {
-  if (fd_ < 0) return absl::FailedPreconditionError(absl::StrCat(path_, ": already finished"));
+  if (file_ == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(path_, ": already finished"));
+  }
   auto it = slots_.find(name);
   if (it == slots_.end()) {
     return absl::NotFoundError(absl::StrCat(path_, ": no tensor named '", name, "' declared"));
@@ -366,14 +352,16 @@ absl::Status SafetensorsWriter::Write(const std::string& name, int64_t element_o
   if (count == 0) return absl::OkStatus();
   const torch::Tensor t = values.detach().to(torch::kCPU).contiguous();
   const uint64_t esize = c10::elementSize(slot.dtype);
-  RETURN_IF_ERROR(PwriteAll(fd_, tmp_, t.data_ptr(), count * esize,
-                            data_start_ + slot.begin + element_offset * esize));
+  RETURN_IF_ERROR(file_->WriteAt(data_start_ + slot.begin + element_offset * esize,
+                                 Bytes(t.data_ptr(), count * esize)));
   MarkWritten(slot.written, element_offset, element_offset + count);
   return absl::OkStatus();
 }
 
 absl::Status SafetensorsWriter::Finish() {
-  if (fd_ < 0) return absl::FailedPreconditionError(absl::StrCat(path_, ": already finished"));
+  if (file_ == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(path_, ": already finished"));
+  }
   for (const auto& [name, slot] : slots_) {
     const int64_t done = slot.written.empty() ? 0 : slot.written.begin()->second;
     if (slot.numel > 0 &&
@@ -383,18 +371,11 @@ absl::Status SafetensorsWriter::Finish() {
                        slot.written.size(), " separate ranges, numel ", slot.numel, ")"));
     }
   }
-  const int fd = fd_;
-  fd_ = -1;
-  if (::fsync(fd) != 0) {
-    ::close(fd);
-    return Errno("fsync", tmp_);
-  }
-  if (::close(fd) != 0) return Errno("close", tmp_);
-  if (std::rename(tmp_.c_str(), path_.c_str()) != 0) {
-    return absl::InternalError(
-        absl::StrCat("cannot rename ", tmp_, " to ", path_, ": ", std::strerror(errno)));
-  }
-  return SyncParentDirectory(path_);
+  RETURN_IF_ERROR(file_->Sync());
+  RETURN_IF_ERROR(file_->Close());
+  RETURN_IF_ERROR(fs_->Rename(tmp_, path_));
+  file_.reset();
+  return SyncParentDirectory(*fs_, path_);
 }
 
 absl::Status WriteSafetensors(const std::string& path,

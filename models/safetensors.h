@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/file_system.h"
 
 namespace rlforge::models {
 
@@ -76,13 +77,15 @@ struct SafetensorSpec {
 // Writes a file too large to hold in memory, piece by piece. Create lays out the header
 // from the specs (in their order) and sizes a temporary file (path + ".tmp"); Write puts
 // values at any element offset of any tensor, in any order; Finish checks that every element
-// was written, fsyncs and renames into place. Destroyed unfinished, it removes the
-// temporary file. One thread.
+// was written, fsyncs, renames into place and fsyncs the directory. Destroyed unfinished, it
+// removes the temporary file. Every file operation goes through `fs`, which must outlive the
+// writer. One thread.
 class SafetensorsWriter {
  public:
   static absl::StatusOr<std::unique_ptr<SafetensorsWriter>> Create(
       const std::string& path, const std::vector<SafetensorSpec>& tensors,
-      const std::map<std::string, std::string>& metadata = {});
+      const std::map<std::string, std::string>& metadata = {},
+      FileSystem& fs = FileSystem::Default());
   ~SafetensorsWriter();
   SafetensorsWriter(const SafetensorsWriter&) = delete;
   SafetensorsWriter& operator=(const SafetensorsWriter&) = delete;
@@ -101,9 +104,10 @@ class SafetensorsWriter {
   };
   SafetensorsWriter() = default;
 
+  FileSystem* fs_ = nullptr;
   std::string path_, tmp_;
-  int fd_ = -1;
-  uint64_t data_start_ = 0;  // file offset of the data buffer
+  std::unique_ptr<WritableFile> file_;  // null once finished
+  uint64_t data_start_ = 0;             // file offset of the data buffer
   std::map<std::string, Slot> slots_;
 };
 

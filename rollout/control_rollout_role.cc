@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/atomic_file.h"
 #include "common/clock.h"
 #include "common/cpu_affinity.h"
 #include "common/exceptions.h"
@@ -378,7 +379,10 @@ absl::StatusOr<WorkReply> ControlRolloutRole::SaveState(const proto::SaveState& 
   a.write(
       "obs",
       torch::from_blob(obs_.data(), {static_cast<int64_t>(obs_.size())}, torch::kFloat32).clone());
-  a.save_to(save.dir() + "/rollout.pt");
+  // Written whole and synced: a crash or a full disk leaves the previous file, never a part.
+  std::ostringstream bytes;
+  a.save_to(bytes);
+  RETURN_IF_ERROR(WriteFileAtomic(save.dir() + "/rollout.pt", bytes.str()));
   return WorkReply();
 }
 

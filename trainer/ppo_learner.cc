@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/atomic_file.h"
 #include "trainer/lr_schedule.h"
 #include "trainer/ppo_loss.h"
 
@@ -247,8 +248,10 @@ absl::Status PpoLearner::SaveState(const std::string& path) {
   a.write("rng", c10::IValue(rng.str()));
   a.write("version", c10::IValue(version_));
   a.write("adam_steps", c10::IValue(optimizer_->steps()));
-  a.save_to(path);
-  return absl::OkStatus();
+  // Written whole and synced: a crash or a full disk leaves the previous file, never a part.
+  std::ostringstream bytes;
+  a.save_to(bytes);
+  return WriteFileAtomic(path, bytes.str());
 }
 
 absl::Status PpoLearner::LoadState(const std::string& path) {

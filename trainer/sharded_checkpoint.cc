@@ -1,11 +1,8 @@
 #include "trainer/sharded_checkpoint.h"
 
 #include <algorithm>
-#include <filesystem>
-#include <fstream>
 #include <map>
 #include <memory>
-#include <sstream>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -20,7 +17,6 @@
 namespace rlforge {
 namespace {
 
-namespace fs = std::filesystem;
 constexpr char kFormat[] = "rlforge-sharded-v1";
 const char* const kKinds[] = {"param", "exp_avg", "exp_avg_sq"};
 
@@ -53,7 +49,8 @@ absl::Status CheckAdopted(const ShardedModel& m, const FlatAdamW& opt, const std
 
 // ---- Sharded state: saving.
 
-absl::Status WriteRankFile(const std::string& dir, ShardedModel& m, const FlatAdamW& opt) {
+absl::Status WriteRankFile(FileSystem& fs, const std::string& dir, ShardedModel& m,
+                           const FlatAdamW& opt) {
   const int rank = m.comm().rank(), size = m.comm().size();
   const torch::Tensor* sources[] = {&m.shard_data(), &opt.exp_avg(), &opt.exp_avg_sq()};
   std::vector<models::SafetensorSpec> specs;
@@ -67,7 +64,7 @@ absl::Status WriteRankFile(const std::string& dir, ShardedModel& m, const FlatAd
                                                    {"world_size", std::to_string(size)},
                                                    {"steps", std::to_string(opt.steps())}};
   ASSIGN_OR_RETURN(auto writer, models::SafetensorsWriter::Create(dir + "/" + RankFile(rank, size),
-                                                                  specs, meta));
+                                                                  specs, meta, fs));
   for (size_t u = 0; u < m.units().size(); ++u) {
     const ShardUnit& unit = m.units()[u];
     for (int i = 0; i < 3; ++i) {
@@ -92,7 +89,7 @@ nlohmann::json UnitsJson(const std::vector<ShardUnit>& units) {
   return out;
 }
 
-absl::Status WriteManifest(const std::string& dir, ShardedModel& m, int64_t steps) {
+absl::Status WriteManifest(FileSystem& fs, const std::string& dir, ShardedModel& m, int64_t steps) {
   nlohmann::json files = nlohmann::json::array();
   for (int r = 0; r < m.comm().size(); ++r) files.push_back(RankFile(r, m.comm().size()));
   const nlohmann::json manifest = {
@@ -102,26 +99,16 @@ absl::Status WriteManifest(const std::string& dir, ShardedModel& m, int64_t step
       {"files", files},
       {"units", UnitsJson(m.units())},
       {"config_json", models::WriteHfConfig(m.module()->config(), "float32")}};
-  return WriteFileAtomic(dir + "/manifest.json", manifest.dump(2) + "\n");
-}
-
-absl::Status CreateDirectory(const std::string& dir) {
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) return absl::InternalError(absl::StrCat(dir, ": cannot create: ", ec.message()));
-  return absl::OkStatus();
+  return WriteFileAtomic(fs, dir + "/manifest.json", manifest.dump(2) + "\n");
 }
 
 // Creates the directory and removes an old manifest, so that the directory reads as
 // incomplete until this save's manifest lands.
-absl::Status PrepareDirectory(const std::string& dir) {
-  RETURN_IF_ERROR(CreateDirectory(dir));
-  std::error_code ec;
-  fs::remove(dir + "/manifest.json", ec);
-  if (ec) {
-    return absl::InternalError(absl::StrCat(dir, ": cannot remove old manifest: ", ec.message()));
-  }
-  return SyncParentDirectory(dir + "/manifest.json");
+absl::Status PrepareDirectory(FileSystem& fs, const std::string& dir) {
+  RETURN_IF_ERROR(fs.CreateDirectories(dir));
+  const absl::Status s = fs.Remove(dir + "/manifest.json");
+  if (!s.ok() && !absl::IsNotFound(s)) return s;
+  return fs.SyncDirectory(dir);
 }
 
 // ---- Sharded state: loading.
@@ -132,14 +119,6 @@ struct Manifest {
   std::vector<std::string> files;
   std::vector<ShardUnit> units;
 };
-
-absl::StatusOr<std::string> ReadText(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 absl::StatusOr<Manifest> ParseManifest(const std::string& path, const std::string& text) {
   const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
@@ -181,11 +160,11 @@ absl::StatusOr<Manifest> ParseManifest(const std::string& path, const std::strin
 
 absl::StatusOr<Manifest> ReadManifest(const std::string& dir) {
   const std::string path = dir + "/manifest.json";
-  if (!fs::exists(path)) {
+  if (absl::IsNotFound(FileSystem::Default().Stat(path).status())) {
     return absl::NotFoundError(absl::StrCat(
         dir, ": no manifest.json: an incomplete checkpoint (a save did not finish) or none"));
   }
-  ASSIGN_OR_RETURN(std::string text, ReadText(path));
+  ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
   return ParseManifest(path, text);
 }
 
@@ -328,7 +307,7 @@ std::vector<models::SafetensorSpec> HfSpecs(const std::vector<ShardUnit>& units,
 absl::StatusOr<std::unique_ptr<models::SafetensorsWriter>> StartHfWrite(const std::string& dir,
                                                                         ShardedModel& m,
                                                                         torch::Dtype dtype) {
-  RETURN_IF_ERROR(CreateDirectory(dir));
+  RETURN_IF_ERROR(FileSystem::Default().CreateDirectories(dir));
   RETURN_IF_ERROR(models::RemoveHfWeights(dir));
   return models::SafetensorsWriter::Create(dir + "/model.safetensors", HfSpecs(m.units(), dtype),
                                            {{"format", "pt"}});
@@ -399,14 +378,16 @@ absl::Status LoadMyHfShards(const std::string& dir, ShardedModel& m, ShardReadSt
 
 }  // namespace
 
-absl::Status SaveShardedState(const std::string& dir, ShardedModel& m, const FlatAdamW& opt) {
+absl::Status SaveShardedState(const std::string& dir, ShardedModel& m, const FlatAdamW& opt,
+                              FileSystem& fs) {
   dist::Communicator& comm = m.comm();
   const std::string what = absl::StrCat("saving sharded checkpoint ", dir);
-  RETURN_IF_ERROR(Agree(comm, comm.rank() == 0 ? PrepareDirectory(dir) : absl::OkStatus(), what));
+  RETURN_IF_ERROR(
+      Agree(comm, comm.rank() == 0 ? PrepareDirectory(fs, dir) : absl::OkStatus(), what));
   absl::Status mine = CheckAdopted(m, opt, dir);
-  if (mine.ok()) mine = CallCatching([&] { return WriteRankFile(dir, m, opt); });
+  if (mine.ok()) mine = CallCatching([&] { return WriteRankFile(fs, dir, m, opt); });
   RETURN_IF_ERROR(Agree(comm, mine, what));
-  return Agree(comm, comm.rank() == 0 ? WriteManifest(dir, m, opt.steps()) : absl::OkStatus(),
+  return Agree(comm, comm.rank() == 0 ? WriteManifest(fs, dir, m, opt.steps()) : absl::OkStatus(),
                what);
 }
 

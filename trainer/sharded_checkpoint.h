@@ -31,6 +31,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "common/file_system.h"
 #include "common/setup_progress.h"
 #include "trainer/flat_adamw.h"
 #include "trainer/sharded_model.h"
@@ -43,8 +44,11 @@ struct ShardReadStats {
 };
 
 // Writes this rank's shards of parameters and AdamW moments (opt must have adopted
-// m.shard_data() and m.shard_grad()) and, on rank 0, the manifest. Creates `dir`.
-absl::Status SaveShardedState(const std::string& dir, ShardedModel& m, const FlatAdamW& opt);
+// m.shard_data() and m.shard_grad()) and, on rank 0, the manifest. Creates `dir`. Every
+// file operation goes through `fs`: a failure (ENOSPC, EIO) is an error naming the file,
+// the operation and errno's text on the rank that met it, and leaves `dir` without a manifest.
+absl::Status SaveShardedState(const std::string& dir, ShardedModel& m, const FlatAdamW& opt,
+                              FileSystem& fs = FileSystem::Default());
 
 // Fills this rank's shards of parameters and both moments from a checkpoint written at any
 // rank count, and opt's step count. The units and parameters must match m's exactly (names,

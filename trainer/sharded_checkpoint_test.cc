@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/fault_injection_file_system.h"
 #include "dist/local_group.h"
 #include "models/hf_checkpoint.h"
 #include "models/safetensors.h"
@@ -376,6 +378,75 @@ TEST_F(ShardedCheckpointTest, MismatchedModelIsNamedWithTheDirectory) {
   ExpectMentions(LoadError(2, TinyConfig(3, /*intermediate=*/24),
                            [&](RankState& s) { return LoadHfShards(hf, *s.model); }),
                  {hf + "/model.safetensors", "model.layers.0.mlp", "[24, 16]"});
+}
+
+// The byte counts a crash keeps of a write of `bytes`: none, one, half, all but one.
+std::vector<uint64_t> CutPoints(uint64_t bytes) {
+  if (bytes == 0) return {0};
+  return {0, std::min<uint64_t>(1, bytes - 1), bytes / 2, bytes - 1};
+}
+
+bool SameValues(const Values& got, const Values& want) {
+  if (got.size() != want.size()) return false;
+  for (const auto& [name, w] : want) {
+    if (!got.count(name) || !got.at(name).equal(w)) return false;
+  }
+  return true;
+}
+
+// SaveShardedState under every injected failure: ENOSPC and EIO at each file operation, a
+// process crash at each (a write cut after none, one, half or all but one of its bytes), a
+// machine crash mid-write. The directory a failed save leaves either does not load or, when
+// only the last directory sync failed, loads exactly what was saved; the earlier checkpoint
+// loads what it held; the error names the file and errno's text.
+TEST_F(ShardedCheckpointTest, EveryFailurePointOfASaveLeavesNoCheckpointThatLoadsWrong) {
+  using Fault = FaultInjectionFileSystem;
+  const std::string good = FreshDir("fault_good"), next = FreshDir("fault_next");
+  const absl::Status group = dist::RunLocalGroup(1, [&](dist::Communicator& comm) {
+    RankState s = MakeRank(/*seed=*/7, comm);
+    Step(s, comm);
+    ASSERT_TRUE(SaveShardedState(good, *s.model, *s.adam).ok());
+    const Values good_values = Gathered(*s.model);
+    Step(s, comm);
+    const Values next_values = Gathered(*s.model);
+    Fault fault(FileSystem::Default(), /*sync_base=*/false);
+    ASSERT_TRUE(SaveShardedState(next, *s.model, *s.adam, fault).ok());
+    const std::vector<Fault::Record> ops = fault.ops();
+    int failures = 0;
+    for (size_t n = 1; n <= ops.size(); ++n) {
+      std::vector<std::pair<int, uint64_t>> faults = {{ENOSPC, 0}, {EIO, 0}};
+      for (uint64_t k : CutPoints(ops[n - 1].bytes)) faults.push_back({0, k});
+      faults.push_back({-1, ops[n - 1].bytes / 2});  // a machine crash
+      for (const auto& [err, keep] : faults) {
+        SCOPED_TRACE(testing::Message()
+                     << "operation " << n << " (" << Fault::OpName(ops[n - 1].op) << " "
+                     << ops[n - 1].path << "), errno " << err << ", keeping " << keep);
+        fs::remove_all(next);
+        fault.Reset();
+        if (err > 0) fault.FailAt(n, err);
+        if (err <= 0) {
+          fault.CrashAt(n, keep, err == 0 ? Fault::Crash::kProcess : Fault::Crash::kMachine);
+        }
+        const absl::Status saved = SaveShardedState(next, *s.model, *s.adam, fault);
+        ASSERT_TRUE(fault.fired());
+        ASSERT_FALSE(saved.ok());
+        ++failures;
+        ExpectMentions(saved, {ops[n - 1].path, err == ENOSPC ? "No space left on device"
+                                                : err == EIO  ? "Input/output error"
+                                                              : "simulated crash"});
+        RankState probe = MakeRank(/*seed=*/1, comm);
+        if (LoadShardedState(next, *probe.model, *probe.adam).ok()) {
+          EXPECT_EQ(n, ops.size()) << "a checkpoint loaded though its save failed early";
+          EXPECT_TRUE(SameValues(Gathered(*probe.model), next_values));
+        }
+      }
+    }
+    EXPECT_GE(failures, static_cast<int>(ops.size()) * 4);  // 4 per operation, 7 per write
+    RankState probe = MakeRank(/*seed=*/1, comm);
+    ASSERT_TRUE(LoadShardedState(good, *probe.model, *probe.adam).ok());
+    EXPECT_TRUE(SameValues(Gathered(*probe.model), good_values));
+  });
+  ASSERT_TRUE(group.ok()) << group;
 }
 
 }  // namespace
