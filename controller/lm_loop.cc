@@ -15,6 +15,7 @@
 #include "data/jsonl_dataset.h"
 #include "reward/answer_check.h"
 #include "reward/reward_role.h"
+#include "weights/weight_transport.h"
 
 namespace rlforge {
 
@@ -513,7 +514,7 @@ absl::Status LmLoop::LoadOnto(const std::vector<size_t>& loaders, IterationRecor
   // "<transport>:<group>".
   const std::string& location = last_weights_.location();
   const std::string transport = location.substr(0, location.find(':'));
-  const bool grouped = IsGroupWeightTransport(transport);
+  const bool grouped = IsGroupWeightTransport(ResolveWeightTransport(ctx_.config()));
   if (streamed) {
     // A stream of its own, even for a version streamed before (to new engines): the shm ring
     // tags its buckets with this number.
