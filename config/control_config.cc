@@ -202,7 +202,7 @@ std::shared_ptr<const Schema> WeightsSection() {
       config::ChoiceType(WeightTransportNames()), ParseTransport,
       [](const WeightTransport& t) { return YAML::Node(WeightTransportName(t)); });
   b.Double("bucket_mb", &WeightsOptions::bucket_mb,
-           "Language models: the weight stream's bucket size in MiB (two buffers of it per "
+           "The weight stream's bucket size in MiB (two buffers of it per "
            "side; at least 1/64, i.e. 16 KiB).")
       .Min(1.0 / 64)
       .Max(16384);
@@ -220,12 +220,13 @@ std::shared_ptr<const Schema> WeightsSection() {
            "on the host, and no private model; a failed load leaves it serving the previous "
            "version).");
   b.Double("timeout_s", &WeightsOptions::timeout_s,
-           "Language models: the longest wait for one bucket, publisher or engine.")
+           "The longest wait for one bucket, publisher or engine (rollout worker).")
       .Min(0.1);
   return b.Build();
 }
 
-// Control policies are a few hundred KB: one double-buffered segment, no buckets.
+// Control policies go through the bucket stream in one piece, on the host: shm (the segment of
+// two versions, weights/shm_mapped.h) or zmq (inline); their workers form no broadcast group.
 void CheckControlWeights(const WeightsOptions& w, CheckContext& ctx) {
   const WeightsOptions d;
   if (w.transport == WeightTransport::kGloo || w.transport == WeightTransport::kCudaIpc ||
@@ -235,11 +236,9 @@ void CheckControlWeights(const WeightsOptions& w, CheckContext& ctx) {
                   " carries language models' weight streams to engines; a control policy's "
                   "rollout workers load through shm or zmq");
   }
-  const char* lm_only = "is for language-model jobs (a control policy moves in one piece)";
-  if (w.bucket_mb != d.bucket_mb) ctx.Error("weights.bucket_mb", lm_only);
+  const char* lm_only = "is for language-model jobs (a control policy moves as fp32, copied)";
   if (w.dtype != d.dtype) ctx.Error("weights.dtype", lm_only);
   if (w.apply != d.apply) ctx.Error("weights.apply", lm_only);
-  if (w.timeout_s != d.timeout_s) ctx.Error("weights.timeout_s", lm_only);
 }
 
 // Jobs without rollout workers publish no weights: every weights.* key would do nothing.
