@@ -81,6 +81,12 @@ WeightTransport ResolveWeightTransport(const JobConfig& c, const WeightPlaneFact
   return UnderSlurm(c.launch) || joins ? WeightTransport::kZmq : WeightTransport::kShm;
 }
 
+bool IsGroupWeightLocation(const std::string& location) {
+  const std::optional<WeightTransport> t =
+      ParseWeightTransport(std::string_view(location).substr(0, location.find(':')));
+  return t.has_value() && IsGroupWeightTransport(*t);
+}
+
 void CheckWeightTransport(const JobConfig& c, config::CheckContext& ctx) {
   if (!IsLmJob(c)) return;
   const WeightTransport t = ResolveWeightTransport(c);

@@ -32,6 +32,9 @@ WeightTransport ResolveWeightTransport(const JobConfig& c, const WeightPlaneFact
 inline bool IsGroupWeightTransport(WeightTransport t) {
   return t == WeightTransport::kGloo || t == WeightTransport::kNccl;
 }
+// Whether a WeightsReady's location ("gloo:<group>", "nccl:<group>", "shm-ring:/name", "inline",
+// ...) names a group transport: what the publisher chose, which the controller follows.
+bool IsGroupWeightLocation(const std::string& location);
 // Transports whose bytes go from the trainer's GPU memory to the engines' (never the host's).
 inline bool IsDeviceWeightTransport(WeightTransport t) {
   return t == WeightTransport::kCudaIpc || t == WeightTransport::kNccl;

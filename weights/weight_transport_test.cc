@@ -68,6 +68,16 @@ TEST(ResolveWeightTransportTest, AChosenTransportIsKept) {
   EXPECT_EQ(Resolve(kGpus + "weights: {transport: gloo}\n"), T::kGloo);
 }
 
+// The controller follows the publisher's location (a fake trainer's too), not the config.
+TEST(ResolveWeightTransportTest, GroupLocationsAreGlooAndNccl) {
+  EXPECT_TRUE(IsGroupWeightLocation("gloo:weights-3"));
+  EXPECT_TRUE(IsGroupWeightLocation("nccl:weights"));
+  EXPECT_FALSE(IsGroupWeightLocation("shm-ring:/rlforge-1-trainer-0"));
+  EXPECT_FALSE(IsGroupWeightLocation("shm-mapped:/rlforge-1-trainer-0"));
+  EXPECT_FALSE(IsGroupWeightLocation("inline"));
+  EXPECT_FALSE(IsGroupWeightLocation(""));
+}
+
 TEST(CheckWeightTransportTest, MappedWeightsNeedShmAsResolved) {
   EXPECT_EQ(Errors(std::string(kGrpo) + "weights: {apply: mapped}\n"), "");
   const std::string gloo = Errors(std::string(kGrpo) + "weights: {apply: mapped, transport: gloo}\n");
