@@ -10,6 +10,7 @@
 #include "nlohmann/json.hpp"
 #include "reward/reward_set.h"
 #include "sim_bridge/env.h"
+#include "weights/weight_transport.h"
 
 namespace rlforge {
 
@@ -152,6 +153,8 @@ void CheckEnv(const JobConfig& c, config::CheckContext& ctx) {
 
 }  // namespace
 
-std::vector<JobCheck> SetupChecks() { return {CheckModel, CheckData, CheckRewards, CheckEnv}; }
+std::vector<JobCheck> SetupChecks() {
+  return {CheckModel, CheckData, CheckRewards, CheckEnv, CheckWeightTransport};
+}
 
 }  // namespace rlforge

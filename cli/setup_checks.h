@@ -9,7 +9,9 @@
 // loaded: its code runs in reward workers only), env.id is a built-in env (with a did-you-mean)
 // when the job steps built-in envs, model.path holds a checkpoint's files (config.json, the
 // safetensors or the shards its index lists, tokenizer.json) unless model.init_job writes it, and
-// data.source jsonl's files exist. Relative paths are relative to the working directory, which the
+// data.source jsonl's files exist, and the resolved weight transport fits the job
+// (CheckWeightTransport, weights/weight_transport.h). Relative paths are relative to the
+// working directory, which the
 // workers `rlforge run` starts share. Files on this host are not checked under launch.backend
 // kubernetes (every role joins from a host of its own), nor a plugin for reward.external workers.
 // Whatever only a worker can find (a plugin that does not load, a checkpoint that does not parse)

@@ -11,6 +11,13 @@ using config::SchemaBuilder;
 
 namespace {
 
+bool ParseTransport(const YAML::Node& n, WeightTransport* out, std::string* why) {
+  std::string name;
+  if (!config::MakeChoiceParser(WeightTransportNames())(n, &name, why)) return false;
+  *out = *ParseWeightTransport(name);
+  return true;
+}
+
 std::shared_ptr<const Schema> EnvSection() {
   SchemaBuilder<EnvOptions> b("The simulated environment (Gymnasium semantics).");
   b.String("id", &EnvOptions::id,
@@ -178,21 +185,24 @@ std::shared_ptr<const Schema> PpoSection() {
 
 std::shared_ptr<const Schema> WeightsSection() {
   SchemaBuilder<WeightsOptions> b("How new policy weights reach rollout workers.");
-  b.Choice("transport", &WeightsOptions::transport,
-           {"auto", "shm", "gloo", "zmq", "cuda_ipc", "nccl"},
-           "shm: POSIX shared memory (same host); gloo: a broadcast group of trainer rank 0 and "
-           "the engines (language models; any host); zmq: in ZeroMQ frames through the "
-           "controller (any host; holds a whole copy there); cuda_ipc: the engines copy each "
-           "version device-to-device from the trainer's GPU memory (language models; "
-           "trainer.device and engine.device on cuda, one host, a CUDA build); nccl: bucket "
-           "broadcasts from the trainer's GPU to the engines' GPUs (language models; both on "
-           "cuda, any host, a CUDA build); auto: shm, or gloo for a language model job with "
-           "external rollout workers, or zmq for one under launch.backend slurm or whose engines "
-           "may join (rollout.max_workers above rollout.workers) — with trainer and engines on "
-           "cuda, cuda_ipc instead of shm and nccl instead of gloo and of Slurm's zmq; a "
-           "control-policy job picks zmq when a worker reports another host or may join.");
+  b.Typed<WeightTransport>(
+      "transport", &WeightsOptions::transport,
+      "shm: POSIX shared memory (same host); gloo: a broadcast group of trainer rank 0 and "
+      "the engines (language models; any host); zmq: in ZeroMQ frames through the "
+      "controller (any host; holds a whole copy there); cuda_ipc: the engines copy each "
+      "version device-to-device from the trainer's GPU memory (language models; "
+      "trainer.device and engine.device on cuda, one host, a CUDA build); nccl: bucket "
+      "broadcasts from the trainer's GPU to the engines' GPUs (language models; both on "
+      "cuda, any host, a CUDA build); auto: shm, or gloo for a language model job with "
+      "external rollout workers, or zmq for one under launch.backend slurm or whose engines "
+      "may join (rollout.max_workers above rollout.workers) — with trainer and engines on "
+      "cuda, cuda_ipc instead of shm and nccl instead of gloo and of Slurm's zmq; a "
+      "control-policy job picks zmq when a worker reports another host or may join "
+      "(weights/weight_transport.h resolves it).",
+      config::ChoiceType(WeightTransportNames()), ParseTransport,
+      [](const WeightTransport& t) { return YAML::Node(WeightTransportName(t)); });
   b.Double("bucket_mb", &WeightsOptions::bucket_mb,
-           "Language models: the weight stream's bucket size in MiB (two buffers of it per "
+           "The weight stream's bucket size in MiB (two buffers of it per "
            "side; at least 1/64, i.e. 16 KiB).")
       .Min(1.0 / 64)
       .Max(16384);
@@ -210,23 +220,25 @@ std::shared_ptr<const Schema> WeightsSection() {
            "on the host, and no private model; a failed load leaves it serving the previous "
            "version).");
   b.Double("timeout_s", &WeightsOptions::timeout_s,
-           "Language models: the longest wait for one bucket, publisher or engine.")
+           "The longest wait for one bucket, publisher or engine (rollout worker).")
       .Min(0.1);
   return b.Build();
 }
 
-// Control policies are a few hundred KB: one double-buffered segment, no buckets.
+// Control policies go through the bucket stream in one piece, on the host: shm (the segment of
+// two versions, weights/shm_mapped.h) or zmq (inline); their workers form no broadcast group.
 void CheckControlWeights(const WeightsOptions& w, CheckContext& ctx) {
   const WeightsOptions d;
-  if (w.transport == "gloo" || w.transport == "cuda_ipc" || w.transport == "nccl") {
+  if (w.transport == WeightTransport::kGloo || w.transport == WeightTransport::kCudaIpc ||
+      w.transport == WeightTransport::kNccl) {
     ctx.Error("weights.transport",
-              w.transport + " carries language models' weight streams; use shm or zmq");
+              WeightTransportName(w.transport) +
+                  " carries language models' weight streams to engines; a control policy's "
+                  "rollout workers load through shm or zmq");
   }
-  const char* lm_only = "is for language-model jobs (a control policy moves in one piece)";
-  if (w.bucket_mb != d.bucket_mb) ctx.Error("weights.bucket_mb", lm_only);
+  const char* lm_only = "is for language-model jobs (a control policy moves as fp32, copied)";
   if (w.dtype != d.dtype) ctx.Error("weights.dtype", lm_only);
   if (w.apply != d.apply) ctx.Error("weights.apply", lm_only);
-  if (w.timeout_s != d.timeout_s) ctx.Error("weights.timeout_s", lm_only);
 }
 
 // Jobs without rollout workers publish no weights: every weights.* key would do nothing.

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "config/weight_transport.h"
+
 namespace rlforge {
 
 struct EnvOptions {
@@ -73,8 +75,8 @@ struct PpoOptions {
 };
 
 struct WeightsOptions {
-  std::string transport = "auto";  // auto | shm | gloo | zmq | cuda_ipc | nccl
-  // Language models' bucketed stream (weights/bucket_stream.h).
+  WeightTransport transport = WeightTransport::kAuto;
+  // The bucketed stream (weights/bucket_stream.h).
   double bucket_mb = 256;
   std::string dtype = "float32";   // float32 | bfloat16 on the wire
   std::string apply = "in_place";  // in_place | staged | mapped (the engine's side)

@@ -356,7 +356,7 @@ void CheckLaunchBackend(const JobConfig& c, config::CheckContext& ctx) {
               "memory or a Unix socket; Slurm steps run on other nodes (use inprocess, or "
               "external with addresses the nodes reach)");
   }
-  if (c.weights.transport == "shm") {
+  if (c.weights.transport == WeightTransport::kShm) {
     ctx.Error("weights.transport",
               "shm reaches only processes on the trainer's host; Slurm steps run on other "
               "nodes (use auto, zmq or gloo)");
@@ -476,7 +476,7 @@ void CheckEveryRoleJoins(const JobConfig& c, config::CheckContext& ctx) {
       ctx.Error(section + ".external", why + "false cannot hold (leave it out: it is implied)");
     }
   }
-  if (c.weights.transport == "shm") {
+  if (c.weights.transport == WeightTransport::kShm) {
     ctx.Error("weights.transport",
               why + "shm reaches engines on this host only (use auto, gloo or zmq)");
   }
@@ -499,13 +499,6 @@ void CheckMappedWeights(const JobConfig& c, config::CheckContext& ctx) {
               absl::StrCat("weights.apply mapped serves the engines' fp32 parameters from the "
                            "stream's own bytes; got ",
                            c.weights.dtype, " (use float32, or weights.apply in_place)"));
-  }
-  const std::string transport = LmWeightTransport(c);
-  if (transport != "shm") {
-    ctx.Error("weights.transport",
-              absl::StrCat("weights.apply mapped needs the engines on the trainer's host, through "
-                           "shared memory (shm); this job's transport is ",
-                           transport, " (set weights.transport: shm, or another weights.apply)"));
   }
   if (c.engine.device != "cpu") {
     ctx.Error("weights.apply",
@@ -536,40 +529,6 @@ void CheckGpuTrainerRanks(const JobConfig& c, config::CheckContext& ctx) {
               absl::StrCat(what, "every rank would be on GPU ", d->index,
                            " of this host, and NCCL needs a GPU per rank; set trainer.device: "
                            "cuda (rank r takes GPU r)"));
-  }
-}
-
-// weights.transport cuda_ipc and nccl move device memory: both ends on a GPU, a build whose
-// libtorch has CUDA, and (cuda_ipc) the engines on the trainer's host.
-void CheckDeviceWeights(const JobConfig& c, config::CheckContext& ctx) {
-  const std::string t = LmWeightTransport(c);
-  if (!IsDeviceWeightTransport(t)) return;
-  const std::string why = t + " moves GPU memory";
-  if (!RLFORGE_TORCH_CUDA && c.weights.transport == t) {
-    ctx.Error("weights.transport", absl::StrCat(t,
-                                                ": this build has a CPU-only libtorch (build with "
-                                                "-DRLFORGE_CUDA=ON, or use shm, gloo or zmq)"));
-  }
-  for (const auto& [key, device] : {std::pair{"trainer.device", &c.trainer.device},
-                                    std::pair{"engine.device", &c.engine.device}}) {
-    if (!OnCuda(*device)) {
-      ctx.Error("weights.transport",
-                absl::StrCat(why, " from the trainer's GPU to the engines'; ", key, " is ", *device,
-                             " (set it to cuda, or use shm, gloo or zmq)"));
-    }
-  }
-  if (t == "cuda_ipc" && (c.rollout.external || UnderSlurm(c.launch))) {
-    ctx.Error("weights.transport",
-              absl::StrCat("cuda_ipc maps the trainer's GPU memory, which only processes on its "
-                           "host can; ",
-                           c.rollout.external ? "rollout.external engines join from any host"
-                                              : "launch.backend slurm runs engines on other nodes",
-                           " (use nccl)"));
-  }
-  if (c.weights.apply == "mapped") {
-    ctx.Error("weights.apply",
-              absl::StrCat("mapped serves the engines from host shared memory; ", why,
-                           " into the engines' own parameters (use in_place or staged)"));
   }
 }
 
@@ -640,7 +599,6 @@ std::shared_ptr<const Schema> BuildJobSchema() {
                                        c.job.algorithm->family == AlgorithmFamily::kDpo);
     if (lm) {
       CheckMappedWeights(c, ctx);
-      CheckDeviceWeights(c, ctx);
     }
     if (lm && c.rollout.workers > kMaxLmEngines) {
       ctx.Error("rollout.workers",
@@ -701,20 +659,6 @@ void ApplyBackendDefaults(JobConfig& c) {
   if (UnderSlurm(c.launch) && c.controller.host == ControllerOptions{}.host) {
     c.controller.host = "0.0.0.0";
   }
-}
-
-std::string LmWeightTransport(const JobConfig& c) {
-  if (c.weights.transport != "auto") return c.weights.transport;
-  // Engines that may join (from any host) and leave at any moment: inline weights, which
-  // reach every engine from the controller, and which an engine leaving mid-load cannot cut
-  // short as it would a stream.
-  const bool joins = c.rollout.max_staleness == 0 && c.rollout.max_workers > c.rollout.workers;
-  const bool other_hosts = c.rollout.external || UnderSlurm(c.launch);
-  if (OnCuda(c.trainer.device) && OnCuda(c.engine.device) && !joins) {
-    return other_hosts ? "nccl" : "cuda_ipc";
-  }
-  if (c.rollout.external) return "gloo";
-  return UnderSlurm(c.launch) || joins ? "zmq" : "shm";
 }
 
 LoadedJob LoadJobFile(const std::string& path, const std::vector<std::string>& overrides,

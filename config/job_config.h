@@ -144,20 +144,6 @@ struct JobConfig {
 // Whether actors run as Slurm job steps (launch.backend: slurm).
 inline bool UnderSlurm(const LaunchOptions& l) { return l.backend == "slurm"; }
 
-// What weights.transport means for a language-model job: "shm", "gloo", "zmq", "cuda_ipc" or
-// "nccl". auto: gloo when the rollout workers are external (possibly on other hosts), zmq
-// (through the controller) when they are Slurm steps on other nodes or engines may join
-// (rollout.max_workers above rollout.workers), shm otherwise; with trainer.device and
-// engine.device both on cuda, nccl for the cases that may cross hosts (external, Slurm) and
-// cuda_ipc for the one-host case, so a version never crosses host memory (engines that may
-// join still get zmq: a leave cannot cut its load short).
-std::string LmWeightTransport(const JobConfig& c);
-// Transports whose bytes move in a broadcast group of trainer rank 0 and the loading engines
-// (formed per load in the store; the location names the group).
-inline bool IsGroupWeightTransport(const std::string& t) { return t == "gloo" || t == "nccl"; }
-// Transports whose bytes go from the trainer's GPU memory to the engines' (never the host's).
-inline bool IsDeviceWeightTransport(const std::string& t) { return t == "cuda_ipc" || t == "nccl"; }
-
 // A role's cap on workers, counting those that join by hand: `max_workers`, or `workers` when
 // it is 0 (rollout.max_workers, reward.max_workers).
 inline int64_t WorkerCap(int64_t workers, int64_t max_workers) {

@@ -34,6 +34,7 @@
 #include "launch/process_launcher.h"
 #include "launch/slurm_launcher.h"
 #include "proto/zmq_transport.h"
+#include "weights/weight_transport.h"
 #include "spdlog/sinks/basic_file_sink.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 
@@ -380,7 +381,7 @@ bool NeedsTrainerStore(const JobConfig& config, int trainer_ranks) {
   if (trainer_ranks > 1) return true;
   const AlgorithmFamily f = config.job.algorithm->family;
   return (f == AlgorithmFamily::kLmRl || f == AlgorithmFamily::kDpo) &&
-         IsGroupWeightTransport(LmWeightTransport(config));
+         IsGroupWeightTransport(ResolveWeightTransport(config));
 }
 
 int RunJob(const JobConfig& config, const RunOptions& options) {

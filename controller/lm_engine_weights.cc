@@ -8,6 +8,7 @@
 #include "common/status.h"
 #include "common/timing_keys.h"
 #include "controller/lm_loop.h"
+#include "weights/weight_transport.h"
 
 namespace rlforge {
 
@@ -50,7 +51,7 @@ absl::Status LmLoop::LoadOnto(const std::vector<size_t>& loaders, IterationRecor
   // "<transport>:<group>".
   const std::string& location = last_weights_.location();
   const std::string transport = location.substr(0, location.find(':'));
-  const bool grouped = IsGroupWeightTransport(transport);
+  const bool grouped = IsGroupWeightLocation(location);
   if (streamed) {
     // A stream of its own, even for a version streamed before (to new engines): the shm ring
     // tags its buckets with this number.

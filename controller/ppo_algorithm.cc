@@ -349,15 +349,14 @@ absl::StatusOr<proto::PolicySpec> PpoAlgorithm::SetUpWorkers(Controller& c) {
   return spec;
 }
 
-std::string PpoAlgorithm::WeightsTransport(const Controller& c, const std::string& trainer) const {
-  if (config_.weights.transport != "auto") return config_.weights.transport;
-  // Workers that join later may run on any host: they get the weights over ZeroMQ.
-  std::string transport = workers_.size() > Units() ? "zmq" : "shm";
+WeightTransport PpoAlgorithm::WeightsTransport(const Controller& c,
+                                               const std::string& trainer) const {
+  WeightPlaneFacts facts;
   const std::string& host = c.actors().Find(trainer)->host;
   for (size_t w = 0; w < workers_.size(); ++w) {
-    if (ready_[w] && c.actors().Find(workers_[w])->host != host) transport = "zmq";
+    if (ready_[w] && c.actors().Find(workers_[w])->host != host) facts.worker_on_other_host = true;
   }
-  return transport;
+  return ResolveWeightTransport(config_, facts);
 }
 
 absl::Status PpoAlgorithm::Run(JobContext& ctx) {
@@ -376,14 +375,15 @@ absl::Status PpoAlgorithm::Run(JobContext& ctx) {
                spec.obs_size(), spec.discrete() ? "Discrete" : "Box", spec.action_size(),
                iterations, batch);
 
-  const std::string transport = WeightsTransport(c, trainer);
+  const WeightTransport transport = WeightsTransport(c, trainer);
   proto::WorkRequest init;
   *init.mutable_train_init()->mutable_spec() = spec;
-  init.mutable_train_init()->set_weights_transport(transport);
+  init.mutable_train_init()->set_weights_transport(WeightTransportName(transport));
   ASSIGN_OR_RETURN(uint64_t init_id, c.Submit(trainer, std::move(init)));
   ASSIGN_OR_RETURN(WorkOutcome v0, c.Await(init_id));
   RETURN_IF_ERROR(Broadcast(c, v0.result.weights(), std::move(v0.tensors)));
-  spdlog::info("policy version 0 on every rollout worker (weights via {})", transport);
+  spdlog::info("policy version 0 on every rollout worker (weights via {})",
+               WeightTransportName(transport));
 
   for (size_t w = 0; w < workers_.size(); ++w) {
     reward_scalers_.emplace_back(N, config_.ppo.gamma, config_.ppo.clip_reward);

@@ -17,6 +17,7 @@
 #include "common/cpu_affinity.h"
 #include "controller/algorithm.h"
 #include "trainer/running_stats.h"
+#include "weights/weight_transport.h"
 
 namespace rlforge {
 
@@ -108,9 +109,9 @@ class PpoAlgorithm final : public Algorithm {
   // Sets up the envs of every worker registered at the start (RolloutSetup) and checks that
   // they agree with each other and with env.num_envs; the policy spec they report.
   absl::StatusOr<proto::PolicySpec> SetUpWorkers(Controller& c);
-  // weights.transport for this job; auto: shm, or zmq when workers may join (from any host)
-  // or one reported another host than the trainer's.
-  std::string WeightsTransport(const Controller& c, const std::string& trainer) const;
+  // weights.transport for this job (weights/weight_transport.h resolves auto, told whether a
+  // registered worker reported another host than the trainer's).
+  WeightTransport WeightsTransport(const Controller& c, const std::string& trainer) const;
   // One iteration of the synchronous loop: rollouts, batch, train step, weight sync, record,
   // checkpoint.
   absl::Status RunIteration(JobContext& ctx, const std::string& trainer, int64_t it,

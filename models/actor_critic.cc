@@ -167,6 +167,14 @@ void LoadFlat(torch::nn::Module& m, const float* in) {
   });
 }
 
+std::vector<std::pair<std::string, std::vector<int64_t>>> FlatLayout(torch::nn::Module& m) {
+  std::vector<std::pair<std::string, std::vector<int64_t>>> out;
+  ForEachTensor(m, [&](const std::string& name, const torch::Tensor& t) {
+    out.emplace_back(name, t.sizes().vec());
+  });
+  return out;
+}
+
 uint64_t LayoutHash(torch::nn::Module& m) {
   std::string layout;
   ForEachTensor(m, [&](const std::string& name, const torch::Tensor& t) {

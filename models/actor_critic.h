@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "config/control_options.h"
@@ -84,5 +85,7 @@ int64_t FlatSize(torch::nn::Module& m);
 void FlattenInto(torch::nn::Module& m, float* out);
 void LoadFlat(torch::nn::Module& m, const float* in);
 uint64_t LayoutHash(torch::nn::Module& m);
+// Each tensor of the flat vector, in its order: name and shape (the weight stream's manifest).
+std::vector<std::pair<std::string, std::vector<int64_t>>> FlatLayout(torch::nn::Module& m);
 
 }  // namespace rlforge

@@ -97,34 +97,12 @@ absl::StatusOr<WorkReply> ControlRolloutRole::Load(const proto::LoadWeights& loa
     model_ = ActorCritic(ActorCriticOptionsFor(config_.policy, config_.ppo, spec_));
     model_->eval();
     flat_.resize(static_cast<size_t>(FlatSize(*model_)));
+    reader_ = std::make_unique<PolicyReader>(assignment_.actor_id(),
+                                             ToTensorSpecs(FlatLayout(*model_)),
+                                             LayoutHash(*model_), config_.weights.timeout_s);
   }
   const proto::WeightsReady& w = load.weights();
-  size_t bytes = flat_.size() * sizeof(float);
-  uint64_t layout = LayoutHash(*model_);
-  if (w.nbytes() != bytes) {
-    return absl::FailedPreconditionError(absl::StrCat("weights of ", w.nbytes(),
-                                                      " bytes do not fit this worker's model (",
-                                                      bytes, " bytes): configs differ"));
-  }
-  if (w.location() == "inline") {
-    const TensorFrame* t = nullptr;
-    for (const auto& f : tensors) {
-      if (f.name() == "weights") t = &f;
-    }
-    if (t == nullptr || t->nbytes() != bytes) {
-      return absl::InvalidArgumentError("inline weights: missing or mis-sized tensor 'weights'");
-    }
-    if (w.layout_hash() != layout) {
-      return absl::FailedPreconditionError("weights are for another model layout: configs differ");
-    }
-    std::memcpy(flat_.data(), t->data(), bytes);
-    if (WeightChecksum(flat_.data(), bytes) != w.checksum()) {
-      return absl::DataLossError(
-          absl::StrCat("weight version ", w.version(), ": checksum mismatch"));
-    }
-  } else {
-    RETURN_IF_ERROR(reader_.Read(w, layout, flat_.data()));
-  }
+  RETURN_IF_ERROR(reader_->Read(w, tensors, flat_.data()).status());
   LoadFlat(*model_, flat_.data());
   version_ = w.version();
   WorkReply reply;

@@ -2,7 +2,8 @@
 // policy and returns whole trajectories tagged with the policy version.
 //
 // RolloutSetup -> envs (in-process, or sim_bridge servers) + seeded reset -> PolicySpec
-// LoadWeights  -> shared memory or inline tensor -> ActorCritic (version v)
+// LoadWeights  -> PolicyReader (the bucket stream: the shared-memory segment, or the
+//                 inline frame) -> ActorCritic (version v)
 // RolloutTask  -> T x [policy forward (batched over envs) -> sample -> env step]
 //              -> obs, actions, logprobs, values, rewards, terminated,
 //                 truncated, valid [T, N, ...], last_values [N], episodes
@@ -20,7 +21,7 @@
 #include "actors/role.h"
 #include "models/actor_critic.h"
 #include "sim_bridge/vector_env.h"
-#include "weights/weight_sync.h"
+#include "weights/policy_plane.h"
 #include "zmq.hpp"
 
 namespace rlforge {
@@ -69,7 +70,7 @@ class ControlRolloutRole final : public Role {
   // pipelined and one-batch rollouts (0: not timed yet).
   int64_t rollouts_ = 0;
   double pipelined_step_s_ = 0, batch_step_s_ = 0;
-  WeightReader reader_;
+  std::unique_ptr<PolicyReader> reader_;  // made with the model, at the first load
   std::vector<float> flat_;
   std::mt19937_64 rng_;
   // Every action batch stepped since setup, in order: what LoadState replays.

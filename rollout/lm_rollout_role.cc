@@ -14,6 +14,7 @@
 #include "models/device.h"
 #include "models/hf_checkpoint.h"
 #include "proto/lm_groups.h"
+#include "weights/weight_transport.h"
 
 namespace rlforge {
 
@@ -66,7 +67,7 @@ absl::StatusOr<std::unique_ptr<Role>> LmRolloutRole::Create(const JobConfig& con
     // Over a host transport a GPU's parameters cannot be the stream's destination: it is read
     // into host memory, then copied to the device (in_place: while the engine pauses; staged:
     // before). The device transports need no host copy.
-    if (!IsDeviceWeightTransport(LmWeightTransport(config)) &&
+    if (!IsDeviceWeightTransport(ResolveWeightTransport(config)) &&
         (config.weights.apply == "staged" || !device.is_cpu())) {
       role->staged_.resize(static_cast<size_t>(FlatSize(*model)));
     }

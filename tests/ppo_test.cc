@@ -168,6 +168,39 @@ TEST(PpoTest, SimServersAndZmqWeightsChangeNothingButSpeed) {
   EXPECT_EQ(local, Reproducible(root + "/auto"));  // one batch, pipelined, then the faster
 }
 
+// The bucket stream carries the policy over every transport a control policy has (shm: the
+// segment of two versions; zmq: inline through the controller), in one bucket or in several
+// (16 KiB against a ~36 KB policy): same seed, the same metrics and the same learned weights
+// (the final checkpoint's learner state, byte for byte).
+TEST(PpoTest, EveryWeightTransportLearnsTheSamePolicy) {
+  const std::string root = FreshDir("ppo_transports");
+  const std::vector<std::pair<std::string, std::vector<std::string>>> runs = {
+      {"shm", {"weights.transport=shm"}},
+      {"zmq", {"weights.transport=zmq"}},
+      {"shm_buckets", {"weights.transport=shm", "weights.bucket_mb=0.015625"}},
+      {"zmq_buckets", {"weights.transport=zmq", "weights.bucket_mb=0.015625"}},
+      {"two_workers_zmq", {"weights.transport=zmq", "rollout.workers=2", "env.num_envs=4"}},
+      {"two_workers_shm", {"weights.transport=shm", "rollout.workers=2", "env.num_envs=4"}}};
+  for (const auto& [name, keys] : runs) {
+    std::vector<std::string> args = {"ppo.total_steps=2048", "job.seed=5", "checkpoint.every=8"};
+    args.insert(args.end(), keys.begin(), keys.end());
+    auto [code, out] = RunJob(root, name, args);
+    ASSERT_EQ(code, 0) << name << "\n" << out;
+    EXPECT_NE(out.find("weights via " + keys[0].substr(keys[0].find('=') + 1)), std::string::npos)
+        << out;
+  }
+  const std::string learner = "/checkpoints/step_8/state/trainer-0/learner.pt";
+  for (const auto& [a, b] : {std::pair{"shm", "zmq"}, std::pair{"shm", "shm_buckets"},
+                             std::pair{"shm", "zmq_buckets"},
+                             std::pair{"two_workers_shm", "two_workers_zmq"}}) {
+    SCOPED_TRACE(std::string(a) + " against " + b);
+    EXPECT_EQ(Reproducible(root + "/" + a), Reproducible(root + "/" + b));
+    const std::string wa = ReadFile(root + "/" + a + learner);
+    ASSERT_FALSE(wa.empty());
+    EXPECT_TRUE(wa == ReadFile(root + "/" + b + learner)) << "the learned weights differ";
+  }
+}
+
 TEST(PpoTest, TwoRolloutWorkersShareTheBatch) {
   std::string root = FreshDir("ppo_two");
   auto [code, out] =

@@ -20,6 +20,7 @@
 #include "trainer/sharded_checkpoint.h"
 #include "trainer/trainer_ranks.h"
 #include "weights/shm_segment.h"
+#include "weights/weight_transport.h"
 
 namespace rlforge {
 
@@ -155,17 +156,16 @@ absl::StatusOr<std::unique_ptr<LmPolicyState>> LmPolicyState::Create(
       for (const ShardedParam& p : u.params) specs.push_back({p.name, p.shape});
     }
     const WeightsOptions& w = config.weights;
-    const uint64_t bucket = static_cast<uint64_t>(w.bucket_mb * 1048576.0) / 64 * 64;
-    s->manifest_ = MakeManifest(specs, w.dtype, bucket);
+    s->manifest_ = MakeManifest(specs, w.dtype, WeightBucketBytes(w));
     s->store_address_ = assignment.store_address();
-    const std::string transport = LmWeightTransport(config);
-    if (transport == "zmq") {
+    const WeightTransport transport = ResolveWeightTransport(config);
+    if (transport == WeightTransport::kZmq) {
       s->location_ = "inline";
     } else if (IsGroupWeightTransport(transport)) {
-      s->location_ = absl::StrCat(transport, ":", kWeightGroup);
+      s->location_ = absl::StrCat(WeightTransportName(transport), ":", kWeightGroup);
     } else if (s->comm_->rank() == 0) {
       const std::string name = PublisherSegmentName(assignment.actor_id());
-      if (transport == "cuda_ipc") {
+      if (transport == WeightTransport::kCudaIpc) {
         ASSIGN_OR_RETURN(s->ipc_, CudaIpcSink::Create(name, s->manifest_, s->policy_->device()));
         s->location_ = s->ipc_->location();
       } else if (w.apply == "mapped") {
@@ -365,14 +365,15 @@ absl::StatusOr<WorkReply> LmPolicyState::Stream(const proto::PublishWeights& pub
   }
   const Stopwatch timer;
   const bool leader = comm_->rank() == 0;
-  const bool mapped = config_.weights.apply == "mapped" && LmWeightTransport(config_) == "shm";
+  const WeightTransport transport = ResolveWeightTransport(config_);
+  const bool mapped = config_.weights.apply == "mapped" && transport == WeightTransport::kShm;
   // The segment keeps a version in its slot until the version after next is written
   // (shm_mapped.h): new engines read it from there.
   const bool written = mapped && segment_version_ == version_;
   std::vector<uint64_t> sums;  // the device transports hash nothing (device_stream.h says why)
   if (written) {
     sums = segment_sums_;
-  } else if (IsDeviceWeightTransport(LmWeightTransport(config_))) {
+  } else if (IsDeviceWeightTransport(transport)) {
     DeviceBucketSink* sink = nullptr;
     if (leader) {
       ASSIGN_OR_RETURN(sink, DeviceSink(publish.readers(), publish.group()));

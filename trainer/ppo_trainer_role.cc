@@ -10,6 +10,7 @@
 #include "common/status.h"
 #include "models/compute_threads.h"
 #include "weights/shm_segment.h"
+#include "weights/weight_transport.h"
 
 namespace rlforge {
 
@@ -57,31 +58,31 @@ absl::StatusOr<WorkReply> PpoTrainerRole::Handle(const proto::WorkRequest& reque
 absl::StatusOr<WorkReply> PpoTrainerRole::Init(const proto::TrainInit& init) {
   SetComputeThreads(config_.trainer.threads, config_.trainer.ranks);
   spec_ = init.spec();
-  transport_ = init.weights_transport();
+  const std::optional<WeightTransport> transport = ParseWeightTransport(init.weights_transport());
+  if (!transport.has_value() || *transport == WeightTransport::kAuto) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "train_init: '", init.weights_transport(), "' is not a resolved weights transport"));
+  }
   learner_ = std::make_unique<PpoLearner>(config_, spec_);
   flat_.resize(static_cast<size_t>(FlatSize(*learner_->model())));
-  if (transport_ == "shm") {
-    const std::string name = PublisherSegmentName(assignment_.actor_id());
-    ASSIGN_OR_RETURN(WeightPublisher p, WeightPublisher::Create(name, flat_.size() * sizeof(float),
-                                                                LayoutHash(*learner_->model())));
-    publisher_.emplace(std::move(p));
-  } else if (transport_ != "zmq") {
-    return absl::InvalidArgumentError(absl::StrCat("unknown weights transport '", transport_, "'"));
-  }
+  PolicyStreamOptions o;
+  o.segment = PublisherSegmentName(assignment_.actor_id());
+  o.tensors = ToTensorSpecs(FlatLayout(*learner_->model()));
+  o.layout_hash = LayoutHash(*learner_->model());
+  o.bucket_bytes = WeightBucketBytes(config_.weights);
+  o.timeout_s = config_.weights.timeout_s;
+  ASSIGN_OR_RETURN(publisher_, MakePolicyPublisher(*transport, o));
   return Publish();
 }
 
-WorkReply PpoTrainerRole::Publish() {
+absl::StatusOr<WorkReply> PpoTrainerRole::Publish() {
   const Stopwatch timer;
   FlattenInto(*learner_->model(), flat_.data());
+  ASSIGN_OR_RETURN(PublishedWeights published,
+                   publisher_->Publish(learner_->version(), flat_.data()));
   WorkReply reply;
-  int64_t v = learner_->version();
-  if (publisher_) {
-    *reply.result.mutable_weights() = publisher_->Publish(v, flat_.data());
-  } else {
-    *reply.result.mutable_weights() = InlineWeights(v, flat_, LayoutHash(*learner_->model()));
-    reply.tensors.push_back(TensorFrame::FromVector("weights", flat_));
-  }
+  *reply.result.mutable_weights() = std::move(published.ready);
+  reply.tensors = std::move(published.frames);
   (*reply.result.mutable_metrics())["publish_s"] = timer.Seconds();
   return reply;
 }
@@ -116,7 +117,7 @@ absl::StatusOr<WorkReply> PpoTrainerRole::Step(const proto::TrainStep& step,
   std::map<std::string, double> metrics =
       learner_->Update(b, step.iteration(), step.num_iterations());
   const double update_s = timer.Seconds();
-  WorkReply reply = Publish();
+  ASSIGN_OR_RETURN(WorkReply reply, Publish());
   for (const auto& [k, v] : metrics) (*reply.result.mutable_metrics())[k] = v;
   (*reply.result.mutable_metrics())["update_s"] = update_s;
   return reply;

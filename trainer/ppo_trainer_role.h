@@ -1,18 +1,18 @@
 // The trainer actor for PPO on control policies.
 //
-// TrainInit(spec, transport) -> model + optimiser -> publish version 0
+// TrainInit(spec, resolved transport) -> model + optimiser -> publish version 0
 // TrainStep + batch tensors -> PpoLearner::Update -> publish version v+1
 //
-// Weights go out through shared memory (WeightPublisher) or inline as a
-// tensor "weights" in the reply (the ZeroMQ path for other hosts).
+// Weights go out on the bucket stream through the publisher weights/policy_plane.h makes for
+// the transport: the shared-memory segment of two versions (shm), or inline as a frame
+// "weights" in the reply (zmq, the path for other hosts).
 #pragma once
 
 #include <memory>
-#include <optional>
 
 #include "actors/role.h"
 #include "trainer/ppo_learner.h"
-#include "weights/weight_sync.h"
+#include "weights/policy_plane.h"
 
 namespace rlforge {
 
@@ -26,7 +26,7 @@ class PpoTrainerRole final : public Role {
  private:
   absl::StatusOr<WorkReply> Init(const proto::TrainInit& init);
   absl::StatusOr<WorkReply> Step(const proto::TrainStep& step, std::vector<TensorFrame> tensors);
-  WorkReply Publish();
+  absl::StatusOr<WorkReply> Publish();
   // Whole-job checkpoints: the learner's state in dir/learner.pt; LoadState publishes the
   // restored version.
   absl::StatusOr<WorkReply> SaveState(const proto::SaveState& save);
@@ -36,8 +36,7 @@ class PpoTrainerRole final : public Role {
   proto::Assignment assignment_;
   std::unique_ptr<PpoLearner> learner_;
   proto::PolicySpec spec_;
-  std::string transport_;
-  std::optional<WeightPublisher> publisher_;
+  std::unique_ptr<PolicyPublisher> publisher_;
   std::vector<float> flat_;
 };
 

@@ -392,4 +392,8 @@ void MappedSource::Serve(int64_t version) {
   header_->readers[reader_].slots.store(1u << (version % 2), std::memory_order_seq_cst);
 }
 
+void MappedSource::Release() {
+  header_->readers[reader_].slots.store(0, std::memory_order_seq_cst);
+}
+
 }  // namespace rlforge

@@ -88,6 +88,8 @@ class MappedSource {
   absl::Status Hold(int64_t version);
   // Once the engine's parameters point into `version`'s slot: it holds that slot only.
   void Serve(int64_t version);
+  // Holds no slot (a reader that copied its version out: weights/policy_plane.h).
+  void Release();
   // The slot of `version`: [begin, end) of the read-only mapping.
   std::pair<const char*, const char*> SlotRange(int64_t version) const;
 
