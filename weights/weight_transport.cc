@@ -72,7 +72,7 @@ WeightTransport ResolveWeightTransport(const JobConfig& c, const WeightPlaneFact
   // Engines that may join (from any host) and leave at any moment: inline weights, which
   // reach every engine from the controller, and which an engine leaving mid-load cannot cut
   // short as it would a stream.
-  const bool joins = c.rollout.max_staleness == 0 && may_join;
+  const bool joins = may_join;  // synchronous or asynchronous: both take joiners
   const bool other_hosts = c.rollout.external || UnderSlurm(c.launch);
   if (OnCuda(c.trainer.device) && OnCuda(c.engine.device) && !joins) {
     return other_hosts ? WeightTransport::kNccl : WeightTransport::kCudaIpc;

@@ -38,6 +38,9 @@ TEST(ResolveWeightTransportTest, LanguageModelOnTheHostFollowsWhereEnginesRunAnd
   EXPECT_EQ(Resolve(std::string(kGrpo) + "launch: {backend: slurm}\n"), T::kZmq);
   // Engines that may join and leave get inline weights: no stream for a leave to cut short.
   EXPECT_EQ(Resolve(std::string(kGrpo) + "rollout: {workers: 1, max_workers: 2}\n"), T::kZmq);
+  // Asynchronous runs take joiners too (one dispatcher for both modes): the same choice.
+  EXPECT_EQ(Resolve(std::string(kGrpo) + "rollout: {workers: 1, max_workers: 2, max_staleness: 1}\n"),
+            T::kZmq);
   // An engine on the GPU with a trainer on the CPU: the host path.
   EXPECT_EQ(Resolve(std::string(kGrpo) + "engine: {device: cuda}\n"), T::kShm);
   // Every actor resolves from the config alone: what the controller learns does not move it.
