@@ -61,6 +61,7 @@ def make():
             if "lora_B" in n:
                 p.normal_(0, 0.2)
     model.save_pretrained(os.path.join(ROOT, "adapter"))
+    os.remove(os.path.join(ROOT, "adapter", "README.md"))  # peft's model card template
     torch.manual_seed(7)
     tokens = torch.randint(0, 37, (2, 9))
     targets = torch.randint(0, 37, (2, 9))
