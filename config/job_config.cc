@@ -394,6 +394,36 @@ std::string NoCheckpointReason(const AlgorithmSpec& a) {
   return "";
 }
 
+std::shared_ptr<const Schema> LoraSection() {
+  SchemaBuilder<LoraOptions> b(
+      "Low-rank adapters (docs/lora.md): the base weights stay frozen; only A and B of each "
+      "target module train and hold optimizer state. Language-model algorithms only.");
+  b.Int("rank", &LoraOptions::rank, "Adapter rank r; 0 trains the full model.").Min(0).Max(4096);
+  b.Double("alpha", &LoraOptions::alpha, "Scaling numerator: the update is (alpha / r) B A x.")
+      .Min(0, false);
+  b.Double("dropout", &LoraOptions::dropout, "Dropout on the adapter's input while training.")
+      .Min(0)
+      .Max(1, false);
+  b.StringList("target_modules", &LoraOptions::target_modules,
+               "Projections that get an adapter, in every layer: q_proj, k_proj, v_proj, o_proj, "
+               "gate_proj, up_proj, down_proj.");
+  b.Check([](const LoraOptions& l, config::CheckContext& ctx) {
+    static const std::vector<std::string> kModules = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
+                                                      "gate_proj", "up_proj", "down_proj"};
+    if (ctx.Written("target_modules") && l.rank == 0) {
+      ctx.Error("rank", "target_modules is set but rank is 0 (LoRA off): set rank > 0");
+    }
+    if (l.target_modules.empty()) ctx.Error("target_modules", "expected at least one module");
+    for (const std::string& m : l.target_modules) {
+      if (std::find(kModules.begin(), kModules.end(), m) == kModules.end()) {
+        ctx.Error("target_modules", absl::StrCat("unknown module '", m, "'; expected one of ",
+                                                 absl::StrJoin(kModules, ", ")));
+      }
+    }
+  });
+  return b.Build();
+}
+
 std::shared_ptr<const Schema> TrainerSection() {
   SchemaBuilder<TrainerOptions> b("The learner: ranks, threads and the AdamW optimiser.");
   b.Int("ranks", &TrainerOptions::ranks,
@@ -437,6 +467,12 @@ std::shared_ptr<const Schema> TrainerSection() {
            "or cuda:N. The policy, reference and critic, their gradients and AdamW state live "
            "there. Several ranks on GPUs form an NCCL group, one GPU per rank (a build against "
            "a CUDA libtorch; docs/gpu.md). ppo's control policy trains on the CPU.");
+  b.Int("micro_batch_size", &TrainerOptions::micro_batch_size,
+        "Language-model RL and DPO learners: the most sequences one forward/backward holds "
+        "(whole groups, at least one); the minibatch's loss and gradient are the same, its "
+        "memory that of one micro-batch, at the cost of one more forward. 0: one pass.")
+      .Min(0);
+  b.Section("lora", &TrainerOptions::lora, LoraSection());
   b.Check([](const TrainerOptions& t, config::CheckContext& ctx) { CheckDevice(t.device, ctx); });
   return b.Build();
 }
@@ -505,6 +541,40 @@ void CheckMappedWeights(const JobConfig& c, config::CheckContext& ctx) {
               absl::StrCat("mapped makes the shared-memory stream the engines' own parameters, "
                            "which a GPU cannot compute on; engine.device is ",
                            c.engine.device, " (use weights.apply in_place or staged)"));
+  }
+}
+
+// trainer.lora: what this LoRA implements (docs/lora.md says why each is refused).
+void CheckLora(const JobConfig& c, config::CheckContext& ctx) {
+  if (c.trainer.lora.rank == 0) return;
+  const AlgorithmSpec* a = c.job.algorithm;
+  if (a != nullptr && a->family != AlgorithmFamily::kLmRl && a->family != AlgorithmFamily::kDpo &&
+      a->family != AlgorithmFamily::kSft) {
+    ctx.Error("trainer.lora.rank",
+              absl::StrCat("LoRA trains language models; job.algorithm ", a->name, " is not one"));
+    return;
+  }
+  if (c.model.path.empty()) {
+    ctx.Error("trainer.lora.rank", "LoRA adapts a pretrained model: set model.path");
+  }
+  if (c.trainer.ranks != 1) {
+    ctx.Error("trainer.ranks", absl::StrCat("LoRA trains on one rank (the adapters are small; "
+                                            "the base is frozen), got ",
+                                            c.trainer.ranks));
+  }
+  if (c.trainer.mixed_precision != "none") {
+    ctx.Error("trainer.mixed_precision", "LoRA trains in fp32: set mixed_precision: none");
+  }
+  if (a == nullptr || a->family == AlgorithmFamily::kSft) return;
+  if (c.weights.apply != "in_place") {
+    ctx.Error("weights.apply", absl::StrCat("LoRA engines merge each adapter version into their "
+                                            "weights in place; got ",
+                                            c.weights.apply, " (use in_place)"));
+  }
+  if (IsDeviceWeightTransport(LmWeightTransport(c)) || c.engine.device != "cpu") {
+    ctx.Error("engine.device",
+              "LoRA weight sync merges adapters into CPU engines; GPU engines load full weights "
+              "(set trainer.lora.rank: 0)");
   }
 }
 
@@ -594,6 +664,7 @@ std::shared_ptr<const Schema> BuildJobSchema() {
       }
     }
     CheckTrainerPlacement(c, ctx);
+    CheckLora(c, ctx);
     const bool lm =
         c.job.algorithm != nullptr && (c.job.algorithm->family == AlgorithmFamily::kLmRl ||
                                        c.job.algorithm->family == AlgorithmFamily::kDpo);

@@ -56,6 +56,15 @@ struct ControllerOptions {
 };
 
 // The learner's optimisation settings, shared by every algorithm that trains.
+// Low-rank adapters (trainer.lora; docs/lora.md): W x + (alpha / rank) B A dropout(x) on each
+// target module, A [rank, in], B [out, rank]; the base weights stay frozen. rank 0: off.
+struct LoraOptions {
+  int64_t rank = 0;
+  double alpha = 16;
+  double dropout = 0;
+  std::vector<std::string> target_modules = {"q_proj", "k_proj", "v_proj", "o_proj"};
+};
+
 struct TrainerOptions {
   int64_t ranks = 1;
   int64_t threads = 0;  // intra-op threads per rank; 0: cores / ranks
@@ -74,6 +83,8 @@ struct TrainerOptions {
   bool reshard_after_forward = true;
   std::string mixed_precision = "none";  // "none" | "bf16"
   std::string device = "cpu";            // "cpu" | "cuda" | "cuda:N" (config/device.h)
+  int64_t micro_batch_size = 0;  // LM learners: sequences per forward/backward; 0: whole minibatch
+  LoraOptions lora;
 };
 
 // Where one role's actors run under launch.backend slurm (docs/multi_host.md).

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -447,6 +448,48 @@ TEST(JobConfigTest, EvalVerifierIsATypedChoice) {
   EXPECT_EQ(bad.errors[0].key, "grpo.eval_verifier");
   EXPECT_NE(bad.errors[0].message.find("did you mean math?"), std::string::npos)
       << bad.errors[0].message;
+}
+
+TEST(JobConfigTest, LoraAndMicroBatchKeys) {
+  const std::string head = "job: {algorithm: grpo}\nmodel: {path: /m}\n";
+  LoadedJob ok = LoadJobText(head +
+                                 "trainer:\n  micro_batch_size: 16\n  lora:\n    rank: 8\n"
+                                 "    alpha: 16\n    dropout: 0.05\n"
+                                 "    target_modules: [q_proj, v_proj]\n",
+                             "t.yaml");
+  ASSERT_TRUE(ok.ok()) << config::FormatErrors(ok.errors);
+  EXPECT_EQ(ok.config.trainer.micro_batch_size, 16);
+  EXPECT_EQ(ok.config.trainer.lora.rank, 8);
+  EXPECT_EQ(ok.config.trainer.lora.target_modules, (std::vector<std::string>{"q_proj", "v_proj"}));
+  LoadedJob off = LoadJobText(head, "t.yaml");
+  ASSERT_TRUE(off.ok());
+  EXPECT_EQ(off.config.trainer.lora.rank, 0);
+  EXPECT_EQ(off.config.trainer.micro_batch_size, 0);
+
+  LoadedJob unknown = LoadJobText(
+      head + "trainer:\n  lora:\n    rank: 4\n    target_modules: [q_proj, qkv_proj]\n", "t.yaml");
+  ASSERT_EQ(unknown.errors.size(), 1u) << config::FormatErrors(unknown.errors);
+  EXPECT_EQ(unknown.errors[0].key, "trainer.lora.target_modules");
+  EXPECT_EQ(unknown.errors[0].loc.line, 6);
+  EXPECT_EQ(unknown.errors[0].message,
+            "unknown module 'qkv_proj'; expected one of q_proj, k_proj, v_proj, o_proj, "
+            "gate_proj, up_proj, down_proj");
+  LoadedJob negative = LoadJobText(head + "trainer:\n  lora: {rank: -2}\n", "t.yaml");
+  ASSERT_EQ(negative.errors.size(), 1u) << config::FormatErrors(negative.errors);
+  EXPECT_EQ(negative.errors[0].key, "trainer.lora.rank");
+  EXPECT_EQ(negative.errors[0].loc.line, 4);
+  LoadedJob zero =
+      LoadJobText(head + "trainer:\n  lora: {rank: 0, target_modules: [q_proj]}\n", "t.yaml");
+  ASSERT_EQ(zero.errors.size(), 1u) << config::FormatErrors(zero.errors);
+  EXPECT_EQ(zero.errors[0].key, "trainer.lora.rank");
+  LoadedJob sharded = LoadJobText(head + "trainer:\n  ranks: 2\n  lora: {rank: 4}\n", "t.yaml");
+  ASSERT_EQ(sharded.errors.size(), 1u) << config::FormatErrors(sharded.errors);
+  EXPECT_EQ(sharded.errors[0].key, "trainer.ranks");
+  LoadedJob ppo = LoadJobText("job: {algorithm: ppo}\ntrainer:\n  lora: {rank: 4}\n", "t.yaml");
+  ASSERT_FALSE(ppo.ok());
+  EXPECT_TRUE(std::any_of(ppo.errors.begin(), ppo.errors.end(), [](const config::ConfigError& e) {
+    return e.key == "trainer.lora.rank";
+  })) << config::FormatErrors(ppo.errors);
 }
 
 }  // namespace

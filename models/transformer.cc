@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 #include <tuple>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 
@@ -31,10 +32,6 @@ torch::Tensor ApplyRope(const torch::Tensor& x, const torch::Tensor& cos,
   auto x1 = x.narrow(-1, 0, half);
   auto x2 = x.narrow(-1, half, half);
   return x * cos + torch::cat({-x2, x1}, -1) * sin;
-}
-
-torch::Tensor Lin(const torch::nn::Linear& l, const torch::Tensor& x) {
-  return torch::nn::functional::linear(x, l->weight, l->bias);
 }
 
 }  // namespace
@@ -139,6 +136,22 @@ TransformerImpl::TransformerImpl(const TransformerConfig& config, bool value_hea
   rope_ = RopeInverseFrequencies(c.rope_scaling, c.rope_theta, d);
 }
 
+torch::Tensor TransformerImpl::Project(const torch::nn::Linear& l, const torch::Tensor& x) const {
+  torch::Tensor y = torch::nn::functional::linear(x, l->weight, l->bias);
+  if (adapters_.empty()) return y;
+  const auto it = adapters_.find(l.get());
+  if (it == adapters_.end()) return y;
+  const LoraAdapter& a = it->second;
+  torch::Tensor in = x;
+  if (a.dropout > 0 && is_training()) in = torch::dropout(x, a.dropout, /*train=*/true);
+  namespace F = torch::nn::functional;
+  return y + F::linear(F::linear(in, a.a->weight), a.b->weight) * a.scale;
+}
+
+void TransformerImpl::AttachAdapter(const torch::nn::LinearImpl* proj, LoraAdapter adapter) {
+  adapters_[proj] = std::move(adapter);
+}
+
 torch::Tensor TransformerImpl::RmsNorm(const torch::Tensor& x, const torch::Tensor& weight) const {
   auto xf = x.to(torch::kFloat32);
   auto var = xf.pow(2).mean(-1, /*keepdim=*/true);
@@ -146,7 +159,7 @@ torch::Tensor TransformerImpl::RmsNorm(const torch::Tensor& x, const torch::Tens
 }
 
 torch::Tensor TransformerImpl::Mlp(const Layer& l, const torch::Tensor& x) const {
-  return Lin(l.down, torch::silu(Lin(l.gate, x)) * Lin(l.up, x));
+  return Project(l.down, torch::silu(Project(l.gate, x)) * Project(l.up, x));
 }
 
 std::pair<torch::Tensor, torch::Tensor> TransformerImpl::RopeTables(
@@ -170,7 +183,7 @@ TransformerImpl::Qkv TransformerImpl::ProjectQkv(const Layer& l, const torch::Te
     std::vector<int64_t> shape = hn.sizes().vec();
     shape.back() = n;
     shape.push_back(c.head_dim);
-    return Lin(proj, hn).view(shape);
+    return Project(proj, hn).view(shape);
   };
   auto q = heads(l.q, c.num_attention_heads);
   auto k = heads(l.k, c.num_key_value_heads);
@@ -219,7 +232,7 @@ torch::Tensor TransformerImpl::Hidden(const torch::Tensor& tokens, const torch::
                    .reshape({B, nh, T, d})
                    .transpose(1, 2)
                    .reshape({B, T, nh * d});
-    x = x + Lin(l.o, out);
+    x = x + Project(l.o, out);
     x = x + Mlp(l, RmsNorm(x, l.post_norm));
     if (hooks_.after) x = hooks_.after(static_cast<int64_t>(i), x);
   }
@@ -256,7 +269,7 @@ torch::Tensor TransformerImpl::HiddenIncremental(const torch::Tensor& tokens,
     const auto& l = layers_[i];
     Qkv qkv = ProjectQkv(l, RmsNorm(x, l.input_norm), cos, sin);
     auto out = attend(static_cast<int64_t>(i), qkv.q, qkv.k, qkv.v);
-    x = x + Lin(l.o, out.reshape({N, nh * d}));
+    x = x + Project(l.o, out.reshape({N, nh * d}));
     x = x + Mlp(l, RmsNorm(x, l.post_norm));
   }
   return RmsNorm(x, final_norm_);
@@ -285,7 +298,7 @@ torch::Tensor TransformerImpl::HiddenThroughKernels(const torch::Tensor& tokens,
     inv_freq = rope_.inv_freq;
   }
   auto heads = [&](const torch::nn::Linear& proj, const torch::Tensor& hn, int64_t n) {
-    return Lin(proj, hn).view({N, n, d});
+    return Project(proj, hn).view({N, n, d});
   };
   torch::Tensor residual = embed_(tokens).contiguous(), delta;
   for (size_t i = 0; i < layers_.size(); ++i) {
@@ -305,9 +318,10 @@ torch::Tensor TransformerImpl::HiddenThroughKernels(const torch::Tensor& tokens,
     }
     torch::Tensor out =
         attend(static_cast<int64_t>(i), q, k, heads(l.v, hn, c.num_key_value_heads));
-    delta = Lin(l.o, out.reshape({N, nh * d}));
+    delta = Project(l.o, out.reshape({N, nh * d}));
     hn = kernels.rms_norm(delta, &residual, l.post_norm, eps);
-    delta = Lin(l.down, kernels.silu_mul(torch::cat({Lin(l.gate, hn), Lin(l.up, hn)}, -1)));
+    delta =
+        Project(l.down, kernels.silu_mul(torch::cat({Project(l.gate, hn), Project(l.up, hn)}, -1)));
   }
   if (layers_.empty()) return kernels.rms_norm(residual, nullptr, final_norm_, eps);
   return kernels.rms_norm(delta, &residual, final_norm_, eps);

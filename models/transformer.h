@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -125,6 +126,16 @@ class TransformerImpl : public torch::nn::Module {
   };
   void set_layer_hooks(LayerHooks hooks) { hooks_ = std::move(hooks); }
 
+  // A low-rank adapter on one projection (models/lora.h): y = W x + scale * b(a(dropout(x))),
+  // dropout only in training mode. `a` and `b` are registered under the projection by the
+  // caller (lora_A, lora_B: PEFT's names); the projection must be this model's.
+  struct LoraAdapter {
+    torch::nn::Linear a{nullptr}, b{nullptr};
+    double scale = 0, dropout = 0;
+  };
+  void AttachAdapter(const torch::nn::LinearImpl* proj, LoraAdapter adapter);
+  bool has_adapters() const { return !adapters_.empty(); }
+
   // Reference attention for one sequence's contiguous cache: q [n, heads, d] at the last n
   // positions of k, v [t, kv_heads, d] (causal within the n). Used by tests and simple
   // greedy loops; the rollout engine has its own.
@@ -153,6 +164,8 @@ class TransformerImpl : public torch::nn::Module {
   Qkv ProjectQkv(const Layer& layer, const torch::Tensor& hn, const torch::Tensor& cos,
                  const torch::Tensor& sin) const;
   torch::Tensor RmsNorm(const torch::Tensor& x, const torch::Tensor& weight) const;
+  // x through projection l, plus its adapter if it has one.
+  torch::Tensor Project(const torch::nn::Linear& l, const torch::Tensor& x) const;
   torch::Tensor HiddenThroughKernels(const torch::Tensor& tokens, const torch::Tensor& positions,
                                      const AttendFn& attend, const IncrementalKernels& kernels);
 
@@ -164,6 +177,7 @@ class TransformerImpl : public torch::nn::Module {
   torch::nn::Linear value_head_{nullptr};
   RopeFrequencies rope_;  // inv_freq [head_dim / 2] fp32, not a parameter
   LayerHooks hooks_;
+  std::map<const torch::nn::LinearImpl*, LoraAdapter> adapters_;
 };
 TORCH_MODULE(Transformer);
 

@@ -56,6 +56,10 @@ absl::StatusOr<std::unique_ptr<Role>> LmRolloutRole::Create(const JobConfig& con
     ASSIGN_OR_RETURN(models::Transformer model,
                      models::LoadHfModel(config.model.path, torch::kFloat32, progress));
     model->eval();
+    if (config.trainer.lora.rank > 0) {  // the stream carries adapters; served merged
+      ASSIGN_OR_RETURN(role->lora_,
+                       models::MergedLora::Create(model, models::LoraSpecOf(config.trainer.lora)));
+    }
     // The engine follows its parameters: its KV pool goes there too, and on a GPU every step
     // runs through the CUDA kernels (llm_engine.cc).
     if (!device.is_cpu()) model->to(device);
@@ -342,6 +346,17 @@ absl::StatusOr<ReadStats> LmRolloutRole::LoadMapped(const proto::WeightsReady& w
   return stats;
 }
 
+absl::Status LmRolloutRole::ReadAdapters(const proto::WeightsReady& w, BucketSource& source,
+                                         models::Transformer& model, ReadStats* stats) {
+  std::vector<Destination> adapters;
+  for (Destination& d : ParameterDestinations(*model)) {
+    if (models::IsLoraParameter(d.name)) adapters.push_back(std::move(d));
+  }
+  ASSIGN_OR_RETURN(*stats, ReadInto(w, source, adapters));
+  lora_->Merge();
+  return absl::OkStatus();
+}
+
 absl::StatusOr<WorkReply> LmRolloutRole::Load(const proto::LoadWeights& load,
                                               const std::vector<TensorFrame>& tensors) {
   const Stopwatch timer;
@@ -373,6 +388,7 @@ absl::StatusOr<WorkReply> LmRolloutRole::Load(const proto::LoadWeights& load,
     float* host = staged_.empty() ? nullptr : staged_.data();  // a GPU engine's
     engine_->RequestWeightUpdate(
         [&, source, host](models::Transformer& model) -> absl::Status {
+          if (lora_ != nullptr) return ReadAdapters(w, *source, model, &stats);
           ASSIGN_OR_RETURN(stats, ReadInto(w, *source, ParameterDestinations(*model, host)));
           if (host != nullptr) LoadFlat(*model, host);
           return absl::OkStatus();

@@ -27,6 +27,7 @@
 #include <optional>
 
 #include "actors/role.h"
+#include "models/lora.h"
 #include "models/tokenizer.h"
 #include "rollout/llm_engine.h"
 #include "weights/bucket_stream.h"
@@ -56,6 +57,9 @@ class LmRolloutRole final : public Role {
   absl::StatusOr<WorkReply> Load(const proto::LoadWeights& load,
                                  const std::vector<TensorFrame>& tensors);
 
+  // trainer.lora: the stream's adapter tensors into `model`'s lora parameters, then merged.
+  absl::Status ReadAdapters(const proto::WeightsReady& w, BucketSource& source,
+                            models::Transformer& model, ReadStats* stats);
   // Where the version `load` names comes from (the ring is opened on first use; a gloo group
   // on first use and whenever the load names another one).
   absl::StatusOr<BucketSource*> SourceFor(const proto::LoadWeights& load,
@@ -86,6 +90,7 @@ class LmRolloutRole final : public Role {
   // Declared before engine_: it outlives every parameter pointing into it (weights.apply mapped).
   std::unique_ptr<MappedSource> mapped_;
   std::string mapped_location_;
+  std::unique_ptr<models::MergedLora> lora_;  // trainer.lora: before engine_, which it adapts
   std::unique_ptr<LlmEngine> engine_;
   uint64_t layout_hash_ = 0;
   std::vector<float> staged_;  // weights.apply: staged only

@@ -113,7 +113,8 @@ class CriticEstimator final : public AdvantageEstimator {
     double kl_mean = 0;
     if (reference_ != nullptr) {
       const Stopwatch r0;
-      ASSIGN_OR_RETURN(const torch::Tensor my_ref, ScoreTokenLogprobs(*reference_, mine));
+      ASSIGN_OR_RETURN(const torch::Tensor my_ref,
+                       ScoreTokenLogprobs(*reference_, mine, config_.trainer.micro_batch_size));
       ASSIGN_OR_RETURN(torch::Tensor ref_logp, AssembleRows(*comm_, my_ref, share, n, S, R));
       out["reference_s"] += r0.Seconds();
       ASSIGN_OR_RETURN(kl, KlPenalty(full.old_logp, ref_logp, kl_estimator_));

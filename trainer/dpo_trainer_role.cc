@@ -6,6 +6,7 @@
 #include "common/status.h"
 #include "proto/lm_groups.h"
 #include "trainer/dpo_loss.h"
+#include "trainer/micro_batch.h"
 #include "trainer/trainer_ranks.h"
 
 namespace rlforge {
@@ -81,7 +82,8 @@ absl::StatusOr<WorkReply> DpoTrainerRole::Train(const std::vector<TensorFrame>& 
   std::map<std::string, double> out;
   {
     const Stopwatch ref_timer;
-    ASSIGN_OR_RETURN(torch::Tensor ref_logp, ScoreTokenLogprobs(*reference_, b));
+    ASSIGN_OR_RETURN(torch::Tensor ref_logp,
+                     ScoreTokenLogprobs(*reference_, b, config_.trainer.micro_batch_size));
     out["reference_s"] = ref_timer.Seconds();
     torch::NoGradGuard ng;
     ASSIGN_OR_RETURN(torch::Tensor ref_seq, SequenceLogprobs(ref_logp, b.mask));
@@ -93,17 +95,19 @@ absl::StatusOr<WorkReply> DpoTrainerRole::Train(const std::vector<TensorFrame>& 
   o.label_smoothing = d.label_smoothing;
 
   ShardedModel& policy = state_->policy();
+  ASSIGN_OR_RETURN(const int64_t micro, MicroBatchCount(comm, b, config_.trainer.micro_batch_size));
   policy.module()->train();
   for (int64_t epoch = 0; epoch < d.epochs; ++epoch) {
-    policy.BeginForward();
-    ASSIGN_OR_RETURN(torch::Tensor logp, GroupTokenLogprobs(policy.module(), b));
-    ASSIGN_OR_RETURN(torch::Tensor seq, SequenceLogprobs(logp, b.mask));
-    std::tie(in.chosen_logp, in.rejected_logp) = SplitPairs(seq);
-    ASSIGN_OR_RETURN(DpoLoss loss, ComputeDpoLoss(in, o));
-    out["lr"] = state_->NextLearningRate(config_.job.iterations * d.epochs);
     state_->optimizer().ZeroGrad();
-    (loss.loss * w).backward();
-    RETURN_IF_ERROR(policy.FinishBackward());
+    DpoLoss loss;
+    auto dpo_loss = [&](const torch::Tensor& logp) -> absl::StatusOr<torch::Tensor> {
+      ASSIGN_OR_RETURN(torch::Tensor seq, SequenceLogprobs(logp, b.mask));
+      std::tie(in.chosen_logp, in.rejected_logp) = SplitPairs(seq);
+      ASSIGN_OR_RETURN(loss, ComputeDpoLoss(in, o));
+      return loss.loss * w;
+    };
+    RETURN_IF_ERROR(MicroBatchedLogprobs(policy, b, micro, true, false, dpo_loss).status());
+    out["lr"] = state_->NextLearningRate(config_.job.iterations * d.epochs);
     out["grad_norm"] += state_->Step(config_.trainer.max_grad_norm) / static_cast<double>(d.epochs);
     if (epoch == 0) {  // measured before any update on these pairs
       torch::NoGradGuard ng;

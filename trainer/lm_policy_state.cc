@@ -16,7 +16,9 @@
 #include "nlohmann/json.hpp"
 #include "trainer/lm_losses.h"
 #include "trainer/lm_metrics.h"
+#include "trainer/lora_policy.h"
 #include "trainer/lr_schedule.h"
+#include "trainer/micro_batch.h"
 #include "trainer/sharded_checkpoint.h"
 #include "trainer/trainer_ranks.h"
 #include "weights/shm_segment.h"
@@ -111,12 +113,12 @@ absl::StatusOr<torch::Tensor> GroupTokenLogprobs(models::Transformer& model, con
   return TokenLogprobs(logits, b.targets);
 }
 
-absl::StatusOr<torch::Tensor> ScoreTokenLogprobs(ShardedModel& model, const GroupBatch& b) {
+absl::StatusOr<torch::Tensor> ScoreTokenLogprobs(ShardedModel& model, const GroupBatch& b,
+                                                 int64_t micro_batch_size) {
   torch::NoGradGuard ng;
-  model.BeginForward();
-  absl::StatusOr<torch::Tensor> logp = GroupTokenLogprobs(model.module(), b);
-  RETURN_IF_ERROR(model.EndForward());
-  return logp;
+  ASSIGN_OR_RETURN(const int64_t micro, MicroBatchCount(model.comm(), b, micro_batch_size));
+  ASSIGN_OR_RETURN(LogprobPass pass, MicroBatchedLogprobs(model, b, micro, false, false, nullptr));
+  return pass.logp;
 }
 
 absl::StatusOr<std::unique_ptr<ShardedModel>> LoadFrozenReference(const JobConfig& config,
@@ -145,8 +147,8 @@ absl::StatusOr<std::unique_ptr<LmPolicyState>> LmPolicyState::Create(
   ASSIGN_OR_RETURN(s->comm_, ConnectTrainerRanks(assignment, config.trainer));
   ASSIGN_OR_RETURN(const ShardedModel::Options options,
                    ShardingOptions(config.trainer, s->comm_->rank(), /*trainable=*/true));
-  ASSIGN_OR_RETURN(s->policy_, LoadShardedModel(config.model.path, s->comm_.get(), options,
-                                                /*value_head=*/false, progress, "loading model"));
+  ASSIGN_OR_RETURN(s->policy_,
+                   LoadPolicy(config, s->comm_.get(), options, progress, "loading model"));
   return CallCatching([&]() -> absl::StatusOr<std::unique_ptr<LmPolicyState>> {
     s->optimizer_ = std::make_unique<FlatAdamW>(s->policy_->shard_data(), s->policy_->shard_grad(),
                                                 AdamWOptions(config.trainer, config.trainer.lr));
@@ -185,8 +187,7 @@ LmPolicyState::~LmPolicyState() = default;
 
 absl::StatusOr<WorkReply> LmPolicyState::Save(const std::string& dir) {
   const Stopwatch timer;
-  RETURN_IF_ERROR(SaveHfConsolidated(
-      dir, *policy_, config_.model.dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32));
+  RETURN_IF_ERROR(SavePolicy(config_, *policy_, dir));
   WorkReply reply;
   if (comm_->rank() != 0) return reply;
   ASSIGN_OR_RETURN(std::unique_ptr<models::Tokenizer> tokenizer,

@@ -76,8 +76,10 @@ absl::StatusOr<torch::Tensor> GroupTokenLogprobs(models::Transformer& model, con
                                                  torch::Tensor* logits_out = nullptr);
 
 // Logprobs [S, R] of the response tokens under a sharded model, without gradient: gathers
-// around the forward and frees after. Every rank calls it (collectives).
-absl::StatusOr<torch::Tensor> ScoreTokenLogprobs(ShardedModel& model, const GroupBatch& b);
+// around the forward and frees after, in micro-batches of at most `micro_batch_size` sequences
+// (whole groups; 0: one pass; trainer/micro_batch.h). Every rank calls it (collectives).
+absl::StatusOr<torch::Tensor> ScoreTokenLogprobs(ShardedModel& model, const GroupBatch& b,
+                                                 int64_t micro_batch_size = 0);
 
 // A frozen copy of model.path (no gradient, eval mode) sharded over `comm`: the reference.
 absl::StatusOr<std::unique_ptr<ShardedModel>> LoadFrozenReference(

@@ -9,6 +9,7 @@
 #include "common/status.h"
 #include "proto/lm_groups.h"
 #include "trainer/lm_metrics.h"
+#include "trainer/micro_batch.h"
 #include "trainer/trainer_ranks.h"
 
 namespace rlforge {
@@ -134,7 +135,8 @@ absl::StatusOr<WorkReply> LmRlTrainerRole::Train(const proto::GrpoTrain& task,
   if (policy_loss_->options().correction != OffPolicyCorrection::kNone && !one_update) {
     const Stopwatch p0;
     for (Part& part : parts) {
-      ASSIGN_OR_RETURN(part.proximal, ScoreTokenLogprobs(state_->policy(), part.batch));
+      ASSIGN_OR_RETURN(part.proximal, ScoreTokenLogprobs(state_->policy(), part.batch,
+                                                         config_.trainer.micro_batch_size));
     }
     out["proximal_s"] = p0.Seconds();
   }
@@ -219,31 +221,33 @@ absl::Status LmRlTrainerRole::Minibatch(const Part& part, bool update, bool firs
   in.mask = b.mask;
   if (reference_ && policy_loss_->options().kl_beta > 0) {
     const Stopwatch r0;
-    ASSIGN_OR_RETURN(in.ref_logp, ScoreTokenLogprobs(*reference_, b));
+    ASSIGN_OR_RETURN(in.ref_logp,
+                     ScoreTokenLogprobs(*reference_, b, config_.trainer.micro_batch_size));
     sums["reference_s"] += r0.Seconds();
   }
   const double w = counts.Weight(policy_loss_->options().aggregation), tw = counts.token_weight();
-  torch::Tensor logits;
   LmPolicyLoss loss;
+  LogprobPass pass;
   {  // In a critic warm-up the policy's forward only feeds metrics: no graph.
     torch::AutoGradMode grad_mode(update);
-    policy.BeginForward();
-    ASSIGN_OR_RETURN(in.logp, GroupTokenLogprobs(policy.module(), b, &logits));
-    if (policy_loss_->options().correction != OffPolicyCorrection::kNone) {
-      in.behaviour_logp = b.old_logp;
-      in.old_logp = proximal.defined() ? proximal : in.logp.detach();
-    }
-    ASSIGN_OR_RETURN(loss, policy_loss_->Compute(in));
+    if (update) state_->optimizer().ZeroGrad();
+    ASSIGN_OR_RETURN(const int64_t micro,
+                     MicroBatchCount(comm, b, config_.trainer.micro_batch_size));
+    auto policy_loss = [&](const torch::Tensor& logp) -> absl::StatusOr<torch::Tensor> {
+      in.logp = logp;
+      if (policy_loss_->options().correction != OffPolicyCorrection::kNone) {
+        in.behaviour_logp = b.old_logp;
+        in.old_logp = proximal.defined() ? proximal : logp.detach();
+      }
+      ASSIGN_OR_RETURN(loss, policy_loss_->Compute(in));
+      return loss.loss * w;
+    };
+    ASSIGN_OR_RETURN(pass, MicroBatchedLogprobs(policy, b, micro, update, first, policy_loss));
     if (update) {
       // A fresh Adam's first steps move every weight by ~lr whatever its gradient's size:
       // trainer.warmup_steps keeps them small while the moments fill in.
       sums["lr"] += state_->NextLearningRate(config_.job.iterations * g.epochs * g.minibatches);
-      state_->optimizer().ZeroGrad();
-      (loss.loss * w).backward();
-      RETURN_IF_ERROR(policy.FinishBackward());
       sums["grad_norm"] += state_->Step(config_.trainer.max_grad_norm);
-    } else {
-      RETURN_IF_ERROR(policy.EndForward());
     }
   }
   // The global minibatch's metrics: each rank's share weighted, summed over ranks.
@@ -259,9 +263,8 @@ absl::Status LmRlTrainerRole::Minibatch(const Part& part, bool update, bool firs
     torch::NoGradGuard ng;
     ASSIGN_OR_RETURN(LogprobMismatch mm,
                      ComputeLogprobMismatch(b.old_logp, in.logp.detach(), b.mask));
-    ASSIGN_OR_RETURN(torch::Tensor ent, TokenEntropy(logits.detach()));
     local.push_back(mm.mean_abs * tw);
-    local.push_back(MaskedMean(ent, b.mask).item<double>() * tw);
+    local.push_back(MaskedMean(pass.entropy, b.mask).item<double>() * tw);
     mismatch_max = weight_zero ? 0 : mm.max_abs;
   }
   ASSIGN_OR_RETURN(const std::vector<double> global, SumOverRanks(comm, local));

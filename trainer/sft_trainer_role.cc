@@ -19,6 +19,7 @@
 #include "models/greedy_generate.h"
 #include "models/hf_checkpoint.h"
 #include "nlohmann/json.hpp"
+#include "trainer/lora_policy.h"
 #include "trainer/lr_schedule.h"
 #include "trainer/sharded_checkpoint.h"
 #include "trainer/trainer_ranks.h"
@@ -183,7 +184,7 @@ absl::StatusOr<WorkReply> SftTrainerRole::Init() {
   ASSIGN_OR_RETURN(const ShardedModel::Options sharding,
                    ShardingOptions(config_.trainer, comm_->rank(), /*trainable=*/true));
   if (!m.path.empty()) {
-    ASSIGN_OR_RETURN(model_, LoadShardedModel(m.path, comm_.get(), sharding));
+    ASSIGN_OR_RETURN(model_, LoadPolicy(config_, comm_.get(), sharding, {}, "loading model"));
   } else {
     ASSIGN_OR_RETURN(models::TransformerConfig c, ScratchModelConfig());
     // Every rank draws the same initial weights (seeded above) and keeps its shard.
@@ -367,8 +368,7 @@ absl::StatusOr<WorkReply> SftTrainerRole::Save(const proto::LmSave& task) {
   if (!model_) return absl::FailedPreconditionError("lm_save before sft_init");
   const Stopwatch timer;
   // Gathered unit by unit; rank 0 streams each into the file.
-  RETURN_IF_ERROR(SaveHfConsolidated(
-      task.dir(), *model_, config_.model.dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32));
+  RETURN_IF_ERROR(SavePolicy(config_, *model_, task.dir()));
   WorkReply reply;
   if (comm_->rank() != 0) return reply;
   RETURN_IF_ERROR(models::SaveTokenizer(*tokenizer_, task.dir()));

@@ -93,6 +93,12 @@ absl::Status ShardedModel::Build() {
     state_.push_back(std::make_unique<UnitState>());
   }
   for (auto& item : model_->named_parameters(/*recurse=*/true)) {
+    if (options_.frozen && options_.frozen(item.key())) {
+      torch::NoGradGuard ng;
+      item.value().set_data(item.value().to(options_.device));
+      item.value().set_requires_grad(false);
+      continue;
+    }
     const int64_t layer = LayerOf(item.key());
     if (layer >= layers) return absl::InternalError(absl::StrCat("parameter ", item.key()));
     const bool embed = absl::StartsWith(item.key(), "model.embed_tokens.");

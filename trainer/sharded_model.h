@@ -69,6 +69,10 @@ class ShardedModel {
     // the module computes. A GPU needs a communicator that reaches its memory: the gloo one
     // only moves CPU tensors, so a GPU model has one rank (config/job_config.cc refuses more).
     torch::Device device = torch::kCPU;
+    // Parameters this names stay out of the units (not sharded, gathered, streamed, saved
+    // or optimised): a frozen base under trained adapters (models/lora.h). They move to
+    // `device` whole on every rank, without gradient.
+    std::function<bool(const std::string& name)> frozen;
   };
 
   // Takes `model` (every rank holds the same values, e.g. from one checkpoint or seed), keeps
