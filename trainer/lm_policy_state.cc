@@ -156,7 +156,7 @@ absl::StatusOr<std::unique_ptr<LmPolicyState>> LmPolicyState::Create(
     }
     const WeightsOptions& w = config.weights;
     const uint64_t bucket = static_cast<uint64_t>(w.bucket_mb * 1048576.0) / 64 * 64;
-    s->manifest_ = MakeManifest(specs, w.dtype, bucket);
+    s->manifest_ = MakeManifest(specs, std::string(ChoiceName(w.dtype)), bucket);
     s->store_address_ = assignment.store_address();
     const std::string transport = LmWeightTransport(config);
     if (transport == "zmq") {
@@ -168,7 +168,7 @@ absl::StatusOr<std::unique_ptr<LmPolicyState>> LmPolicyState::Create(
       if (transport == "cuda_ipc") {
         ASSIGN_OR_RETURN(s->ipc_, CudaIpcSink::Create(name, s->manifest_, s->policy_->device()));
         s->location_ = s->ipc_->location();
-      } else if (w.apply == "mapped") {
+      } else if (w.apply == WeightApply::kMapped) {
         ASSIGN_OR_RETURN(s->mapped_, MappedSink::Create(name, s->manifest_, w.timeout_s));
         s->location_ = s->mapped_->location();
       } else {
@@ -186,7 +186,8 @@ LmPolicyState::~LmPolicyState() = default;
 absl::StatusOr<WorkReply> LmPolicyState::Save(const std::string& dir) {
   const Stopwatch timer;
   RETURN_IF_ERROR(SaveHfConsolidated(
-      dir, *policy_, config_.model.dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32));
+      dir, *policy_,
+      config_.model.dtype == FloatDtype::kBfloat16 ? torch::kBFloat16 : torch::kFloat32));
   WorkReply reply;
   if (comm_->rank() != 0) return reply;
   ASSIGN_OR_RETURN(std::unique_ptr<models::Tokenizer> tokenizer,
@@ -365,7 +366,8 @@ absl::StatusOr<WorkReply> LmPolicyState::Stream(const proto::PublishWeights& pub
   }
   const Stopwatch timer;
   const bool leader = comm_->rank() == 0;
-  const bool mapped = config_.weights.apply == "mapped" && LmWeightTransport(config_) == "shm";
+  const bool mapped =
+      config_.weights.apply == WeightApply::kMapped && LmWeightTransport(config_) == "shm";
   // The segment keeps a version in its slot until the version after next is written
   // (shm_mapped.h): new engines read it from there.
   const bool written = mapped && segment_version_ == version_;
