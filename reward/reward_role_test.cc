@@ -208,7 +208,7 @@ reward:
   const JobConfig again = LoadConfig(text);
   EXPECT_EQ(ResolvedYaml(again), text);
   ASSERT_EQ(again.reward.rewards.size(), 2u);
-  EXPECT_EQ(again.reward.rewards[0].params.extract, "boxed");
+  EXPECT_EQ(again.reward.rewards[0].params.extract, AnswerExtract::kBoxed);
   EXPECT_EQ(again.reward.rewards[1].params.args[1], "b=two words");
 }
 
