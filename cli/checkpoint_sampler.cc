@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "cli/role_registry.h"
+#include "common/role_names.h"
 #include "common/status.h"
 #include "config/algorithm_registry.h"
 #include "models/hf_checkpoint.h"
@@ -45,7 +46,7 @@ absl::StatusOr<std::unique_ptr<CheckpointSampler>> CheckpointSampler::Open(
   s->config_ = config;
   // The engine is a language-model job's rollout worker, whatever job the settings came from.
   const AlgorithmSpec* a = config.job.algorithm;
-  if (a == nullptr || (a->family != AlgorithmFamily::kLmRl && a->family != AlgorithmFamily::kDpo)) {
+  if (a == nullptr || !a->lm_engines) {
     s->config_.job.algorithm = FindAlgorithm("grpo");
   }
   ASSIGN_OR_RETURN(const models::TransformerConfig model, models::LoadHfConfig(dir));
@@ -57,7 +58,7 @@ absl::StatusOr<std::unique_ptr<CheckpointSampler>> CheckpointSampler::Open(
   if (!tmpl.ok())
     return absl::InvalidArgumentError(absl::StrCat("--template: ", Msg(tmpl.status())));
   s->text_.tmpl = *tmpl;
-  ASSIGN_OR_RETURN(s->engine_, CreateRole("rollout", s->config_, proto::Assignment()));
+  ASSIGN_OR_RETURN(s->engine_, CreateRole(kRolloutRole, s->config_, proto::Assignment()));
   return s;
 }
 

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "cli/load_job.h"
+#include "common/role_names.h"
 #include "common/status.h"
 #include "config/job_config.h"
 #include "controller/algorithm.h"
@@ -27,12 +28,12 @@ constexpr int64_t kDashboardPort = 8265;
 
 // The job as the controller pod runs it.
 JobConfig ForKubernetes(JobConfig c, const std::string& service) {
-  c.launch.backend = "kubernetes";
+  c.launch.backend = LaunchBackend::kKubernetes;
   c.controller.host = "0.0.0.0";
   c.controller.advertise_host = service;  // trainer ranks and engines reach the store there
   if (c.controller.port == 0) c.controller.port = kControllerPort;
   if (c.controller.store_port == 0) c.controller.store_port = kStorePort;
-  c.controller.security = "curve";
+  c.controller.security = Security::kCurve;
   c.controller.keys = kK8sKeyDir;
   c.job.run_root = kK8sRunRoot;
   if (c.dashboard.enabled) {
@@ -44,9 +45,9 @@ JobConfig ForKubernetes(JobConfig c, const std::string& service) {
 }
 
 int64_t GpusOf(const LaunchOptions& launch, const std::string& role) {
-  if (role == "trainer") return launch.placement.trainer.gpus;
-  if (role == "rollout") return launch.placement.rollout.gpus;
-  if (role == "reward") return launch.placement.reward.gpus;
+  if (role == kTrainerRole) return launch.placement.trainer.gpus;
+  if (role == kRolloutRole) return launch.placement.rollout.gpus;
+  if (role == kRewardRole) return launch.placement.reward.gpus;
   return 0;
 }
 
@@ -73,7 +74,7 @@ absl::StatusOr<K8sJob> BuildK8sJob(const JobConfig& loaded, const K8sOptions& o)
   int trainer_ranks = 0;
   for (const RoleRequirement& r : AlgorithmRoles(again.config)) {
     j.roles.push_back({r.role, r.count, static_cast<int>(GpusOf(c.launch, r.role))});
-    if (r.role == "trainer") trainer_ranks = r.count;
+    if (r.role == kTrainerRole) trainer_ranks = r.count;
   }
   j.controller_port = c.controller.port;
   j.store_port = NeedsTrainerStore(again.config, trainer_ranks) ? c.controller.store_port : 0;

@@ -56,6 +56,7 @@ struct CommonFlags {
   bool Build(JobConfig* c) const {
     if (!job.empty()) {
       rlforge::LoadedJob loaded = rlforge::LoadJobFile(job, {});
+      std::fprintf(stderr, "%s", rlforge::config::FormatWarnings(loaded.warnings).c_str());
       if (!loaded.ok()) {
         std::fprintf(stderr, "%s--job %s: %zu problem(s)\n",
                      rlforge::config::FormatErrors(loaded.errors).c_str(), job.c_str(),

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "actors/echo_role.h"
+#include "common/role_names.h"
 #include "common/strings.h"
 #include "reward/reward_role.h"
 #include "rollout/control_rollout_role.h"
@@ -40,7 +41,7 @@ absl::Status NoAlgorithm(const char* role) {
 // without a case here fails to compile (-Werror=switch).
 absl::StatusOr<std::unique_ptr<Role>> MakeRollout(const JobConfig& c, const proto::Assignment& a,
                                                   const SetupProgress& progress) {
-  if (c.job.algorithm == nullptr) return NoAlgorithm("rollout");
+  if (c.job.algorithm == nullptr) return NoAlgorithm(kRolloutRole);
   switch (c.job.algorithm->family) {
     case AlgorithmFamily::kControlPpo:
       return std::make_unique<ControlRolloutRole>(c, a);
@@ -51,12 +52,12 @@ absl::StatusOr<std::unique_ptr<Role>> MakeRollout(const JobConfig& c, const prot
     case AlgorithmFamily::kSft:
       break;
   }
-  return NoRole(c, "rollout");
+  return NoRole(c, kRolloutRole);
 }
 
 absl::StatusOr<std::unique_ptr<Role>> MakeTrainer(const JobConfig& c, const proto::Assignment& a,
                                                   const SetupProgress& progress) {
-  if (c.job.algorithm == nullptr) return NoAlgorithm("trainer");
+  if (c.job.algorithm == nullptr) return NoAlgorithm(kTrainerRole);
   switch (c.job.algorithm->family) {
     case AlgorithmFamily::kControlPpo:
       return std::make_unique<PpoTrainerRole>(c, a);
@@ -69,7 +70,7 @@ absl::StatusOr<std::unique_ptr<Role>> MakeTrainer(const JobConfig& c, const prot
     case AlgorithmFamily::kEcho:
       break;
   }
-  return NoRole(c, "trainer");
+  return NoRole(c, kTrainerRole);
 }
 
 absl::StatusOr<std::unique_ptr<Role>> MakeReward(const JobConfig& c, const proto::Assignment& a,
@@ -79,10 +80,10 @@ absl::StatusOr<std::unique_ptr<Role>> MakeReward(const JobConfig& c, const proto
 
 // Every role an actor process can take. New roles add one line here.
 constexpr RoleEntry kRoles[] = {
-    {"echo", &MakeEcho},
-    {"rollout", &MakeRollout},
-    {"trainer", &MakeTrainer},
-    {"reward", &MakeReward},
+    {kEchoRole, &MakeEcho},
+    {kRolloutRole, &MakeRollout},
+    {kTrainerRole, &MakeTrainer},
+    {kRewardRole, &MakeReward},
 };
 
 }  // namespace

@@ -116,7 +116,7 @@ void CheckModel(const JobConfig& c, config::CheckContext& ctx) {
 }
 
 void CheckData(const JobConfig& c, config::CheckContext& ctx) {
-  if (c.job.algorithm == nullptr || !Reads(c, "data") || c.data.source != "jsonl" ||
+  if (c.job.algorithm == nullptr || !Reads(c, "data") || c.data.source != DataSource::kJsonl ||
       EveryRoleJoins(c.launch)) {
     return;
   }
@@ -144,8 +144,8 @@ void CheckRewards(const JobConfig& c, config::CheckContext& ctx) {
 // no sim.command); other servers serve whatever ids they know.
 void CheckEnv(const JobConfig& c, config::CheckContext& ctx) {
   if (c.job.algorithm == nullptr || !Reads(c, "env")) return;
-  const bool builtin =
-      c.sim.backend == "inprocess" || (c.sim.backend == "server" && c.sim.command.empty());
+  const bool builtin = c.sim.backend == SimBackend::kInprocess ||
+                       (c.sim.backend == SimBackend::kServer && c.sim.command.empty());
   if (!builtin) return;
   auto env = sim::MakeEnv(c.env.id);
   if (!env.ok()) ctx.Error("env.id", std::string(env.status().message()));

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "common/role_names.h"
 #include "config/policy_loss_registry.h"
 
 namespace rlforge {
@@ -10,79 +11,68 @@ namespace {
 
 // The sections every language-model RL job reads, and `extra`.
 std::vector<std::string> LmRlSections(std::vector<std::string> extra = {}) {
-  std::vector<std::string> s = {"rollout", "engine", "grpo", "reward", "model", "data", "weights"};
+  std::vector<std::string> s = {"rollout", "engine", "lm_rl", "reward", "model", "data", "weights"};
   s.insert(s.end(), extra.begin(), extra.end());
   return s;
 }
 
+// An on-policy RL algorithm of a language model: what they all share, and what sets it apart.
+AlgorithmSpec LmRl(std::string name, std::string summary, AdvantageKind advantage,
+                   LossAggregation aggregation, std::vector<std::string> extra_sections = {}) {
+  const bool critic = advantage == AdvantageKind::kTokenGae;
+  return {.name = std::move(name),
+          .summary = std::move(summary),
+          .family = AlgorithmFamily::kLmRl,
+          .advantage = advantage,
+          .default_loss_aggregation = aggregation,
+          .default_policy_loss = PolicyLossKind::kPpoClip,
+          .roles = {kTrainerRole, kRolloutRole, kRewardRole},
+          .sections = LmRlSections(std::move(extra_sections)),
+          .lm_engines = true,
+          .async_rollout = true,
+          .has_critic = critic,
+          .uses_groups = !critic};
+}
+
 std::vector<AlgorithmSpec> BuildTable() {
   return {
-      {"echo",
-       "the transport self-test: random tensors to every echo actor and back",
-       AlgorithmFamily::kEcho,
-       AdvantageKind::kNone,
-       "",
-       std::nullopt,
-       {"echo"},
-       {"echo"}},
-      {"ppo",
-       "PPO for control policies in simulators",
-       AlgorithmFamily::kControlPpo,
-       AdvantageKind::kNone,
-       "",
-       std::nullopt,
-       {"trainer", "rollout"},
-       {"env", "sim", "rollout", "policy", "ppo", "weights"}},
-      {"sft",
-       "supervised fine-tuning of a language model",
-       AlgorithmFamily::kSft,
-       AdvantageKind::kNone,
-       "",
-       std::nullopt,
-       {"trainer"},
-       {"sft", "model", "data"}},
-      {"grpo",
-       "RL of a language model on a verifiable task, group-normalised advantages",
-       AlgorithmFamily::kLmRl,
-       AdvantageKind::kGroupNorm,
-       "token-mean",
-       PolicyLossKind::kPpoClip,
-       {"trainer", "rollout", "reward"},
-       LmRlSections()},
-      {"drgrpo",
-       "GRPO done right (Dr. GRPO): advantages not divided by the group's std, "
-       "losses summed over tokens over a constant length",
-       AlgorithmFamily::kLmRl,
-       AdvantageKind::kGroupMean,
-       "seq-mean-token-sum-norm",
-       PolicyLossKind::kPpoClip,
-       {"trainer", "rollout", "reward"},
-       LmRlSections()},
-      {"rloo",
-       "REINFORCE leave-one-out: each sample's baseline is the mean reward of the "
-       "other samples of its group",
-       AlgorithmFamily::kLmRl,
-       AdvantageKind::kLeaveOneOut,
-       "token-mean",
-       PolicyLossKind::kPpoClip,
-       {"trainer", "rollout", "reward"},
-       LmRlSections()},
-      {"lm_ppo",
-       "PPO for a language model: a critic, token-level GAE, the KL as a reward penalty",
-       AlgorithmFamily::kLmRl,
-       AdvantageKind::kTokenGae,
-       "token-mean",
-       PolicyLossKind::kPpoClip,
-       {"trainer", "rollout", "reward"},
-       LmRlSections({"critic"})},
-      {"dpo",
-       "preference optimisation of a language model",
-       AlgorithmFamily::kDpo,
-       AdvantageKind::kNone,
-       "",
-       std::nullopt,
-       {"trainer", "rollout", "reward"},
-       {"dpo", "rollout", "engine", "reward", "model", "data", "weights"}},
+      {.name = "echo",
+       .summary = "the transport self-test: random tensors to every echo actor and back",
+       .family = AlgorithmFamily::kEcho,
+       .roles = {kEchoRole},
+       .sections = {"echo"}},
+      {.name = "ppo",
+       .summary = "PPO for control policies in simulators",
+       .family = AlgorithmFamily::kControlPpo,
+       .roles = {kTrainerRole, kRolloutRole},
+       .sections = {"env", "sim", "rollout", "policy", "ppo", "weights"},
+       .async_rollout = true,
+       .has_critic = true},
+      {.name = "sft",
+       .summary = "supervised fine-tuning of a language model",
+       .family = AlgorithmFamily::kSft,
+       .roles = {kTrainerRole},
+       .sections = {"sft", "model", "data"}},
+      LmRl("grpo", "RL of a language model on a verifiable task, group-normalised advantages",
+           AdvantageKind::kGroupNorm, LossAggregation::kTokenMean),
+      LmRl("drgrpo",
+           "GRPO done right (Dr. GRPO): advantages not divided by the group's std, losses summed "
+           "over tokens over a constant length",
+           AdvantageKind::kGroupMean, LossAggregation::kSeqMeanTokenSumNorm),
+      LmRl("rloo",
+           "REINFORCE leave-one-out: each sample's baseline is the mean reward of the other "
+           "samples of its group",
+           AdvantageKind::kLeaveOneOut, LossAggregation::kTokenMean),
+      LmRl("lm_ppo",
+           "PPO for a language model: a critic, token-level GAE, the KL as a reward penalty",
+           AdvantageKind::kTokenGae, LossAggregation::kTokenMean, {"critic"}),
+      {.name = "dpo",
+       .summary = "preference optimisation of a language model",
+       .family = AlgorithmFamily::kDpo,
+       .roles = {kTrainerRole, kRolloutRole, kRewardRole},
+       .sections = {"dpo", "rollout", "engine", "reward", "model", "data", "weights"},
+       .lm_engines = true,
+       .needs_reference = true},
   };
 }
 
@@ -106,17 +96,12 @@ std::vector<std::string> AlgorithmNames() {
   return names;
 }
 
-bool NeedsGroups(AdvantageKind kind) {
-  switch (kind) {
-    case AdvantageKind::kGroupNorm:
-    case AdvantageKind::kGroupMean:
-    case AdvantageKind::kLeaveOneOut:
-      return true;
-    case AdvantageKind::kNone:
-    case AdvantageKind::kTokenGae:
-      return false;
-  }
-  return false;
+bool AlgorithmSpec::Reads(std::string_view section) const {
+  return std::find(sections.begin(), sections.end(), section) != sections.end();
+}
+
+bool AlgorithmSpec::Starts(std::string_view role) const {
+  return std::find(roles.begin(), roles.end(), role) != roles.end();
 }
 
 bool IsAlgorithmSection(std::string_view section) {

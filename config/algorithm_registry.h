@@ -4,11 +4,12 @@
 //   -> controller loop:      controller/algorithm.cc, a switch over `family`
 //   -> actor roles:          cli/role_registry.cc, a switch over `family`
 //   -> LM advantage:         trainer/advantage_estimator.cc, a switch over `advantage`
-//   -> LM policy loss:       `default_policy_loss`, when grpo.policy_loss is auto
+//   -> LM policy loss:       `default_policy_loss`, when lm_rl.policy_loss is auto
 //                            (config/policy_loss_registry.h)
 // Every switch covers every enumerator without a default, so -Werror=switch turns a missed
 // case into a compile error; AlgorithmRegistryTest checks the table itself. The accepted
-// names, the config reference and the dispatch all read this table, so they cannot disagree.
+// names, the config reference and the dispatch all read this table, so they cannot disagree;
+// the capability flags answer what other code would otherwise ask by testing `family`.
 // docs/adding_an_algorithm.md says which files a new algorithm touches.
 //
 // The table is immutable; every function here is thread-safe.
@@ -18,6 +19,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "config/choices.h"
 
 namespace rlforge {
 
@@ -48,15 +51,30 @@ struct AlgorithmSpec {
   std::string summary;  // one sentence for docs/config.md
   AlgorithmFamily family;
   AdvantageKind advantage = AdvantageKind::kNone;
-  // kLmRl: grpo.loss_aggregation when the job file does not set it.
-  std::string default_loss_aggregation;
-  // kLmRl: grpo.policy_loss when the job file does not set it (auto); unset for the others.
-  std::optional<PolicyLossKind> default_policy_loss;
+  // kLmRl: lm_rl.loss_aggregation when neither the job file nor the policy loss sets it.
+  LossAggregation default_loss_aggregation = LossAggregation::kTokenMean;
+  // kLmRl: lm_rl.policy_loss when the job file does not set it (auto); unset for the others.
+  std::optional<PolicyLossKind> default_policy_loss = std::nullopt;
   // Roles the job starts (the loop's Roles() gives their counts from config).
   std::vector<std::string> roles;
   // Job-file sections the algorithm reads besides job, controller, launch, trainer and
   // dashboard. Writing another algorithm's section is an error.
   std::vector<std::string> sections;
+
+  // Capabilities: what the rest of the code asks of an algorithm, in place of tests of its
+  // family. AlgorithmRegistryTest checks them against the family and the sections.
+  bool lm_engines = false;       // language-model rollout engines generate its data, and the
+                                 // trainer streams each version's weights to them
+  bool async_rollout = false;    // may run rollout ahead of training (rollout.max_staleness)
+  bool has_critic = false;       // trains a value model beside the policy
+  bool needs_reference = false;  // always holds a frozen reference policy (the kLmRl ones
+                                 // hold one only when lm_rl.kl_beta > 0)
+  bool uses_groups = false;      // its advantage compares the samples of a prompt's group
+
+  // Whether the algorithm reads job-file section `section`.
+  bool Reads(std::string_view section) const;
+  // Whether the job starts actors of role `role` (common/role_names.h).
+  bool Starts(std::string_view role) const;
 };
 
 // Every algorithm, in the order the docs list them.
@@ -65,8 +83,6 @@ const std::vector<AlgorithmSpec>& Algorithms();
 const AlgorithmSpec* FindAlgorithm(std::string_view name);
 // "echo, ppo, ..." for messages and docs.
 std::vector<std::string> AlgorithmNames();
-// Whether the estimator compares samples within a group (needs grpo.group_size >= 2).
-bool NeedsGroups(AdvantageKind kind);
 // Whether `section` belongs to some algorithm's `sections` (so it is not shared).
 bool IsAlgorithmSection(std::string_view section);
 

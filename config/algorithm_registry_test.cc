@@ -6,6 +6,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "common/role_names.h"
 #include "config/job_config.h"
 #include "config/policy_loss_registry.h"
 
@@ -17,7 +18,7 @@ std::string Errors(const LoadedJob& j) { return config::FormatErrors(j.errors); 
 TEST(AlgorithmRegistryTest, EntriesAreConsistent) {
   std::set<std::string> names, sections;
   for (const config::Field& f : JobSchema().fields) sections.insert(f.name);
-  const std::set<std::string> roles = {"echo", "trainer", "rollout", "reward"};
+  const std::set<std::string> roles = {kEchoRole, kTrainerRole, kRolloutRole, kRewardRole};
   for (const AlgorithmSpec& a : Algorithms()) {
     SCOPED_TRACE(a.name);
     EXPECT_TRUE(names.insert(a.name).second) << "duplicate name";
@@ -26,11 +27,21 @@ TEST(AlgorithmRegistryTest, EntriesAreConsistent) {
     // Exactly the on-policy LM algorithms have an advantage estimator and a loss default.
     const bool lm_rl = a.family == AlgorithmFamily::kLmRl;
     EXPECT_EQ(lm_rl, a.advantage != AdvantageKind::kNone);
-    EXPECT_EQ(lm_rl, !a.default_loss_aggregation.empty());
     EXPECT_EQ(lm_rl, a.default_policy_loss.has_value());
     for (const std::string& s : a.sections) EXPECT_TRUE(sections.count(s)) << s;
     for (const std::string& r : a.roles) EXPECT_TRUE(roles.count(r)) << r;
     EXPECT_FALSE(a.roles.empty());
+    // The capability flags agree with the family and the sections they stand for.
+    const bool dpo = a.family == AlgorithmFamily::kDpo;
+    EXPECT_EQ(a.lm_engines, lm_rl || dpo);
+    EXPECT_EQ(a.lm_engines, a.Reads("engine"));
+    EXPECT_EQ(a.async_rollout, lm_rl || a.family == AlgorithmFamily::kControlPpo);
+    EXPECT_EQ(a.has_critic, a.Reads("critic") || a.Reads("ppo"));
+    EXPECT_EQ(a.needs_reference, dpo);
+    EXPECT_EQ(a.uses_groups, a.advantage == AdvantageKind::kGroupNorm ||
+                                 a.advantage == AdvantageKind::kGroupMean ||
+                                 a.advantage == AdvantageKind::kLeaveOneOut);
+    for (const std::string& r : a.roles) EXPECT_TRUE(a.Starts(r)) << r;
   }
   EXPECT_EQ(FindAlgorithm("GRPO"), nullptr);
 }
@@ -55,12 +66,13 @@ TEST(AlgorithmRegistryTest, LossAggregationDefaultsToTheAlgorithms) {
     ASSERT_TRUE(j.ok()) << Errors(j);
     EXPECT_EQ(j.config.grpo.loss_aggregation, a.default_loss_aggregation);
     // The resolved config states the value, not "auto"; an explicit choice wins.
-    EXPECT_NE(ResolvedYaml(j.config).find("loss_aggregation: " + a.default_loss_aggregation),
+    EXPECT_NE(ResolvedYaml(j.config).find(std::string("loss_aggregation: ") +
+                                          ChoiceName(a.default_loss_aggregation)),
               std::string::npos);
     LoadedJob set = LoadJobText(
-        "job: {algorithm: " + a.name + "}\ngrpo: {loss_aggregation: seq-mean-token-mean}\n",
+        "job: {algorithm: " + a.name + "}\nlm_rl: {loss_aggregation: seq-mean-token-mean}\n",
         "t.yaml");
-    EXPECT_EQ(set.config.grpo.loss_aggregation, "seq-mean-token-mean");
+    EXPECT_EQ(set.config.grpo.loss_aggregation, LossAggregation::kSeqMeanTokenMean);
   }
 }
 
@@ -80,7 +92,7 @@ TEST(AlgorithmRegistryTest, PolicyLossesAreConsistent) {
   EXPECT_EQ(FindPolicyLoss("GSPO"), nullptr);
 }
 
-// grpo.policy_loss: auto resolves to the algorithm's default, and loss_aggregation: auto to the
+// lm_rl.policy_loss: auto resolves to the algorithm's default, and loss_aggregation: auto to the
 // loss's default where it has one (gspo: seq-mean-token-mean), else the algorithm's; the
 // resolved config states both; explicit choices win.
 TEST(AlgorithmRegistryTest, PolicyLossDefaultsToTheAlgorithms) {
@@ -96,49 +108,48 @@ TEST(AlgorithmRegistryTest, PolicyLossDefaultsToTheAlgorithms) {
         std::string::npos);
     for (const PolicyLossSpec& l : PolicyLosses()) {
       LoadedJob set = LoadJobText(
-          "job: {algorithm: " + a.name + "}\ngrpo: {policy_loss: " + l.name + "}\n", "t.yaml");
+          "job: {algorithm: " + a.name + "}\nlm_rl: {policy_loss: " + l.name + "}\n", "t.yaml");
       ASSERT_TRUE(set.ok()) << l.name << ": " << Errors(set);
       EXPECT_EQ(*set.config.grpo.policy_loss, l.kind);
-      EXPECT_EQ(set.config.grpo.loss_aggregation, l.default_loss_aggregation.empty()
-                                                      ? a.default_loss_aggregation
-                                                      : l.default_loss_aggregation);
+      EXPECT_EQ(set.config.grpo.loss_aggregation,
+                l.default_loss_aggregation.value_or(a.default_loss_aggregation));
       LoadedJob both =
-          LoadJobText("job: {algorithm: " + a.name + "}\ngrpo: {policy_loss: " + l.name +
+          LoadJobText("job: {algorithm: " + a.name + "}\nlm_rl: {policy_loss: " + l.name +
                           ", loss_aggregation: seq-mean-token-sum}\n",
                       "t.yaml");
-      EXPECT_EQ(both.config.grpo.loss_aggregation, "seq-mean-token-sum");
+      EXPECT_EQ(both.config.grpo.loss_aggregation, LossAggregation::kSeqMeanTokenSum);
     }
   }
 }
 
 TEST(AlgorithmRegistryTest, PolicyLossErrorsNameTheKey) {
-  LoadedJob typo = LoadJobText("job: {algorithm: grpo}\ngrpo: {policy_loss: gpso}\n", "t.yaml");
+  LoadedJob typo = LoadJobText("job: {algorithm: grpo}\nlm_rl: {policy_loss: gpso}\n", "t.yaml");
   ASSERT_EQ(typo.errors.size(), 1u) << Errors(typo);
-  EXPECT_EQ(typo.errors[0].key, "grpo.policy_loss");
+  EXPECT_EQ(typo.errors[0].key, "lm_rl.policy_loss");
   EXPECT_NE(typo.errors[0].message.find("did you mean gspo?"), std::string::npos) << Errors(typo);
-  LoadedJob off =
-      LoadJobText("job: {algorithm: grpo}\ngrpo: {policy_loss: gspo, off_policy: tis}\n", "t.yaml");
+  LoadedJob off = LoadJobText(
+      "job: {algorithm: grpo}\nlm_rl: {policy_loss: gspo, off_policy: tis}\n", "t.yaml");
   ASSERT_EQ(off.errors.size(), 1u) << Errors(off);
   EXPECT_EQ(off.errors[0].ToString(),
-            "t.yaml:2:27: grpo.off_policy: tis corrects the token-level clipped loss (policy_loss "
+            "t.yaml:2:28: lm_rl.off_policy: tis corrects the token-level clipped loss (policy_loss "
             "ppo_clip); policy_loss gspo has no off-policy correction (set none)");
   LoadedJob dual =
-      LoadJobText("job: {algorithm: rloo}\ngrpo: {policy_loss: gspo, dual_clip: 3}\n", "t.yaml");
+      LoadJobText("job: {algorithm: rloo}\nlm_rl: {policy_loss: gspo, dual_clip: 3}\n", "t.yaml");
   ASSERT_EQ(dual.errors.size(), 1u) << Errors(dual);
-  EXPECT_EQ(dual.errors[0].key, "grpo.dual_clip");
+  EXPECT_EQ(dual.errors[0].key, "lm_rl.dual_clip");
   EXPECT_NE(dual.errors[0].message.find("policy_loss gspo has none (set 0)"), std::string::npos)
       << Errors(dual);
   // clip_low 1 would make the ratio's lower bound 0: an error for every loss whose table entry
   // does not read it as "no lower bound".
   for (const PolicyLossSpec& l : PolicyLosses()) {
     LoadedJob low = LoadJobText(
-        "job: {algorithm: grpo}\ngrpo: {policy_loss: " + l.name + ", clip_low: 1}\n", "t.yaml");
+        "job: {algorithm: grpo}\nlm_rl: {policy_loss: " + l.name + ", clip_low: 1}\n", "t.yaml");
     if (l.clip_low_one_unbounded) {
       EXPECT_TRUE(low.ok()) << l.name << ": " << Errors(low);
       continue;
     }
     ASSERT_EQ(low.errors.size(), 1u) << Errors(low);
-    EXPECT_EQ(low.errors[0].key, "grpo.clip_low");
+    EXPECT_EQ(low.errors[0].key, "lm_rl.clip_low");
     EXPECT_NE(low.errors[0].message.find("policy_loss " + l.name + " needs clip_low < 1"),
               std::string::npos)
         << Errors(low);
@@ -149,19 +160,19 @@ TEST(AlgorithmRegistryTest, GroupEstimatorsNeedTwoSamplesPerPrompt) {
   for (const AlgorithmSpec& a : Algorithms()) {
     if (a.family != AlgorithmFamily::kLmRl) continue;
     LoadedJob j =
-        LoadJobText("job: {algorithm: " + a.name + "}\ngrpo:\n  group_size: 1\n", "t.yaml");
-    if (!NeedsGroups(a.advantage)) {
+        LoadJobText("job: {algorithm: " + a.name + "}\nlm_rl:\n  group_size: 1\n", "t.yaml");
+    if (!a.uses_groups) {
       EXPECT_TRUE(j.ok()) << a.name << Errors(j);
       continue;
     }
     ASSERT_EQ(j.errors.size(), 1u) << a.name << Errors(j);
     EXPECT_EQ(j.errors[0].ToString(),
-              "t.yaml:3:3: grpo.group_size: " + a.name +
+              "t.yaml:3:3: lm_rl.group_size: " + a.name +
                   "'s advantage compares the samples of a group, which needs at least 2 "
                   "samples per prompt, got 1");
   }
-  EXPECT_TRUE(NeedsGroups(FindAlgorithm("grpo")->advantage));
-  EXPECT_FALSE(NeedsGroups(FindAlgorithm("lm_ppo")->advantage));
+  EXPECT_TRUE(FindAlgorithm("grpo")->uses_groups);
+  EXPECT_FALSE(FindAlgorithm("lm_ppo")->uses_groups);
 }
 
 TEST(AlgorithmRegistryTest, AnotherAlgorithmsSectionIsAnError) {
@@ -169,7 +180,7 @@ TEST(AlgorithmRegistryTest, AnotherAlgorithmsSectionIsAnError) {
   ASSERT_EQ(j.errors.size(), 1u) << Errors(j);
   EXPECT_EQ(j.errors[0].ToString(),
             "t.yaml:2:1: ppo: job.algorithm grpo does not read this section (it reads: rollout, "
-            "engine, grpo, reward, model, data, weights); remove it");
+            "engine, lm_rl, reward, model, data, weights); remove it");
   // Shared sections and the algorithm's own are fine.
   EXPECT_TRUE(
       LoadJobText("job: {algorithm: lm_ppo}\ncritic: {lr: 1e-3}\ntrainer: {lr: 1e-5}\n", "t.yaml")
@@ -205,7 +216,7 @@ TEST(AlgorithmRegistryTest, ResolvedConfigHoldsOnlyTheSectionsTheAlgorithmReads)
       EXPECT_TRUE(tree[shared].IsDefined()) << a.name << " " << shared;
     }
     for (const char* section :
-         {"echo", "env", "sim", "rollout", "policy", "ppo", "weights", "engine", "grpo", "critic",
+         {"echo", "env", "sim", "rollout", "policy", "ppo", "weights", "engine", "lm_rl", "critic",
           "dpo", "reward", "model", "data", "sft"}) {
       const bool reads =
           std::find(a.sections.begin(), a.sections.end(), section) != a.sections.end();

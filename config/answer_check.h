@@ -1,5 +1,5 @@
 // How a held-out response is judged against its reference answer. Parsed once here (from
-// grpo.eval_verifier in a job, `rlforge eval --reward` on the command line); the verdicts
+// lm_rl.eval_verifier in a job, `rlforge eval --reward` on the command line); the verdicts
 // themselves are reward/answer_check.h's.
 #pragma once
 

@@ -2,6 +2,7 @@
 #include "config/control_config.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/role_names.h"
 
 namespace rlforge {
 
@@ -36,10 +37,10 @@ std::shared_ptr<const Schema> EnvSection() {
 std::shared_ptr<const Schema> SimSection() {
   SchemaBuilder<SimOptions> b(
       "Where envs run: in the rollout worker, or behind sim_bridge servers.");
-  b.Choice("backend", &SimOptions::backend, {"inprocess", "server", "external"},
-           "inprocess: envs in the rollout worker; server: the controller starts sim_bridge "
-           "servers (sim.command, default `rlforge sim-server`); external: connect to running "
-           "servers at sim.addresses.");
+  b.Enum("backend", &SimOptions::backend,
+         "inprocess: envs in the rollout worker; server: the controller starts sim_bridge "
+         "servers (sim.command, default `rlforge sim-server`); external: connect to running "
+         "servers at sim.addresses.");
   b.Int("servers_per_worker", &SimOptions::servers_per_worker,
         "backend server: servers per rollout worker; each holds env.num_envs / this many envs "
         "and they step in parallel.")
@@ -56,24 +57,24 @@ std::shared_ptr<const Schema> SimSection() {
   b.Double("start_timeout_s", &SimOptions::start_timeout_s,
            "How long a server may take to answer its first request.")
       .Min(0, false);
-  b.Choice("transport", &SimOptions::transport, {"auto", "shm", "ipc"},
-           "backend server: how workers reach the servers the controller starts. shm: shared "
-           "memory (same host, the built-in server; ~5x less overhead than ipc); ipc: ZeroMQ "
-           "on a Unix socket (any sim_bridge server); auto: shm for the built-in server, ipc "
-           "for a sim.command.");
-  b.Choice("pipeline", &SimOptions::pipeline, {"auto", "true", "false"},
-           "With several servers per worker. true: step them one by one, so the policy "
-           "computes one server's actions while the others step (hides slow envs' step "
-           "time). false: one forward over every env, then all servers step at once (better "
-           "for envs cheaper than the policy). auto: the worker times its 2nd rollout "
-           "pipelined and its 3rd as one batch and keeps the faster; both give the same "
-           "samples.");
-  b.Choice("cpu_affinity", &SimOptions::cpu_affinity, {"auto", "none"},
-           "backend server: auto pins each rollout worker to a core of its own and deals its "
-           "servers over the other cores the controller may use (its cpuset), and lets shm "
-           "servers spin 2 ms for the next request; this keeps spinning servers off the "
-           "worker's core. Skipped when there are no more cores than workers, and for "
-           "rollout.external workers. none: leave placement to the OS.");
+  b.Enum("transport", &SimOptions::transport,
+         "backend server: how workers reach the servers the controller starts. shm: shared "
+         "memory (same host, the built-in server; ~5x less overhead than ipc); ipc: ZeroMQ "
+         "on a Unix socket (any sim_bridge server); auto: shm for the built-in server, ipc "
+         "for a sim.command.");
+  b.Enum("pipeline", &SimOptions::pipeline,
+         "With several servers per worker. true: step them one by one, so the policy "
+         "computes one server's actions while the others step (hides slow envs' step "
+         "time). false: one forward over every env, then all servers step at once (better "
+         "for envs cheaper than the policy). auto: the worker times its 2nd rollout "
+         "pipelined and its 3rd as one batch and keeps the faster; both give the same "
+         "samples.");
+  b.Enum("cpu_affinity", &SimOptions::cpu_affinity,
+         "backend server: auto pins each rollout worker to a core of its own and deals its "
+         "servers over the other cores the controller may use (its cpuset), and lets shm "
+         "servers spin 2 ms for the next request; this keeps spinning servers off the "
+         "worker's core. Skipped when there are no more cores than workers, and for "
+         "rollout.external workers. none: leave placement to the OS.");
   return b.Build();
 }
 
@@ -126,7 +127,7 @@ std::shared_ptr<const Schema> PolicySection() {
       "MLP actor-critic: separate actor and critic networks; categorical head for Discrete "
       "actions, diagonal Gaussian (state-independent log std) for Box actions.");
   b.IntList("hidden_sizes", &PolicyOptions::hidden_sizes, "Hidden layer widths of both networks.");
-  b.Choice("activation", &PolicyOptions::activation, {"tanh", "relu"}, "Hidden activation.");
+  b.Enum("activation", &PolicyOptions::activation, "Hidden activation.");
   b.Double("log_std_init", &PolicyOptions::log_std_init, "Initial log std of the Gaussian head.");
   b.Bool("ortho_init", &PolicyOptions::ortho_init,
          "Orthogonal init: gain sqrt(2) hidden, 0.01 policy head, 1 value head; zero biases.");
@@ -206,19 +207,19 @@ std::shared_ptr<const Schema> WeightsSection() {
            "side; at least 1/64, i.e. 16 KiB).")
       .Min(1.0 / 64)
       .Max(16384);
-  b.Choice("dtype", &WeightsOptions::dtype, {"float32", "bfloat16"},
-           "Language models: the dtype weights travel in (bfloat16 halves the bytes; the engine "
-           "widens them back to its fp32 parameters).");
-  b.Choice("apply", &WeightsOptions::apply, {"in_place", "staged", "mapped"},
-           "Language models: in_place writes each bucket into the engine's parameters as it "
-           "arrives (memory: model + 2 buckets; a failed load leaves it torn, serving nothing); "
-           "staged loads a whole version beside the model first (memory: 2 models; a failed "
-           "load leaves it serving the previous version; with cuda_ipc or nccl the staged copy "
-           "is on the engine's GPU); mapped (weights.transport shm, "
-           "weights.dtype float32) checks each version in a shared segment of two versions and "
-           "serves straight from it, with no copy (memory: that segment, shared by every engine "
-           "on the host, and no private model; a failed load leaves it serving the previous "
-           "version).");
+  b.Enum("dtype", &WeightsOptions::dtype,
+         "Language models: the dtype weights travel in (bfloat16 halves the bytes; the engine "
+         "widens them back to its fp32 parameters).");
+  b.Enum("apply", &WeightsOptions::apply,
+         "Language models: in_place writes each bucket into the engine's parameters as it "
+         "arrives (memory: model + 2 buckets; a failed load leaves it torn, serving nothing); "
+         "staged loads a whole version beside the model first (memory: 2 models; a failed "
+         "load leaves it serving the previous version; with cuda_ipc or nccl the staged copy "
+         "is on the engine's GPU); mapped (weights.transport shm, "
+         "weights.dtype float32) checks each version in a shared segment of two versions and "
+         "serves straight from it, with no copy (memory: that segment, shared by every engine "
+         "on the host, and no private model; a failed load leaves it serving the previous "
+         "version).");
   b.Double("timeout_s", &WeightsOptions::timeout_s,
            "The longest wait for one bucket, publisher or engine (rollout worker).")
       .Min(0.1);
@@ -252,6 +253,59 @@ void CheckNoWeights(const WeightsOptions& w, CheckContext& ctx) {
   if (w.timeout_s != d.timeout_s) ctx.Error("weights.timeout_s", unused);
 }
 
+// rollout.max_staleness and rollout.partial against what the algorithm's loop supports.
+void CheckAsyncRollout(const JobConfig& c, CheckContext& ctx) {
+  const AlgorithmSpec& a = *c.job.algorithm;
+  if (c.rollout.max_staleness != 0 && !a.async_rollout) {
+    ctx.Error("rollout.max_staleness",
+              absl::StrCat("asynchronous rollout is built for RL with rollout workers (grpo, "
+                           "drgrpo, rloo, lm_ppo, ppo); job.algorithm ",
+                           a.name, " runs synchronously (set 0)"));
+  }
+  if (c.rollout.partial && !(a.lm_engines && a.async_rollout)) {
+    ctx.Error("rollout.partial",
+              absl::StrCat("partial rollouts are for the language-model engines of grpo, "
+                           "drgrpo, rloo and lm_ppo; job.algorithm ",
+                           a.name, " has none (set false)"));
+  } else if (c.rollout.partial && c.rollout.max_staleness < 1) {
+    ctx.Error("rollout.partial",
+              "partial rollouts need asynchronous rollout (rollout.max_staleness >= 1; it is "
+              "0): a synchronous engine never holds a group across a weight load");
+  }
+}
+
+// A control-policy job's sim servers and batch.
+void CheckSimulators(const JobConfig& c, CheckContext& ctx) {
+  if (c.sim.backend == SimBackend::kServer && c.env.num_envs % c.sim.servers_per_worker != 0) {
+    ctx.Error("sim.servers_per_worker",
+              absl::StrCat("env.num_envs (", c.env.num_envs, ") must divide evenly among ",
+                           c.sim.servers_per_worker, " servers per worker"));
+  }
+  if (c.sim.backend == SimBackend::kExternal) {
+    int64_t need = c.rollout.workers * c.sim.servers_per_worker;
+    if (static_cast<int64_t>(c.sim.addresses.size()) != need) {
+      ctx.Error("sim.addresses",
+                absl::StrCat("backend external needs rollout.workers x sim.servers_per_worker = ",
+                             need, " addresses, got ", c.sim.addresses.size()));
+    }
+  } else if (!c.sim.addresses.empty()) {
+    ctx.Error("sim.addresses", "only used with sim.backend: external");
+  }
+  if (c.sim.backend != SimBackend::kServer && !c.sim.command.empty()) {
+    ctx.Error("sim.command", "only used with sim.backend: server");
+  }
+  if (c.sim.transport == SimTransport::kShm && !c.sim.command.empty()) {
+    ctx.Error("sim.transport",
+              "shm is spoken by the built-in `rlforge sim-server` only; a sim.command server "
+              "(e.g. the Python package) speaks ZeroMQ: use ipc or auto");
+  }
+  int64_t batch = c.rollout.workers * c.env.num_envs * c.rollout.steps_per_iteration;
+  if (c.ppo.minibatches > batch) {
+    ctx.Error("ppo.minibatches", absl::StrCat("more minibatches (", c.ppo.minibatches,
+                                              ") than samples per iteration (", batch, ")"));
+  }
+}
+
 }  // namespace
 
 void AddControlSections(SchemaBuilder<JobConfig>& b) {
@@ -263,57 +317,12 @@ void AddControlSections(SchemaBuilder<JobConfig>& b) {
   b.Section("weights", &JobConfig::weights, WeightsSection());
   b.Check([](const JobConfig& c, CheckContext& ctx) {
     if (c.job.algorithm == nullptr) return;
-    const AlgorithmFamily family = c.job.algorithm->family;
-    if (c.rollout.max_staleness != 0 && family != AlgorithmFamily::kLmRl &&
-        family != AlgorithmFamily::kControlPpo) {
-      ctx.Error("rollout.max_staleness",
-                absl::StrCat("asynchronous rollout is built for RL with rollout workers (grpo, "
-                             "drgrpo, rloo, lm_ppo, ppo); job.algorithm ",
-                             c.job.algorithm->name, " runs synchronously (set 0)"));
-    }
-    if (c.rollout.partial && family != AlgorithmFamily::kLmRl) {
-      ctx.Error("rollout.partial",
-                absl::StrCat("partial rollouts are for the language-model engines of grpo, "
-                             "drgrpo, rloo and lm_ppo; job.algorithm ",
-                             c.job.algorithm->name, " has none (set false)"));
-    } else if (c.rollout.partial && c.rollout.max_staleness < 1) {
-      ctx.Error("rollout.partial",
-                "partial rollouts need asynchronous rollout (rollout.max_staleness >= 1; it is "
-                "0): a synchronous engine never holds a group across a weight load");
-    }
-    if (family == AlgorithmFamily::kSft || family == AlgorithmFamily::kEcho) {
+    CheckAsyncRollout(c, ctx);
+    if (!c.job.algorithm->Starts(kRolloutRole)) {
       CheckNoWeights(c.weights, ctx);
-      return;
-    }
-    if (family != AlgorithmFamily::kControlPpo) return;
-    CheckControlWeights(c.weights, ctx);
-    if (c.sim.backend == "server" && c.env.num_envs % c.sim.servers_per_worker != 0) {
-      ctx.Error("sim.servers_per_worker",
-                absl::StrCat("env.num_envs (", c.env.num_envs, ") must divide evenly among ",
-                             c.sim.servers_per_worker, " servers per worker"));
-    }
-    if (c.sim.backend == "external") {
-      int64_t need = c.rollout.workers * c.sim.servers_per_worker;
-      if (static_cast<int64_t>(c.sim.addresses.size()) != need) {
-        ctx.Error("sim.addresses",
-                  absl::StrCat("backend external needs rollout.workers x sim.servers_per_worker = ",
-                               need, " addresses, got ", c.sim.addresses.size()));
-      }
-    } else if (!c.sim.addresses.empty()) {
-      ctx.Error("sim.addresses", "only used with sim.backend: external");
-    }
-    if (c.sim.backend != "server" && !c.sim.command.empty()) {
-      ctx.Error("sim.command", "only used with sim.backend: server");
-    }
-    if (c.sim.transport == "shm" && !c.sim.command.empty()) {
-      ctx.Error("sim.transport",
-                "shm is spoken by the built-in `rlforge sim-server` only; a sim.command server "
-                "(e.g. the Python package) speaks ZeroMQ: use ipc or auto");
-    }
-    int64_t batch = c.rollout.workers * c.env.num_envs * c.rollout.steps_per_iteration;
-    if (c.ppo.minibatches > batch) {
-      ctx.Error("ppo.minibatches", absl::StrCat("more minibatches (", c.ppo.minibatches,
-                                                ") than samples per iteration (", batch, ")"));
+    } else if (c.job.algorithm->Reads("sim")) {
+      CheckControlWeights(c.weights, ctx);
+      CheckSimulators(c, ctx);
     }
   });
 }

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "config/choices.h"
 #include "config/weight_transport.h"
 
 namespace rlforge {
@@ -17,16 +18,15 @@ struct EnvOptions {
 };
 
 struct SimOptions {
-  std::string backend = "inprocess";  // inprocess | server | external
+  SimBackend backend = SimBackend::kInprocess;
   int64_t servers_per_worker = 1;
   std::vector<std::string> command;    // server command template; empty: rlforge sim-server
   std::vector<std::string> addresses;  // backend external: running servers
   double step_timeout_s = 30;
   double start_timeout_s = 60;
-  std::string transport = "auto";  // backend server: auto | shm | ipc
-  std::string pipeline =
-      "auto";  // auto | true | false: step servers one by one, overlapping the policy
-  std::string cpu_affinity = "auto";  // backend server: auto | none
+  SimTransport transport = SimTransport::kAuto;   // backend server
+  SimPipeline pipeline = SimPipeline::kAuto;      // step servers one by one, overlapping the policy
+  CpuAffinity cpu_affinity = CpuAffinity::kAuto;  // backend server
 };
 
 struct RolloutOptions {
@@ -46,7 +46,7 @@ struct RolloutOptions {
 
 struct PolicyOptions {
   std::vector<int64_t> hidden_sizes = {64, 64};
-  std::string activation = "tanh";
+  Activation activation = Activation::kTanh;
   double log_std_init = 0.0;
   bool ortho_init = true;
 };
@@ -78,8 +78,8 @@ struct WeightsOptions {
   WeightTransport transport = WeightTransport::kAuto;
   // The bucketed stream (weights/bucket_stream.h).
   double bucket_mb = 256;
-  std::string dtype = "float32";   // float32 | bfloat16 on the wire
-  std::string apply = "in_place";  // in_place | staged | mapped (the engine's side)
+  FloatDtype dtype = FloatDtype::kFloat32;    // on the wire
+  WeightApply apply = WeightApply::kInPlace;  // the engine's side
   double timeout_s = 120;          // longest wait for one bucket, either side
 };
 

@@ -15,21 +15,21 @@ std::string AutoAggregationDoc() {
   std::string doc = "auto: the policy loss's default (";
   bool first = true;
   for (const PolicyLossSpec& l : PolicyLosses()) {
-    if (l.default_loss_aggregation.empty()) continue;
-    absl::StrAppend(&doc, first ? "" : ", ", l.name, ": ", l.default_loss_aggregation);
+    if (!l.default_loss_aggregation.has_value()) continue;
+    absl::StrAppend(&doc, first ? "" : ", ", l.name, ": ", ChoiceName(*l.default_loss_aggregation));
     first = false;
   }
   absl::StrAppend(&doc, "), else the algorithm's (");
   first = true;
   for (const AlgorithmSpec& a : Algorithms()) {
-    if (a.default_loss_aggregation.empty()) continue;
-    absl::StrAppend(&doc, first ? "" : ", ", a.name, ": ", a.default_loss_aggregation);
+    if (!a.default_policy_loss.has_value()) continue;  // not a kLmRl algorithm
+    absl::StrAppend(&doc, first ? "" : ", ", a.name, ": ", ChoiceName(a.default_loss_aggregation));
     first = false;
   }
   return doc + "), written into the resolved config.";
 }
 
-// grpo.policy_loss's documentation: each loss's summary and each algorithm's default.
+// lm_rl.policy_loss's documentation: each loss's summary and each algorithm's default.
 std::string PolicyLossDoc() {
   std::string doc =
       "The policy loss the trainer minimises (trainer/policy_loss.h, docs/lm_losses.md).";
@@ -63,6 +63,20 @@ std::string PolicyLossType() {
   std::vector<std::string> choices = {"auto"};
   for (const std::string& name : PolicyLossNames()) choices.push_back(name);
   return config::ChoiceType(choices);
+}
+
+bool ParseLossAggregation(const YAML::Node& n, std::optional<LossAggregation>* out,
+                          std::string* why) {
+  std::vector<std::string> choices = {"auto"};
+  for (const std::string& word : ChoiceWordList<LossAggregation>()) choices.push_back(word);
+  std::string word;
+  if (!config::MakeChoiceParser(choices)(n, &word, why)) return false;
+  if (word == "auto") {
+    out->reset();
+  } else {
+    *out = *ParseChoice<LossAggregation>(word);
+  }
+  return true;
 }
 
 bool ParseEvalVerifier(const YAML::Node& n, AnswerCheck* out, std::string* why) {
@@ -105,33 +119,40 @@ void AddGrpoSection(SchemaBuilder<JobConfig>& job) {
            "Weight of the KL to the starting (reference) policy: a loss term for grpo, a "
            "per-token reward penalty for lm_ppo; 0: no reference.")
       .Min(0);
-  b.Choice("kl_estimator", &GrpoOptions::kl_estimator, {"k1", "k2", "k3"}, "KL estimator.");
-  b.Choice("off_policy", &GrpoOptions::off_policy, {"none", "decoupled", "tis", "mask"},
-           "Per-token correction of tokens sampled by another policy than the trainer's (a "
-           "lagging engine under rollout.max_staleness, or the engine's numerics), with w = "
-           "pi_prox / pi_rollout and pi_prox the trainer's logprob before the step's first "
-           "update, around which the ratio is then clipped. none: clip around the rollout's "
-           "logprobs. decoupled: AReaL's decoupled PPO, loss x w, tokens with w > is_cap "
-           "dropped. tis: loss x min(w, is_cap). mask: tokens with w outside [1/is_cap, "
-           "is_cap] dropped (docs/async_rl.md).");
+  b.Enum("kl_estimator", &GrpoOptions::kl_estimator, "KL estimator.");
+  b.Enum("off_policy", &GrpoOptions::off_policy,
+         "Per-token correction of tokens sampled by another policy than the trainer's (a "
+         "lagging engine under rollout.max_staleness, or the engine's numerics), with w = "
+         "pi_prox / pi_rollout and pi_prox the trainer's logprob before the step's first "
+         "update, around which the ratio is then clipped. none: clip around the rollout's "
+         "logprobs. decoupled: AReaL's decoupled PPO, loss x w, tokens with w > is_cap "
+         "dropped. tis: loss x min(w, is_cap). mask: tokens with w outside [1/is_cap, "
+         "is_cap] dropped (docs/async_rl.md).");
   b.Double("is_cap", &GrpoOptions::is_cap,
-           "The cap C of grpo.off_policy's importance weights (> 1).")
+           "The cap C of lm_rl.off_policy's importance weights (> 1).")
       .Min(1, false);
   b.Typed<std::optional<PolicyLossKind>>(
       "policy_loss", &GrpoOptions::policy_loss, PolicyLossDoc(), PolicyLossType(), ParsePolicyLoss,
       [](const std::optional<PolicyLossKind>& v) {
         return YAML::Node(v.has_value() ? PolicyLossOf(*v).name : std::string("auto"));
       });
-  b.Choice("loss_aggregation", &GrpoOptions::loss_aggregation,
-           {"auto", "token-mean", "seq-mean-token-sum", "seq-mean-token-mean",
-            "seq-mean-token-sum-norm"},
-           "How per-token losses become one number (seq-mean-token-sum-norm is Dr.GRPO's). " +
-               AutoAggregationDoc());
+  {
+    std::vector<std::string> words = {"auto"};
+    for (const std::string& w : ChoiceWordList<LossAggregation>()) words.push_back(w);
+    b.Typed<std::optional<LossAggregation>>(
+        "loss_aggregation", &GrpoOptions::loss_aggregation,
+        "How per-token losses become one number (seq-mean-token-sum-norm is Dr.GRPO's). " +
+            AutoAggregationDoc(),
+        config::ChoiceType(words), ParseLossAggregation,
+        [](const std::optional<LossAggregation>& v) {
+          return YAML::Node(v.has_value() ? std::string(ChoiceName(*v)) : std::string("auto"));
+        });
+  }
   b.Bool("filter_degenerate", &GrpoOptions::filter_degenerate,
          "Drop groups whose rewards are all equal before the update (DAPO dynamic sampling).");
   b.Bool("skip_zero_advantage", &GrpoOptions::skip_zero_advantage,
          "Leave groups whose advantages are all exactly 0 out of the trainer's forward and "
-         "backward when the loss has no KL term (grpo.kl_beta 0): their loss terms and "
+         "backward when the loss has no KL term (lm_rl.kl_beta 0): their loss terms and "
          "gradients are exactly 0 and they still count in the loss's denominator, so the "
          "update is the same; per-token metrics (entropy, clipfrac, approx_kl, logprob "
          "mismatch) then cover the computed groups. false: every group runs (docs/lm_rl.md).");
@@ -155,7 +176,7 @@ void AddGrpoSection(SchemaBuilder<JobConfig>& job) {
         "scoring starts before the slowest sample ends.")
       .Min(1);
   b.Check([](const GrpoOptions& g, CheckContext& ctx) {
-    if (g.off_policy == "none" && g.is_cap != GrpoOptions().is_cap) {
+    if (g.off_policy == OffPolicyCorrection::kNone && g.is_cap != GrpoOptions().is_cap) {
       ctx.Error("is_cap", "only used with off_policy decoupled, tis or mask (off_policy is none)");
     }
     if (g.dual_clip != 0 && g.dual_clip <= 1) {
@@ -168,36 +189,36 @@ void AddGrpoSection(SchemaBuilder<JobConfig>& job) {
                                             g.prompts_per_iteration, ")"));
     }
   });
-  job.Section("grpo", &JobConfig::grpo, b.Build());
+  job.Section("lm_rl", &JobConfig::grpo, b.Build());
+  job.Renamed("grpo", "lm_rl");  // its name until it served drgrpo, rloo and lm_ppo too
   job.Check([](const JobConfig& c, CheckContext& ctx) {
     if (c.job.algorithm == nullptr || !c.job.algorithm->default_policy_loss.has_value()) return;
     const PolicyLossKind loss = c.grpo.policy_loss.value_or(*c.job.algorithm->default_policy_loss);
     const PolicyLossSpec& spec = PolicyLossOf(loss);
     if (c.grpo.clip_low >= 1 && !spec.clip_low_one_unbounded) {
-      ctx.Error("grpo.clip_low", absl::StrCat("policy_loss ", spec.name,
-                                              " needs clip_low < 1 (its ratio's lower bound is "
-                                              "1 - clip_low), got ",
-                                              c.grpo.clip_low));
+      ctx.Error("lm_rl.clip_low", absl::StrCat("policy_loss ", spec.name,
+                                               " needs clip_low < 1 (its ratio's lower bound is "
+                                               "1 - clip_low), got ",
+                                               c.grpo.clip_low));
     }
     // The token-level clipped loss alone has these; the others would ignore them.
     if (loss == PolicyLossKind::kPpoClip) return;
     const std::string& name = spec.name;
-    if (c.grpo.off_policy != "none") {
-      ctx.Error("grpo.off_policy", absl::StrCat(c.grpo.off_policy,
-                                                " corrects the token-level clipped loss "
-                                                "(policy_loss ppo_clip); policy_loss ",
-                                                name, " has no off-policy correction (set none)"));
+    if (c.grpo.off_policy != OffPolicyCorrection::kNone) {
+      ctx.Error("lm_rl.off_policy", absl::StrCat(ChoiceName(c.grpo.off_policy),
+                                                 " corrects the token-level clipped loss "
+                                                 "(policy_loss ppo_clip); policy_loss ",
+                                                 name, " has no off-policy correction (set none)"));
     }
     if (c.grpo.dual_clip != 0) {
-      ctx.Error("grpo.dual_clip", absl::StrCat("bounds the token-level clipped loss (policy_loss "
-                                               "ppo_clip); policy_loss ",
-                                               name, " has none (set 0)"));
+      ctx.Error("lm_rl.dual_clip", absl::StrCat("bounds the token-level clipped loss (policy_loss "
+                                                "ppo_clip); policy_loss ",
+                                                name, " has none (set 0)"));
     }
   });
   job.Check([](const JobConfig& c, CheckContext& ctx) {
-    if (c.job.algorithm != nullptr && NeedsGroups(c.job.algorithm->advantage) &&
-        c.grpo.group_size < 2) {
-      ctx.Error("grpo.group_size",
+    if (c.job.algorithm != nullptr && c.job.algorithm->uses_groups && c.grpo.group_size < 2) {
+      ctx.Error("lm_rl.group_size",
                 absl::StrCat(c.job.algorithm->name,
                              "'s advantage compares the samples of a "
                              "group, which needs at least 2 samples per prompt, got ",
@@ -236,16 +257,15 @@ void AddGrpoSection(SchemaBuilder<JobConfig>& job) {
       .Max(65536);
   db.Double("beta", &DpoJobOptions::beta, "DPO's beta (strength of the reference anchor).")
       .Min(0, false);
-  db.Choice("loss_type", &DpoJobOptions::loss_type, {"sigmoid", "ipo"},
-            "sigmoid: Rafailov et al.; ipo: Azar et al.");
+  db.Enum("loss_type", &DpoJobOptions::loss_type, "sigmoid: Rafailov et al.; ipo: Azar et al.");
   db.Double("label_smoothing", &DpoJobOptions::label_smoothing,
             "Conservative DPO's label smoothing (sigmoid only).")
       .Min(0)
       .Max(0.5, false);
-  db.Choice("rejected", &DpoJobOptions::rejected, {"carryless", "random"},
-            "Arithmetic task: the rejected answer is carryless (the answer with every carry and "
-            "borrow dropped, where that differs; else random) or random (a nearby wrong "
-            "number). JSONL pairs bring their own.");
+  db.Enum("rejected", &DpoJobOptions::rejected,
+          "Arithmetic task: the rejected answer is carryless (the answer with every carry and "
+          "borrow dropped, where that differs; else random) or random (a nearby wrong "
+          "number). JSONL pairs bring their own.");
   db.Int("epochs", &DpoJobOptions::epochs, "Optimiser steps on each iteration's pairs.")
       .Min(1)
       .Max(64);
@@ -259,8 +279,8 @@ void AddGrpoSection(SchemaBuilder<JobConfig>& job) {
       .Min(1);
   job.Section("dpo", &JobConfig::dpo, db.Build());
   job.Check([](const JobConfig& c, CheckContext& ctx) {
-    if (c.job.algorithm != nullptr && c.job.algorithm->family == AlgorithmFamily::kDpo &&
-        c.dpo.loss_type == "ipo" && c.dpo.label_smoothing > 0) {
+    if (c.job.algorithm != nullptr && c.job.algorithm->Reads("dpo") &&
+        c.dpo.loss_type == DpoLossType::kIpo && c.dpo.label_smoothing > 0) {
       ctx.Error("dpo.label_smoothing", "applies to loss_type sigmoid only");
     }
   });

@@ -1,6 +1,6 @@
-// Sections of language-model RL jobs: `grpo:` (sampling, clipped policy loss, evaluation;
-// used by grpo and lm_ppo), `critic:` (lm_ppo's value model and GAE), `dpo:` (preference
-// optimisation).
+// Sections of language-model RL jobs: `lm_rl:` (sampling, policy loss, evaluation;
+// used by grpo, drgrpo, rloo and lm_ppo), `critic:` (lm_ppo's value model and GAE), `dpo:`
+// (preference optimisation).
 #pragma once
 
 #include <cstdint>
@@ -9,9 +9,12 @@
 
 #include "config/algorithm_registry.h"
 #include "config/answer_check.h"
+#include "config/choices.h"
 
 namespace rlforge {
 
+// The `lm_rl:` section (formerly `grpo:`, still accepted); the member keeps the name
+// JobConfig::grpo.
 struct GrpoOptions {
   int64_t prompts_per_iteration = 16;
   int64_t group_size = 8;
@@ -23,12 +26,13 @@ struct GrpoOptions {
   double clip_high = 0.28;
   double dual_clip = 0;
   double kl_beta = 0.0;
-  std::string kl_estimator = "k3";
+  KlEstimator kl_estimator = KlEstimator::kK3;
   // unset (auto): AlgorithmSpec::default_policy_loss, filled in once the algorithm is known
   // (config/policy_loss_registry.h).
   std::optional<PolicyLossKind> policy_loss;
-  // auto: PolicyLossSpec::default_loss_aggregation, else AlgorithmSpec::default_loss_aggregation
-  std::string loss_aggregation = "auto";
+  // unset (auto): PolicyLossSpec::default_loss_aggregation, else
+  // AlgorithmSpec::default_loss_aggregation, filled in once the algorithm is known.
+  std::optional<LossAggregation> loss_aggregation;
   bool filter_degenerate = false;
   bool skip_zero_advantage = true;
   int64_t epochs = 1;
@@ -37,9 +41,17 @@ struct GrpoOptions {
   int64_t eval_examples = 200;
   AnswerCheck eval_verifier = AnswerCheck::kExact;
   int64_t stream_groups = 4;
-  std::string off_policy = "none";  // none | decoupled | tis | mask (trainer/lm_losses.h)
+  OffPolicyCorrection off_policy = OffPolicyCorrection::kNone;
   double is_cap = 2.0;
 };
+
+// lm_rl.loss_aggregation, which loading resolves for every kLmRl algorithm (auto: the policy
+// loss's or the algorithm's default); an error for a config that never went through loading.
+inline absl::StatusOr<LossAggregation> LossAggregationOf(const GrpoOptions& g) {
+  if (g.loss_aggregation.has_value()) return *g.loss_aggregation;
+  return absl::FailedPreconditionError(
+      "lm_rl.loss_aggregation: auto was never resolved (load the job with LoadJobFile)");
+}
 
 // lm_ppo: a critic initialised from model.path with a fresh value head, trained beside the
 // policy with its own AdamW; token-level GAE over each response.
@@ -56,9 +68,9 @@ struct CriticOptions {
 struct DpoJobOptions {
   int64_t pairs_per_iteration = 32;
   double beta = 0.1;
-  std::string loss_type = "sigmoid";  // sigmoid | ipo
+  DpoLossType loss_type = DpoLossType::kSigmoid;
   double label_smoothing = 0;
-  std::string rejected = "carryless";  // carryless | random
+  DpoRejected rejected = DpoRejected::kCarryless;
   int64_t epochs = 1;
   int64_t eval_every = 10;
   int64_t eval_examples = 200;

@@ -2,7 +2,7 @@
 //
 // Defaults live here, as initial values; JobSchema() documents and validates
 // them, and docs/config.md is generated from it (`rlforge config-docs`).
-// Adding a key: add the member, then one line in job_config.cc.
+// Adding a key: add the member, then one line in the section's schema (config/*_config.cc).
 #pragma once
 
 #include <cstdint>
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "config/algorithm_registry.h"
+#include "config/choices.h"
 #include "config/control_options.h"
 #include "config/dashboard_options.h"
 #include "config/engine_options.h"
@@ -28,7 +29,7 @@ struct JobOptions {
   int64_t seed = 1;
   int64_t iterations = 10;
   std::string run_root = "runs";
-  std::string log_level = "info";
+  LogLevel log_level = LogLevel::kInfo;
 };
 
 struct ControllerOptions {
@@ -39,7 +40,7 @@ struct ControllerOptions {
                                // host name when that is a wildcard (docs/multi_host.md)
   // auto: CURVE exactly when `host` is not loopback; curve; none (plaintext, a loud warning
   // off loopback). Resolved at job start (controller/job_keys.h).
-  std::string security = "auto";
+  Security security = Security::kAuto;
   // A folder with controller.key and actor.key to use instead of new keys in runs/NAME/keys/
   // (Kubernetes: the mounted Secret that `rlforge k8s` writes).
   std::string keys;
@@ -70,7 +71,7 @@ struct TrainerOptions {
   int64_t threads = 0;  // intra-op threads per rank; 0: cores / ranks
   double collective_timeout_s = 60;
   double lr = 3e-4;
-  std::string lr_schedule = "constant";
+  LrSchedule lr_schedule = LrSchedule::kConstant;
   int64_t warmup_steps = 0;
   double min_lr_ratio = 0.0;
   double adam_beta1 = 0.9;
@@ -81,7 +82,7 @@ struct TrainerOptions {
   // Sharded training (trainer.ranks > 1): free a layer's gathered parameters after its
   // forward (ZeRO-3) or keep them until its backward; bf16 compute with fp32 master weights.
   bool reshard_after_forward = true;
-  std::string mixed_precision = "none";  // "none" | "bf16"
+  MixedPrecision mixed_precision = MixedPrecision::kNone;
   std::string device = "cpu";            // "cpu" | "cuda" | "cuda:N" (config/device.h)
   int64_t micro_batch_size = 0;  // LM learners: sequences per forward/backward; 0: whole minibatch
   LoraOptions lora;
@@ -104,7 +105,7 @@ struct PlacementOptions {
 };
 
 struct LaunchOptions {
-  std::string backend = "local";  // local | slurm (UnderSlurm) | kubernetes (EveryRoleJoins)
+  LaunchBackend backend = LaunchBackend::kLocal;  // UnderSlurm, EveryRoleJoins
   int64_t nodes = 0;              // slurm: nodes of the allocation used; 0: all (or as needed)
   PlacementOptions placement;
   int64_t max_restarts = 3;        // relaunches of a role's lost workers, over the job
@@ -153,7 +154,7 @@ struct JobConfig {
 };
 
 // Whether actors run as Slurm job steps (launch.backend: slurm).
-inline bool UnderSlurm(const LaunchOptions& l) { return l.backend == "slurm"; }
+inline bool UnderSlurm(const LaunchOptions& l) { return l.backend == LaunchBackend::kSlurm; }
 
 // A role's cap on workers, counting those that join by hand: `max_workers`, or `workers` when
 // it is 0 (rollout.max_workers, reward.max_workers).
@@ -163,7 +164,9 @@ inline int64_t WorkerCap(int64_t workers, int64_t max_workers) {
 
 // launch.backend kubernetes: the controller starts no actor; every role, trainer ranks
 // included, joins by address (`rlforge actor --role R --rank K --connect ADDR`).
-inline bool EveryRoleJoins(const LaunchOptions& l) { return l.backend == "kubernetes"; }
+inline bool EveryRoleJoins(const LaunchOptions& l) {
+  return l.backend == LaunchBackend::kKubernetes;
+}
 
 // True when the job's control plane uses CURVE (controller.security, controller.host).
 bool UsesCurve(const ControllerOptions& controller);
@@ -174,6 +177,8 @@ const config::Schema& JobSchema();
 struct LoadedJob {
   JobConfig config;
   std::vector<config::ConfigError> errors;
+  // What loads but should change: a renamed section under its old name (grpo: -> lm_rl:).
+  std::vector<config::ConfigError> warnings;
   bool ok() const { return errors.empty(); }
 };
 

@@ -437,15 +437,15 @@ TEST(JobConfigTest, DocsConfigMdIsCurrent) {
       << "run: build/rlforge config-docs --write docs/config.md";
 }
 
-// grpo.eval_verifier is parsed once into AnswerCheck; a typo names the key and the choices.
+// lm_rl.eval_verifier is parsed once into AnswerCheck; a typo names the key and the choices.
 TEST(JobConfigTest, EvalVerifierIsATypedChoice) {
-  LoadedJob ok = LoadJobText("job: {algorithm: grpo}\ngrpo: {eval_verifier: math}\n", "t.yaml");
+  LoadedJob ok = LoadJobText("job: {algorithm: grpo}\nlm_rl: {eval_verifier: math}\n", "t.yaml");
   ASSERT_TRUE(ok.errors.empty()) << config::FormatErrors(ok.errors);
   EXPECT_EQ(ok.config.grpo.eval_verifier, AnswerCheck::kMath);
   EXPECT_NE(ResolvedYaml(ok.config).find("eval_verifier: math"), std::string::npos);
-  LoadedJob bad = LoadJobText("job: {algorithm: grpo}\ngrpo: {eval_verifier: maths}\n", "t.yaml");
+  LoadedJob bad = LoadJobText("job: {algorithm: grpo}\nlm_rl: {eval_verifier: maths}\n", "t.yaml");
   ASSERT_EQ(bad.errors.size(), 1u);
-  EXPECT_EQ(bad.errors[0].key, "grpo.eval_verifier");
+  EXPECT_EQ(bad.errors[0].key, "lm_rl.eval_verifier");
   EXPECT_NE(bad.errors[0].message.find("did you mean math?"), std::string::npos)
       << bad.errors[0].message;
 }
@@ -490,6 +490,86 @@ TEST(JobConfigTest, LoraAndMicroBatchKeys) {
   EXPECT_TRUE(std::any_of(ppo.errors.begin(), ppo.errors.end(), [](const config::ConfigError& e) {
     return e.key == "trainer.lora.rank";
   })) << config::FormatErrors(ppo.errors);
+}
+
+// Every closed choice is parsed once, at load, into its enum: the resolved config prints the
+// word, and an unknown word is an error naming file, line, key and the words.
+TEST(JobConfigTest, ChoicesAreParsedOnceIntoEnums) {
+  LoadedJob j = LoadJobText(
+      "job: {algorithm: grpo, log_level: debug}\ntrainer: {lr_schedule: cosine, "
+      "mixed_precision: bf16}\nlm_rl: {kl_estimator: k1, off_policy: tis}\n"
+      "model: {dtype: bfloat16, architecture: Qwen2ForCausalLM}\n",
+      "t.yaml");
+  ASSERT_TRUE(j.ok()) << config::FormatErrors(j.errors);
+  EXPECT_EQ(j.config.job.log_level, LogLevel::kDebug);
+  EXPECT_EQ(j.config.trainer.lr_schedule, LrSchedule::kCosine);
+  EXPECT_EQ(j.config.trainer.mixed_precision, MixedPrecision::kBf16);
+  EXPECT_EQ(j.config.grpo.kl_estimator, KlEstimator::kK1);
+  EXPECT_EQ(j.config.grpo.off_policy, OffPolicyCorrection::kTruncatedIs);
+  EXPECT_EQ(j.config.model.dtype, FloatDtype::kBfloat16);
+  EXPECT_EQ(j.config.model.architecture, ModelArchitecture::kQwen2);
+  const std::string resolved = ResolvedYaml(j.config);
+  for (const char* line :
+       {"log_level: debug", "lr_schedule: cosine", "mixed_precision: bf16", "kl_estimator: k1",
+        "off_policy: tis", "dtype: bfloat16", "architecture: Qwen2ForCausalLM"}) {
+    EXPECT_NE(resolved.find(line), std::string::npos) << line << "\n" << resolved;
+  }
+  LoadedJob again = LoadJobText(resolved, "resolved");
+  ASSERT_TRUE(again.ok()) << config::FormatErrors(again.errors);
+  EXPECT_EQ(ResolvedYaml(again.config), resolved);
+  LoadedJob bad = LoadJobText("job: {algorithm: grpo}\ntrainer:\n  lr_schedule: cosin\n", "t.yaml");
+  ASSERT_EQ(bad.errors.size(), 1u);
+  EXPECT_EQ(bad.errors[0].ToString(),
+            "t.yaml:3:3: trainer.lr_schedule: expected one of constant, linear, cosine; got "
+            "'cosin' (did you mean cosine?)");
+}
+
+TEST(JobConfigTest, ChoiceWordsRoundTrip) {
+  for (const auto& [e, word] : ChoiceWords<LossAggregation>::kWords) {
+    EXPECT_EQ(*ParseChoice<LossAggregation>(word), e);
+    EXPECT_STREQ(ChoiceName(e), word);
+  }
+  EXPECT_STREQ(ChoiceName(SimPipeline::kOn), "true");
+  EXPECT_STREQ(ChoiceName(RewardKind::kLengthPenalty), "length_penalty");
+  const absl::StatusOr<KlEstimator> bad = ParseChoice<KlEstimator>("k4");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(), "expected one of k1, k2, k3, got 'k4'");
+}
+
+// The section that serves grpo, drgrpo, rloo and lm_ppo is lm_rl:. Its old name, grpo:, still
+// loads (in the file and in overrides) with a warning naming the new one; both is an error.
+TEST(JobConfigTest, OldSectionNameGrpoLoadsWithAWarning) {
+  LoadedJob old = LoadJobText("job: {algorithm: rloo}\ngrpo:\n  kl_beta: 0.25\n", "t.yaml");
+  ASSERT_TRUE(old.ok()) << config::FormatErrors(old.errors);
+  EXPECT_EQ(old.config.grpo.kl_beta, 0.25);
+  ASSERT_EQ(old.warnings.size(), 1u);
+  EXPECT_EQ(old.warnings[0].ToString(),
+            "t.yaml:2:1: grpo: deprecated: grpo is now lm_rl (read as such); rename it");
+  EXPECT_NE(ResolvedYaml(old.config).find("lm_rl:"), std::string::npos);
+  EXPECT_EQ(ResolvedYaml(old.config).find("grpo:"), std::string::npos);
+  // An error inside the old section names the key by its new name, at the file's line.
+  LoadedJob typo = LoadJobText("job: {algorithm: grpo}\ngrpo:\n  kl_betta: 1\n", "t.yaml");
+  ASSERT_EQ(typo.errors.size(), 1u);
+  EXPECT_EQ(typo.errors[0].key, "lm_rl.kl_betta");
+  EXPECT_EQ(typo.errors[0].loc.line, 3);
+
+  const std::string file = ::testing::TempDir() + "/old_name.yaml";
+  std::ofstream(file) << "job: {algorithm: grpo}\ngrpo: {group_size: 4}\n";
+  LoadedJob both_names = LoadJobFile(file, {"lm_rl.kl_beta=0.5", "grpo.top_k=3"});
+  ASSERT_TRUE(both_names.ok()) << config::FormatErrors(both_names.errors);
+  EXPECT_EQ(both_names.config.grpo.group_size, 4);
+  EXPECT_EQ(both_names.config.grpo.kl_beta, 0.5);
+  EXPECT_EQ(both_names.config.grpo.top_k, 3);
+  ASSERT_EQ(both_names.warnings.size(), 2u) << config::FormatWarnings(both_names.warnings);
+  EXPECT_EQ(both_names.warnings[0].key, "grpo.top_k");  // the override, first
+  EXPECT_EQ(both_names.warnings[1].key, "grpo");
+
+  LoadedJob twice = LoadJobText(
+      "job: {algorithm: grpo}\nlm_rl: {group_size: 4}\ngrpo: {group_size: 2}\n", "t.yaml");
+  ASSERT_EQ(twice.errors.size(), 1u) << config::FormatErrors(twice.errors);
+  EXPECT_EQ(twice.errors[0].ToString(),
+            "t.yaml:3:1: lm_rl: given twice (at line 2 and here), once under its old name; keep "
+            "lm_rl only");
 }
 
 }  // namespace

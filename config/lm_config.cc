@@ -32,8 +32,8 @@ std::shared_ptr<const Schema> ModelSection() {
            "im_end) one token each; the "
            "checkpoint saves it as chat_template.jinja, so this stage and later ones can use "
            "data.prompt_template: model. A checkpoint (model.path) brings its own.");
-  b.Choice("architecture", &ModelOptions::architecture, {"LlamaForCausalLM", "Qwen2ForCausalLM"},
-           "From scratch: the family (Qwen2 adds qkv bias).");
+  b.Enum("architecture", &ModelOptions::architecture,
+         "From scratch: the family (Qwen2 adds qkv bias).");
   b.Int("hidden_size", &ModelOptions::hidden_size, "From scratch: model width.").Min(8).Max(16384);
   b.Int("intermediate_size", &ModelOptions::intermediate_size, "From scratch: SwiGLU width.")
       .Min(1)
@@ -54,8 +54,7 @@ std::shared_ptr<const Schema> ModelSection() {
   b.Double("rope_theta", &ModelOptions::rope_theta, "From scratch: RoPE base.").Min(1);
   b.Bool("tie_word_embeddings", &ModelOptions::tie_word_embeddings,
          "From scratch: share the input embedding and the output head.");
-  b.Choice("dtype", &ModelOptions::dtype, {"float32", "bfloat16"},
-           "Parameter dtype while training and in saved checkpoints.");
+  b.Enum("dtype", &ModelOptions::dtype, "Parameter dtype while training and in saved checkpoints.");
   b.Check([](const ModelOptions& m, CheckContext& ctx) {
     if (!m.path.empty() && !m.chat_template.empty()) {
       ctx.Error("chat_template", "only for a model built from scratch: model.path " + m.path +
@@ -83,9 +82,9 @@ std::shared_ptr<const Schema> DataSection() {
   SchemaBuilder<DataOptions> b(
       "Prompts and targets of language-model jobs: the built-in arithmetic task (disjoint train "
       "and held-out splits) or JSONL files.");
-  b.Choice("source", &DataOptions::source, {"arithmetic", "jsonl"},
-           "arithmetic: generated problems (prompt \"12+345=\", response \"357\"); jsonl: "
-           "train_path / heldout_path.");
+  b.Enum("source", &DataOptions::source,
+         "arithmetic: generated problems (prompt \"12+345=\", response \"357\"); jsonl: "
+         "train_path / heldout_path.");
   b.String("train_path", &DataOptions::train_path,
            "source jsonl: training lines, {\"prompt\", \"response\"} for sft, {\"prompt\", "
            "\"answer\"} for grpo and lm_ppo, {\"prompt\", \"chosen\", \"rejected\"} for dpo.");
@@ -104,9 +103,9 @@ std::shared_ptr<const Schema> DataSection() {
       .Min(1)
       .Max(18);
   b.StringList("ops", &DataOptions::ops, "source arithmetic: operators, any of +, -, *.");
-  b.Choice("style", &DataOptions::style, {"plain", "question"},
-           "source arithmetic: \"12+345=\" -> \"357\", or \"What is 12 + 345?\" -> "
-           "\"The answer is 357.\"");
+  b.Enum("style", &DataOptions::style,
+         "source arithmetic: \"12+345=\" -> \"357\", or \"What is 12 + 345?\" -> "
+         "\"The answer is 357.\"");
   b.Double("demo_carry_errors", &DataOptions::demo_carry_errors,
            "source arithmetic: share of training responses written with every carry and "
            "borrow dropped (\"78+5=\" -> \"73\"): flawed demonstrations for an SFT stage. "
@@ -121,10 +120,10 @@ std::shared_ptr<const Schema> DataSection() {
     if (d.min_digits > d.max_digits) {
       ctx.Error("min_digits", absl::StrCat(d.min_digits, " exceeds max_digits ", d.max_digits));
     }
-    if (d.source == "jsonl" && (d.train_path.empty() || d.heldout_path.empty())) {
+    if (d.source == DataSource::kJsonl && (d.train_path.empty() || d.heldout_path.empty())) {
       ctx.Error("source", "jsonl needs data.train_path and data.heldout_path");
     }
-    if (d.source != "jsonl" && (!d.train_path.empty() || !d.heldout_path.empty())) {
+    if (d.source != DataSource::kJsonl && (!d.train_path.empty() || !d.heldout_path.empty())) {
       ctx.Error("train_path", "only used with data.source: jsonl");
     }
     for (const auto& op : d.ops) {
@@ -220,7 +219,7 @@ void AddLmSections(SchemaBuilder<JobConfig>& b) {
     if (!missing.empty()) ctx.Error("data.prompt_template", missing);
   });
   b.Check([](const JobConfig& c, CheckContext& ctx) {
-    if (c.job.algorithm == nullptr || c.job.algorithm->family != AlgorithmFamily::kSft) return;
+    if (c.job.algorithm == nullptr || !c.job.algorithm->Reads("sft")) return;
     if (c.model.path.empty() && c.sft.seq_len > c.model.max_position_embeddings) {
       ctx.Error("sft.seq_len",
                 absl::StrCat(c.sft.seq_len, " exceeds model.max_position_embeddings ",

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "config/choices.h"
+
 namespace rlforge {
 
 // A Llama/Qwen2-family model: loaded from a Hugging Face directory (path), or built from
@@ -14,7 +16,7 @@ struct ModelOptions {
   std::string path;  // HF checkpoint dir (config.json, safetensors, tokenizer.json); "" = scratch
   std::string init_job;       // job file run first when `path` does not exist yet (it writes path)
   std::string chat_template;  // from scratch: a Jinja chat template file the tokenizer carries
-  std::string architecture = "LlamaForCausalLM";
+  ModelArchitecture architecture = ModelArchitecture::kLlama;
   int64_t hidden_size = 128;
   int64_t intermediate_size = 352;
   int64_t num_hidden_layers = 4;
@@ -23,12 +25,12 @@ struct ModelOptions {
   int64_t max_position_embeddings = 256;
   double rope_theta = 10000;
   bool tie_word_embeddings = true;
-  std::string dtype = "float32";  // float32 | bfloat16
+  FloatDtype dtype = FloatDtype::kFloat32;
 };
 
 // Where prompts and targets come from.
 struct DataOptions {
-  std::string source = "arithmetic";  // arithmetic | jsonl
+  DataSource source = DataSource::kArithmetic;
   std::string train_path;             // jsonl: {"prompt", "response"} lines
   std::string heldout_path;           // jsonl: held-out set for exact-match evaluation
   int64_t train_examples = 20000;     // arithmetic: examples per epoch of the train split
@@ -36,7 +38,7 @@ struct DataOptions {
   int64_t min_digits = 1;             // arithmetic operands
   int64_t max_digits = 3;
   std::vector<std::string> ops = {"+", "-"};
-  std::string style = "plain";   // arithmetic: plain | question
+  ArithmeticStyle style = ArithmeticStyle::kPlain;  // arithmetic
   double demo_carry_errors = 0;  // arithmetic: share of train responses with carries dropped
   std::string prompt_template = "none";
   std::string system_prompt;

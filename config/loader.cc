@@ -24,6 +24,7 @@ struct WalkContext {
   std::map<std::string, SourceLoc> overrides;  // dotted path -> the argument that set it
   std::map<std::string, SourceLoc> locs;       // dotted path -> where it was written
   std::vector<ConfigError> errors;
+  std::vector<ConfigError> warnings;
   SourceLoc file_loc;
 
   SourceLoc LocOf(const std::string& path, const YAML::Node& n) const {
@@ -76,6 +77,27 @@ std::string SuggestElsewhere(const WalkContext& ctx, const std::string& key) {
 void Walk(const Schema& schema, void* obj, const YAML::Node& node, const std::string& prefix,
           const SourceLoc& section_loc, WalkContext& ctx);
 
+// `key`'s current name at this level (itself unless it is a renamed section's old name).
+std::string NewName(const Schema& schema, const std::string& key) {
+  auto it = schema.renamed.find(key);
+  return it == schema.renamed.end() ? key : it->second;
+}
+
+std::string RenamedMessage(const std::string& prefix, const std::string& old_name,
+                           const std::string& name) {
+  return absl::StrCat("deprecated: ", prefix, old_name, " is now ", prefix, name,
+                      " (read as such); rename it");
+}
+
+// The name a renamed root section has in the file's tree: the old one when the file writes
+// only that, so an override under either name lands in the section the file wrote.
+std::string TreeName(const Schema& schema, const YAML::Node& root, const std::string& name) {
+  for (const auto& [old_name, new_name] : schema.renamed) {
+    if (new_name == name && root[old_name].IsDefined() && !root[name].IsDefined()) return old_name;
+  }
+  return name;
+}
+
 void WalkField(const Field& f, void* obj, const YAML::Node& value, const std::string& path,
                const SourceLoc& loc, WalkContext& ctx) {
   switch (f.kind) {
@@ -119,7 +141,8 @@ void WalkField(const Field& f, void* obj, const YAML::Node& value, const std::st
 void Walk(const Schema& schema, void* obj, const YAML::Node& node, const std::string& prefix,
           const SourceLoc& section_loc, WalkContext& ctx) {
   std::string here = prefix.empty() ? "" : prefix.substr(0, prefix.size() - 1);
-  std::map<std::string, int> seen;  // key -> line first written
+  std::map<std::string, int> seen;  // key (its new name when renamed) -> line first written
+  std::set<std::string> old_names;  // keys of `seen` written under their old name
   if (node.IsDefined() && !node.IsNull()) {
     if (!node.IsMap()) {
       ctx.Error(section_loc, here,
@@ -133,12 +156,22 @@ void Walk(const Schema& schema, void* obj, const YAML::Node& node, const std::st
         ctx.Error(ctx.LocOf(here, key_node), here, "keys must be plain names");
         continue;
       }
-      std::string key = key_node.Scalar();
+      const std::string written = key_node.Scalar();
+      const std::string key = NewName(schema, written);
       std::string path = prefix + key;
       SourceLoc loc = ctx.LocOf(path, key_node);
       if (auto s = seen.find(key); s != seen.end()) {
-        ctx.Error(loc, path, absl::StrCat("duplicate key (first written at line ", s->second, ")"));
+        ctx.Error(loc, path,
+                  key == written && !old_names.count(key)
+                      ? absl::StrCat("duplicate key (first written at line ", s->second, ")")
+                      : absl::StrCat("given twice (at line ", s->second,
+                                     " and here), once under its old name; keep ", path, " only"));
         continue;
+      }
+      if (key != written) {
+        old_names.insert(key);
+        ctx.warnings.push_back(
+            ConfigError{loc, prefix + written, RenamedMessage(prefix, written, key)});
       }
       seen[key] = loc.line;
       ctx.locs[path] = loc;
@@ -245,10 +278,20 @@ void ApplyOverride(YAML::Node& root, const std::string& arg, WalkContext& ctx) {
         ctx.Error(loc, key, absl::StrCat(walked, " is a value, not a section"));
         return;
       }
-      absl::StrAppend(&walked, walked.empty() ? "" : ".", step.name);
-      const Field* field = schema == nullptr ? nullptr : schema->Find(step.name);
+      std::string name = step.name;  // in the tree; `walked` has the schema's names
+      if (i == 0) {
+        name = NewName(*ctx.root, step.name);
+        if (name != step.name) {
+          ctx.warnings.push_back(ConfigError{loc, key, RenamedMessage("", step.name, name)});
+        }
+        absl::StrAppend(&walked, name);
+        name = TreeName(*ctx.root, root, name);
+      } else {
+        absl::StrAppend(&walked, ".", name);
+      }
+      const Field* field = schema == nullptr ? nullptr : schema->Find(i == 0 ? walked : name);
       schema = field == nullptr ? nullptr : field->section.get();
-      const bool present = cur[step.name].IsDefined() && !cur[step.name].IsNull();
+      const bool present = cur[name].IsDefined() && !cur[name].IsNull();
       if (!last && !present && steps[i + 1].name.empty()) {
         // Nothing in the file to index: say what the key is.
         const bool list = field == nullptr || field->kind == Field::Kind::kSectionList ||
@@ -263,10 +306,10 @@ void ApplyOverride(YAML::Node& root, const std::string& arg, WalkContext& ctx) {
         return;
       }
       if (last) {
-        cur[step.name] = value;
+        cur[name] = value;
       } else {
-        if (!present) cur[step.name] = YAML::Node(YAML::NodeType::Map);
-        YAML::Node next = cur[step.name];
+        if (!present) cur[name] = YAML::Node(YAML::NodeType::Map);
+        YAML::Node next = cur[name];
         cur.reset(next);
       }
       continue;
@@ -334,13 +377,17 @@ std::vector<ConfigError> LoadInto(const Schema& schema, void* obj, const LoadInp
                      if (ao != bo) return bo;
                      return a.loc.line < b.loc.line;
                    });
+  if (input.warnings != nullptr) {
+    input.warnings->insert(input.warnings->end(), ctx.warnings.begin(), ctx.warnings.end());
+  }
   return ctx.errors;
 }
 
 std::vector<ConfigError> LoadFileInto(
     const Schema& schema, void* obj, const std::string& path,
     const std::vector<std::string>& overrides,
-    std::vector<std::function<void(const void* obj, CheckContext& ctx)>> checks) {
+    std::vector<std::function<void(const void* obj, CheckContext& ctx)>> checks,
+    std::vector<ConfigError>* warnings) {
   std::ifstream in(path);
   if (!in) {
     return {ConfigError{SourceLoc{path, 0, 0, ""}, "",
@@ -348,7 +395,7 @@ std::vector<ConfigError> LoadFileInto(
   }
   std::stringstream ss;
   ss << in.rdbuf();
-  return LoadInto(schema, obj, LoadInput{ss.str(), path, overrides, std::move(checks)});
+  return LoadInto(schema, obj, LoadInput{ss.str(), path, overrides, std::move(checks), warnings});
 }
 
 YAML::Node Dump(const Schema& schema, const void* obj) {
@@ -426,6 +473,12 @@ std::string MarkdownReference(const Schema& schema, const void* defaults) {
 std::string FormatErrors(const std::vector<ConfigError>& errors) {
   std::string out;
   for (const auto& e : errors) absl::StrAppend(&out, "error: ", e.ToString(), "\n");
+  return out;
+}
+
+std::string FormatWarnings(const std::vector<ConfigError>& warnings) {
+  std::string out;
+  for (const auto& w : warnings) absl::StrAppend(&out, "warning: ", w.ToString(), "\n");
   return out;
 }
 

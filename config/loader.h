@@ -22,6 +22,8 @@ struct LoadInput {
   // (every error names file, line and key): what only a higher layer knows, which it passes
   // down here (a reward's regex, the env registry, files on this host; cli/setup_checks.h).
   std::vector<std::function<void(const void* obj, CheckContext& ctx)>> checks;
+  // Where to put what loads but should change (a renamed section's old name); may be null.
+  std::vector<ConfigError>* warnings = nullptr;
 };
 
 // Fills `obj` (a default-constructed struct of the schema's type) and returns
@@ -33,7 +35,8 @@ std::vector<ConfigError> LoadInto(const Schema& schema, void* obj, const LoadInp
 std::vector<ConfigError> LoadFileInto(
     const Schema& schema, void* obj, const std::string& path,
     const std::vector<std::string>& overrides,
-    std::vector<std::function<void(const void* obj, CheckContext& ctx)>> checks = {});
+    std::vector<std::function<void(const void* obj, CheckContext& ctx)>> checks = {},
+    std::vector<ConfigError>* warnings = nullptr);
 
 // The full resolved tree (every key, defaults included), and as YAML text.
 YAML::Node Dump(const Schema& schema, const void* obj);
@@ -44,5 +47,7 @@ std::string MarkdownReference(const Schema& schema, const void* defaults);
 
 // Joins errors one per line, for printing.
 std::string FormatErrors(const std::vector<ConfigError>& errors);
+// Joins warnings one per line ("warning: file:line:col: key: message"), for printing.
+std::string FormatWarnings(const std::vector<ConfigError>& warnings);
 
 }  // namespace rlforge::config

@@ -11,16 +11,16 @@ std::vector<PolicyLossSpec> BuildTable() {
       {PolicyLossKind::kPpoClip, "ppo_clip",
        "PPO's clipped surrogate per token, max(-A r, -A clip(r, 1 - clip_low, 1 + clip_high)), "
        "with dual clip, off-policy corrections and the KL term",
-       "", false},
+       std::nullopt, false},
       {PolicyLossKind::kGspo, "gspo",
        "GSPO (Zheng et al. 2025): one ratio per sequence, s = exp(mean_t log r), clipped per "
        "sequence (the paper's clip_low / clip_high are 3e-4 / 4e-4) and applied to every token",
-       "seq-mean-token-mean", false},
+       LossAggregation::kSeqMeanTokenMean, false},
       {PolicyLossKind::kCispo, "cispo",
        "CISPO (MiniMax-M1, 2025): REINFORCE weighted by the clipped, stop-gradient ratio, "
        "-sg(clip(r, 1 - clip_low, 1 + clip_high)) A log pi per token; clip_low 1 is no lower "
        "bound, the paper's choice",
-       "token-mean", true},
+       LossAggregation::kTokenMean, true},
   };
 }
 

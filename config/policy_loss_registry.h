@@ -1,10 +1,10 @@
 // The policy losses a language-model RL trainer minimises: one table, the only place in the
 // code that names them.
 //
-// grpo.policy_loss (YAML) -> FindPolicyLoss -> PolicyLossKind (GrpoOptions::policy_loss; auto:
+// lm_rl.policy_loss (YAML) -> FindPolicyLoss -> PolicyLossKind (GrpoOptions::policy_loss; auto:
 // the algorithm's AlgorithmSpec::default_policy_loss)
 //   -> the loss:             trainer/policy_loss.cc, a switch over PolicyLossKind
-//   -> its aggregation:      `default_loss_aggregation`, when grpo.loss_aggregation is auto
+//   -> its aggregation:      `default_loss_aggregation`, when lm_rl.loss_aggregation is auto
 // The switch covers every enumerator without a default, so -Werror=switch turns a missed case
 // into a compile error; AlgorithmRegistryTest checks the table. The accepted names, the config
 // reference and the dispatch all read this table. docs/adding_an_algorithm.md ("A new policy
@@ -13,6 +13,7 @@
 // The table is immutable; every function here is thread-safe.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -30,11 +31,11 @@ enum class PolicyLossKind : int {
 
 struct PolicyLossSpec {
   PolicyLossKind kind;
-  std::string name;     // grpo.policy_loss
+  std::string name;     // lm_rl.policy_loss
   std::string summary;  // one sentence for docs/config.md
-  // grpo.loss_aggregation `auto` for this loss; empty: the algorithm's default.
-  std::string default_loss_aggregation;
-  // Whether grpo.clip_low 1 (a lower ratio bound of 0) means "no lower bound"; else clip_low
+  // lm_rl.loss_aggregation `auto` for this loss; unset: the algorithm's default.
+  std::optional<LossAggregation> default_loss_aggregation;
+  // Whether lm_rl.clip_low 1 (a lower ratio bound of 0) means "no lower bound"; else clip_low
   // must be < 1.
   bool clip_low_one_unbounded = false;
 };

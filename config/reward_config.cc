@@ -17,10 +17,10 @@ constexpr char kTagChars[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWX
 
 std::shared_ptr<const Schema> ParamsSection() {
   SchemaBuilder<RewardParams> b("Parameters of one reward; each kind reads only its own.");
-  b.Choice("extract", &RewardParams::extract, {"auto", "answer_is", "boxed", "last_number", "full"},
-           "exact_answer, numeric, math: where the answer is in the response. auto: \\boxed{X}, "
-           "else 'answer is X', else the whole response (numeric: else the last number; math: "
-           "see docs/math_verifier.md).");
+  b.Enum("extract", &RewardParams::extract,
+         "exact_answer, numeric, math: where the answer is in the response. auto: \\boxed{X}, "
+         "else 'answer is X', else the whole response (numeric: else the last number; math: "
+         "see docs/math_verifier.md).");
   b.Bool("case_sensitive", &RewardParams::case_sensitive,
          "exact_answer: compare case-sensitively (whitespace and trailing punctuation are always "
          "normalised).");
@@ -34,9 +34,9 @@ std::shared_ptr<const Schema> ParamsSection() {
   b.String("tag", &RewardParams::tag,
            "format: the response must open with <tag>reasoning</tag> (one block, non-blank "
            "reasoning) and an answer after it.");
-  b.Choice("answer_form", &RewardParams::answer_form, {"text", "boxed", "math"},
-           "format: what must follow the reasoning block: any non-blank text, a \\boxed{...}, or "
-           "an answer the math verifier reads as a number.");
+  b.Enum("answer_form", &RewardParams::answer_form,
+         "format: what must follow the reasoning block: any non-blank text, a \\boxed{...}, or "
+         "an answer the math verifier reads as a number.");
   b.Int("max_length", &RewardParams::max_length,
         "length_penalty: the hard limit; longer responses score -1.")
       .Min(0);
@@ -44,9 +44,9 @@ std::shared_ptr<const Schema> ParamsSection() {
         "length_penalty: the penalty ramps linearly from 0 at max_length - buffer to -1 at "
         "max_length (DAPO's soft overlong punishment); 0: a step at max_length.")
       .Min(0);
-  b.Choice("unit", &RewardParams::unit, {"tokens", "chars"},
-           "length_penalty: measure responses in tokens (when the sample carries its token "
-           "count, else chars) or in Unicode characters.");
+  b.Enum("unit", &RewardParams::unit,
+         "length_penalty: measure responses in tokens (when the sample carries its token "
+         "count, else chars) or in Unicode characters.");
   b.String("path", &RewardParams::path,
            "plugin: shared library implementing reward/plugin_abi.h (relative to the working "
            "directory).");
@@ -60,11 +60,7 @@ std::shared_ptr<const Schema> RewardItem() {
            "Reported in metrics.jsonl as reward/<name>; not `total` (reward/total is the weighted "
            "sum).")
       .Required();
-  b.Choice(
-       "kind", &RewardSpec::kind,
-       {"exact_answer", "numeric", "math", "regex_format", "format", "length_penalty", "plugin"},
-       "The verifier; see docs/rewards.md.")
-      .Required();
+  b.Enum("kind", &RewardSpec::kind, "The verifier; see docs/rewards.md.").Required();
   b.Double("weight", &RewardSpec::weight, "Weight in the total reward (sum of weight x score).");
   b.Double("timeout_s", &RewardSpec::timeout_s,
            "Per-sample time limit; 0 uses reward.timeout_s. A sample that runs over is marked "
@@ -74,39 +70,41 @@ std::shared_ptr<const Schema> RewardItem() {
   b.Check([](const RewardSpec& r, CheckContext& ctx) {
     const RewardParams d;
     const RewardParams& p = r.params;
-    auto only = [&](bool differs, const char* key, std::set<std::string> kinds) {
+    using K = RewardKind;
+    auto only = [&](bool differs, const char* key, std::set<RewardKind> kinds) {
       if (differs && !kinds.count(r.kind)) {
-        ctx.Error(absl::StrCat("params.", key), absl::StrCat("does not apply to kind ", r.kind));
+        ctx.Error(absl::StrCat("params.", key),
+                  absl::StrCat("does not apply to kind ", ChoiceName(r.kind)));
       }
     };
-    only(p.extract != d.extract, "extract", {"exact_answer", "numeric", "math"});
-    only(p.case_sensitive != d.case_sensitive, "case_sensitive", {"exact_answer"});
-    only(p.abs_tol != d.abs_tol, "abs_tol", {"numeric"});
-    only(p.rel_tol != d.rel_tol, "rel_tol", {"numeric"});
-    only(p.pattern != d.pattern, "pattern", {"regex_format"});
-    only(p.full_match != d.full_match, "full_match", {"regex_format"});
-    only(p.tag != d.tag, "tag", {"format"});
-    only(p.answer_form != d.answer_form, "answer_form", {"format"});
-    only(p.max_length != d.max_length, "max_length", {"length_penalty"});
-    only(p.buffer != d.buffer, "buffer", {"length_penalty"});
-    only(p.unit != d.unit, "unit", {"length_penalty"});
-    only(p.path != d.path, "path", {"plugin"});
-    only(p.args != d.args, "args", {"plugin"});
-    if (r.kind == "regex_format" && p.pattern.empty()) {
+    only(p.extract != d.extract, "extract", {K::kExactAnswer, K::kNumeric, K::kMath});
+    only(p.case_sensitive != d.case_sensitive, "case_sensitive", {K::kExactAnswer});
+    only(p.abs_tol != d.abs_tol, "abs_tol", {K::kNumeric});
+    only(p.rel_tol != d.rel_tol, "rel_tol", {K::kNumeric});
+    only(p.pattern != d.pattern, "pattern", {K::kRegexFormat});
+    only(p.full_match != d.full_match, "full_match", {K::kRegexFormat});
+    only(p.tag != d.tag, "tag", {K::kFormat});
+    only(p.answer_form != d.answer_form, "answer_form", {K::kFormat});
+    only(p.max_length != d.max_length, "max_length", {K::kLengthPenalty});
+    only(p.buffer != d.buffer, "buffer", {K::kLengthPenalty});
+    only(p.unit != d.unit, "unit", {K::kLengthPenalty});
+    only(p.path != d.path, "path", {K::kPlugin});
+    only(p.args != d.args, "args", {K::kPlugin});
+    if (r.kind == K::kRegexFormat && p.pattern.empty()) {
       ctx.Error("params.pattern", "kind regex_format needs a pattern");
     }
-    if (r.kind == "format" &&
+    if (r.kind == K::kFormat &&
         (p.tag.empty() || p.tag.find_first_not_of(kTagChars) != std::string::npos)) {
       ctx.Error("params.tag",
                 absl::StrCat("'", p.tag, "' is not a tag name (letters, digits, _ and -)"));
     }
-    if (r.kind == "length_penalty" && p.max_length < 1) {
+    if (r.kind == K::kLengthPenalty && p.max_length < 1) {
       ctx.Error("params.max_length", "kind length_penalty needs max_length >= 1");
     }
-    if (r.kind == "length_penalty" && p.buffer > p.max_length) {
+    if (r.kind == K::kLengthPenalty && p.buffer > p.max_length) {
       ctx.Error("params.buffer", absl::StrCat("must not exceed max_length (", p.max_length, ")"));
     }
-    if (r.kind == "plugin" && p.path.empty()) {
+    if (r.kind == K::kPlugin && p.path.empty()) {
       ctx.Error("params.path", "kind plugin needs the path of its shared library");
     }
     for (const auto& a : p.args) {

@@ -6,12 +6,14 @@
 #include <string>
 #include <vector>
 
+#include "config/choices.h"
+
 namespace rlforge {
 
 // Parameters of one reward; each kind reads only its own (others left at their defaults).
 struct RewardParams {
   // exact_answer, numeric, math: how the answer is found in the response.
-  std::string extract = "auto";  // auto | answer_is | boxed | last_number | full
+  AnswerExtract extract = AnswerExtract::kAuto;
   bool case_sensitive = false;   // exact_answer
   double abs_tol = 1e-6;         // numeric: |x - y| <= abs_tol + rel_tol * |y|
   double rel_tol = 0.0;
@@ -19,17 +21,16 @@ struct RewardParams {
   bool full_match = false;      // regex_format: the whole response must match
   int64_t max_length = 0;       // length_penalty: DAPO soft overlong penalty
   int64_t buffer = 0;           //   penalty ramps from 0 at max_length - buffer to -1 at max_length
-  std::string unit = "tokens";  // length_penalty: tokens (when the sample has them) | chars
+  LengthUnit unit = LengthUnit::kTokens;  // length_penalty: tokens (when the sample has them)
   std::string tag = "think";    // format: the reasoning block is <tag>...</tag>
-  std::string answer_form = "text";  // format: what follows the block: text | boxed | math
+  AnswerForm answer_form = AnswerForm::kText;  // format: what follows the block
   std::string path;                  // plugin: the shared library
   std::vector<std::string> args;     // plugin: "key=value" strings passed to its create()
 };
 
 struct RewardSpec {
   std::string name;  // reported in metrics as reward/<name>
-  // exact_answer | numeric | math | regex_format | format | length_penalty | plugin
-  std::string kind;
+  RewardKind kind = RewardKind::kExactAnswer;  // a required key
   double weight = 1.0;
   double timeout_s = 0;  // per sample; 0: reward.timeout_s
   RewardParams params;

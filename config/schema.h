@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "config/choices.h"
 #include "yaml-cpp/yaml.h"
 
 namespace rlforge::config {
@@ -92,6 +93,9 @@ class Schema {
   std::string doc;
   std::vector<Field> fields;
   std::vector<std::function<void(const void* obj, CheckContext& ctx)>> checks;
+  // Sections renamed at this level: old name -> new. The old name still loads (in the file and
+  // in overrides) with a warning naming the new one; both in one job is an error.
+  std::map<std::string, std::string> renamed;
 
   const Field* Find(const std::string& name) const;
   std::vector<std::string> FieldNames() const;
@@ -142,6 +146,9 @@ class SchemaBuilder {
   FieldRef String(const std::string& name, std::string T::*m, const std::string& doc);
   FieldRef Choice(const std::string& name, std::string T::*m, std::vector<std::string> choices,
                   const std::string& doc);
+  // A closed choice: one word of ChoiceWords<E> (config/choices.h), stored as the enum.
+  template <typename E>
+  FieldRef Enum(const std::string& name, E T::*m, const std::string& doc);
   FieldRef DoubleList(const std::string& name, std::vector<double> T::*m, const std::string& doc);
   FieldRef IntList(const std::string& name, std::vector<int64_t> T::*m, const std::string& doc);
   FieldRef StringList(const std::string& name, std::vector<std::string> T::*m,
@@ -196,6 +203,11 @@ class SchemaBuilder {
     schema_->checks.push_back([fn = std::move(fn)](const void* o, CheckContext& ctx) {
       fn(*static_cast<const T*>(o), ctx);
     });
+  }
+
+  // `old_name` is what section `name` was called before: still accepted, with a warning.
+  void Renamed(const std::string& old_name, const std::string& name) {
+    schema_->renamed[old_name] = name;
   }
 
   std::shared_ptr<const Schema> Build() { return schema_; }
@@ -287,6 +299,24 @@ typename SchemaBuilder<T>::FieldRef SchemaBuilder<T>::Choice(const std::string& 
   std::string type = ChoiceType(choices);
   return Scalar<std::string>(name, m, doc, type, MakeChoiceParser(std::move(choices)),
                              [](const std::string& v) { return YAML::Node(v); });
+}
+
+template <typename T>
+template <typename E>
+typename SchemaBuilder<T>::FieldRef SchemaBuilder<T>::Enum(const std::string& name, E T::*m,
+                                                           const std::string& doc) {
+  std::vector<std::string> words = ChoiceWordList<E>();
+  std::string type = ChoiceType(words);
+  auto word = MakeChoiceParser(std::move(words));
+  return Scalar<E>(
+      name, m, doc, type,
+      [word](const YAML::Node& n, E* out, std::string* why) {
+        std::string w;
+        if (!word(n, &w, why)) return false;
+        *out = *ParseChoice<E>(w);
+        return true;
+      },
+      [](const E& v) { return YAML::Node(std::string(ChoiceName(v))); });
 }
 
 template <typename T>

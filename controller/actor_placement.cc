@@ -12,7 +12,7 @@ absl::StatusOr<std::vector<RoleSlots>> PlacementSlots(const JobConfig& config,
                                                       const std::vector<RoleRequirement>& roles) {
   const PlacementOptions& p = config.launch.placement;
   const std::map<std::string, const RolePlacementOptions*> sections = {
-      {kTrainerRole, &p.trainer}, {kRolloutRole, &p.rollout}, {"reward", &p.reward}};
+      {kTrainerRole, &p.trainer}, {kRolloutRole, &p.rollout}, {kRewardRole, &p.reward}};
   std::vector<RoleSlots> out;
   for (const RoleRequirement& r : roles) {
     if (r.external || r.count == 0) continue;

@@ -21,15 +21,12 @@
 
 #include "absl/status/statusor.h"
 #include "common/clock.h"
+#include "common/role_names.h"
 #include "controller/actor_registry.h"
 #include "launch/process_launcher.h"
 #include "proto/transport.h"
 
 namespace rlforge {
-
-// The role whose ranks form one group (a sharded learner) meeting at a rendezvous store.
-inline constexpr char kTrainerRole[] = "trainer";
-inline constexpr char kRolloutRole[] = "rollout";
 
 struct WorkOutcome {
   std::string actor_id;

@@ -33,7 +33,7 @@ std::vector<PreferenceExample> PreferenceBatch(const JobConfig& c, const TaskTex
     }
     const PromptExample ex = text.task->Example(seed, Split::kTrain, index);
     PreferenceExample pe{ex.prompt, text.task->ResponseFor(ex.answer), ""};
-    if (d.rejected == "carryless")
+    if (d.rejected == DpoRejected::kCarryless)
       pe.rejected = careless->Example(seed, Split::kTrain, index).response;
     if (pe.rejected.empty() || pe.rejected == pe.chosen) {
       pe.rejected = text.task->ResponseFor(text.task->WrongAnswer(ex, seed * 7919 + index));
@@ -98,7 +98,7 @@ absl::Status DpoAlgorithm::Run(JobContext& ctx) {
   ctx.SetTotalIterations(iterations);
   const uint64_t seed = static_cast<uint64_t>(config_.job.seed);
   spdlog::info("dpo: {} pairs per iteration (rejected: {}), {} iterations, {} held-out prompts",
-               d.pairs_per_iteration, d.rejected, iterations, text.heldout.size());
+               d.pairs_per_iteration, ChoiceName(d.rejected), iterations, text.heldout.size());
   int64_t first = 1;
   if (const JobCheckpoint* from = ctx.resume_point()) {
     RETURN_IF_ERROR(ResumeLmJob(trainer, loop, *from).status());

@@ -11,7 +11,7 @@
 namespace rlforge {
 
 std::vector<RoleRequirement> EchoAlgorithm::Roles() const {
-  return {{"echo", static_cast<int>(options_.workers), options_.external}};
+  return {{kEchoRole, static_cast<int>(options_.workers), options_.external}};
 }
 
 namespace {
@@ -57,7 +57,7 @@ absl::Status Verify(const WorkOutcome& o, const std::vector<std::string>& sent) 
 
 absl::Status EchoAlgorithm::Run(JobContext& ctx) {
   Controller& c = ctx.controller();
-  std::vector<std::string> actors = c.actors().IdsOfRole("echo");
+  std::vector<std::string> actors = c.actors().IdsOfRole(kEchoRole);
   std::mt19937_64 rng(static_cast<uint64_t>(seed_));
   const Clock* clock = RealClock::Get();
   ctx.SetTotalIterations(iterations_);

@@ -43,8 +43,8 @@ absl::StatusOr<JobSecurity> PrepareJobSecurity(const ControllerOptions& controll
   out.actor_key_path = absl::StrCat(keys, "/", kActorKeyFile);
   // Children and hand-started actors read it; check it now rather than in each of them.
   RETURN_IF_ERROR(LoadActorKeys(out.actor_key_path).status());
-  spdlog::info("control plane: CURVE (controller.security {}); actors need {}", controller.security,
-               out.actor_key_path);
+  spdlog::info("control plane: CURVE (controller.security {}); actors need {}",
+               ChoiceName(controller.security), out.actor_key_path);
   return out;
 }
 

@@ -213,8 +213,9 @@ absl::Status LaunchAndRun(Controller& controller, const JobConfig& config,
                             ? StartTrainerStore(controller, *files.dir, options, config.controller)
                             : absl::OkStatus();
   auto actor_spec = [&](const ActorInfo& a) {
-    ProcessSpec spec = LaunchedActorSpec(a, options.self_exe, config.job.log_level, connect,
-                                         files.dir->LogPath(a.id), files.actor_key_path);
+    ProcessSpec spec =
+        LaunchedActorSpec(a, options.self_exe, std::string(ChoiceName(config.job.log_level)),
+                          connect, files.dir->LogPath(a.id), files.actor_key_path);
     launch.Place(spec);
     return spec;
   };
@@ -353,7 +354,8 @@ int RunAttempt(const JobConfig& config, const RunOptions& options, Attempt* atte
   }
   auto progress = std::make_shared<dashboard::ProgressPrinter>(stdout, options.interactive,
                                                                config.job.algorithm->name);
-  SetUpControllerLog(*dir, config.job.log_level, progress, options.interactive);
+  SetUpControllerLog(*dir, std::string(ChoiceName(config.job.log_level)), progress,
+                     options.interactive);
   spdlog::info("run directory {}", dir->path());
   attempt->run_dir = dir->path();
   StatusWriter status_file(&*dir, &config);
@@ -379,8 +381,7 @@ int RunAttempt(const JobConfig& config, const RunOptions& options, Attempt* atte
 
 bool NeedsTrainerStore(const JobConfig& config, int trainer_ranks) {
   if (trainer_ranks > 1) return true;
-  const AlgorithmFamily f = config.job.algorithm->family;
-  return (f == AlgorithmFamily::kLmRl || f == AlgorithmFamily::kDpo) &&
+  return config.job.algorithm->lm_engines &&
          IsGroupWeightTransport(ResolveWeightTransport(config));
 }
 

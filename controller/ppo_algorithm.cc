@@ -46,11 +46,12 @@ constexpr int kPinnedServerSpinUs = 2000;
 SimPlacement PpoAlgorithm::PlanPlacement() const {
   const SimOptions& sim = config_.sim;
   SimPlacement none;
-  if (sim.backend != "server") {
-    none.why = "not pinned: the controller starts no servers (sim.backend " + sim.backend + ")";
+  if (sim.backend != SimBackend::kServer) {
+    none.why = absl::StrCat("not pinned: the controller starts no servers (sim.backend ",
+                            ChoiceName(sim.backend), ")");
     return none;
   }
-  if (sim.cpu_affinity == "none") {
+  if (sim.cpu_affinity == CpuAffinity::kNone) {
     none.why = "not pinned (sim.cpu_affinity none)";
     return none;
   }
@@ -71,7 +72,7 @@ absl::StatusOr<std::vector<std::vector<std::pair<std::string, std::string>>>>
 PpoAlgorithm::StartSimServers(JobContext& ctx) {
   const SimOptions& sim = config_.sim;
   std::vector<std::vector<std::pair<std::string, std::string>>> per_worker(workers_.size());
-  if (sim.backend == "inprocess") return per_worker;
+  if (sim.backend == SimBackend::kInprocess) return per_worker;
   placement_ = PlanPlacement();
   spdlog::info("sim placement: {}", placement_.why);
   int64_t spw = sim.servers_per_worker;
@@ -81,13 +82,14 @@ PpoAlgorithm::StartSimServers(JobContext& ctx) {
     for (int64_t k = 0; k < spw; ++k) {
       int64_t idx = static_cast<int64_t>(w) * spw + k;
       std::string name = absl::StrCat("sim-", idx);
-      if (sim.backend == "external") {
+      if (sim.backend == SimBackend::kExternal) {
         per_worker[w].emplace_back(name, sim.addresses[idx]);
         continue;
       }
       // Same host by construction: shared memory for the built-in server, else
       // a Unix socket (no port to race for, and faster than TCP).
-      bool shm = sim.transport == "shm" || (sim.transport == "auto" && sim.command.empty());
+      bool shm = sim.transport == SimTransport::kShm ||
+                 (sim.transport == SimTransport::kAuto && sim.command.empty());
       std::string endpoint =
           shm ? absl::StrCat("shm://rlforge-", getpid(), "-", name)
               : absl::StrCat("ipc:///tmp/rlforge-", getpid(), "-", name, ".sock");

@@ -22,7 +22,7 @@ class SftAlgorithm final : public Algorithm {
  public:
   explicit SftAlgorithm(const JobConfig& config) : config_(config) {}
   std::vector<RoleRequirement> Roles() const override {
-    return {{"trainer", static_cast<int>(config_.trainer.ranks), false}};
+    return {{kTrainerRole, static_cast<int>(config_.trainer.ranks), false}};
   }
   absl::Status Run(JobContext& ctx) override;
 

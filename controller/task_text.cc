@@ -36,7 +36,7 @@ absl::StatusOr<TaskText> LoadTaskText(const JobConfig& c, int64_t heldout_exampl
                    models::PromptTemplate::Create(c.data.prompt_template, t.tokenizer.get()));
   t.tmpl = tmpl;
   const DataOptions& d = c.data;
-  if (d.source == "jsonl") {
+  if (d.source == DataSource::kJsonl) {
     if (c.job.algorithm->family == AlgorithmFamily::kDpo) {
       ASSIGN_OR_RETURN(t.preference_file, ReadPreferenceJsonl(d.train_path));
       if (t.preference_file.empty()) {

@@ -62,10 +62,6 @@ absl::StatusOr<ArithmeticTask> ArithmeticTask::Create(const ArithmeticOptions& o
     return absl::InvalidArgumentError(absl::StrCat(
         "arithmetic task: demo_carry_errors must be in [0, 1], got ", o.demo_carry_errors));
   }
-  if (o.style != "plain" && o.style != "question") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("arithmetic task: style '", o.style, "' is not plain or question"));
-  }
   ArithmeticTask task(o);
   // Small problem spaces: make sure both splits have problems, so Example always terminates.
   const int64_t values = Pow10(o.max_digits);
@@ -94,7 +90,8 @@ bool ArithmeticTask::IsHeldout(const std::string& problem) const {
 }
 
 std::string ArithmeticTask::ResponseFor(const std::string& answer) const {
-  if (options_.style == "question") return absl::StrCat("The answer is ", answer, ".");
+  if (options_.style == ArithmeticStyle::kQuestion)
+    return absl::StrCat("The answer is ", answer, ".");
   return answer;
 }
 
@@ -102,7 +99,7 @@ std::string ArithmeticTask::Alphabet() const {
   std::string chars = "0123456789";
   for (const auto& op : options_.ops) chars += op;
   chars += "-=";  // negative answers (a - b, or a * b with allow_negative) and the plain prompt
-  if (options_.style == "question") chars += " ?.WhatisTheanswer";
+  if (options_.style == ArithmeticStyle::kQuestion) chars += " ?.WhatisTheanswer";
   std::string out;
   for (char c : chars) {
     if (out.find(c) == std::string::npos) out.push_back(c);
@@ -120,7 +117,7 @@ PromptExample ArithmeticTask::Example(uint64_t seed, Split split, uint64_t index
     if (IsHeldout(p.Canonical()) != (split == Split::kHeldout)) continue;
     PromptExample ex;
     ex.answer = absl::StrCat(p.Value());
-    if (options_.style == "question") {
+    if (options_.style == ArithmeticStyle::kQuestion) {
       ex.prompt = absl::StrCat("What is ", p.a, " ", p.op, " ", p.b, "?");
     } else {
       ex.prompt = absl::StrCat(p.a, p.op, p.b, "=");

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "config/choices.h"
 #include "data/prompt_example.h"
 
 namespace rlforge {
@@ -28,7 +29,7 @@ struct ArithmeticOptions {
   double heldout_fraction = 0.1;  // share of all problems reserved for evaluation, in (0, 1)
   // "plain":    prompt "12+345=",           response "357"
   // "question": prompt "What is 12 + 345?", response "The answer is 357."
-  std::string style = "plain";
+  ArithmeticStyle style = ArithmeticStyle::kPlain;
   // Flawed demonstrations: this share of training examples (+ and - only, where it makes a
   // difference) get a response written with every carry and borrow dropped ("78+5=" ->
   // "73"), as from a careless annotator. `answer` stays exact, so rewards and evaluation

@@ -65,7 +65,7 @@ TEST(ArithmeticTaskTest, TrainAndHeldoutAreDisjoint) {
 
 TEST(ArithmeticTaskTest, QuestionStyleAndWrongAnswers) {
   ArithmeticOptions o;
-  o.style = "question";
+  o.style = ArithmeticStyle::kQuestion;
   auto task = ArithmeticTask::Create(o);
   ASSERT_TRUE(task.ok());
   const auto ex = task->Example(3, Split::kHeldout, 0);
@@ -80,7 +80,7 @@ TEST(ArithmeticTaskTest, QuestionStyleAndWrongAnswers) {
 }
 
 TEST(ArithmeticTaskTest, AlphabetCoversEveryExample) {
-  for (const std::string style : {"plain", "question"}) {
+  for (const ArithmeticStyle style : {ArithmeticStyle::kPlain, ArithmeticStyle::kQuestion}) {
     ArithmeticOptions o;
     o.style = style;
     o.ops = {"+", "-", "*"};
@@ -90,7 +90,7 @@ TEST(ArithmeticTaskTest, AlphabetCoversEveryExample) {
     const std::string alphabet = task->Alphabet();
     for (const auto& ex : task->Examples(5, Split::kTrain, 0, 300)) {
       for (char c : ex.prompt + ex.response) {
-        EXPECT_NE(alphabet.find(c), std::string::npos) << style << ": '" << c << "'";
+        EXPECT_NE(alphabet.find(c), std::string::npos) << ChoiceName(style) << ": '" << c << "'";
       }
     }
     std::set<char> unique(alphabet.begin(), alphabet.end());

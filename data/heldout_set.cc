@@ -11,7 +11,7 @@ namespace rlforge {
 absl::StatusOr<std::vector<PromptExample>> HeldoutExamples(const DataOptions& data, uint64_t seed,
                                                            int64_t count, JsonlFormat format) {
   const size_t n = static_cast<size_t>(std::max<int64_t>(count, 0));
-  if (data.source == "jsonl") {
+  if (data.source == DataSource::kJsonl) {
     ASSIGN_OR_RETURN(std::vector<PromptExample> examples,
                      ReadPromptJsonl(data.heldout_path, format));
     if (examples.size() > n) examples.resize(n);
@@ -22,7 +22,7 @@ absl::StatusOr<std::vector<PromptExample>> HeldoutExamples(const DataOptions& da
 }
 
 std::string HeldoutSource(const DataOptions& data, uint64_t seed) {
-  if (data.source == "jsonl") return data.heldout_path;
+  if (data.source == DataSource::kJsonl) return data.heldout_path;
   return absl::StrCat("the arithmetic task's held-out split (job.seed ", seed, ")");
 }
 

@@ -43,7 +43,7 @@ TEST(HeldoutSetTest, JsonlIsTheFilesFirstLines) {
     }
   }
   DataOptions d;
-  d.source = "jsonl";
+  d.source = DataSource::kJsonl;
   d.heldout_path = path;
   auto three = HeldoutExamples(d, 1, 3, JsonlFormat::kRl);
   ASSERT_TRUE(three.ok()) << three.status();

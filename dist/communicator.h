@@ -26,6 +26,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/role_names.h"
 
 namespace rlforge::dist {
 
@@ -72,7 +73,7 @@ class Communicator {
 
 struct GroupOptions {
   std::string store_address;     // host:port of the StoreServer; unused for a group of one
-  std::string name = "trainer";  // keys in the store are prefixed with it
+  std::string name = kTrainerRole;  // keys in the store are prefixed with it
   int rank = 0;
   int size = 1;
   double timeout_s = 30;  // connecting, and every collective

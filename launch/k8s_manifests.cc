@@ -3,13 +3,12 @@
 #include <cctype>
 
 #include "absl/strings/str_cat.h"
+#include "common/role_names.h"
 #include "yaml-cpp/yaml.h"
 
 namespace rlforge {
 
 namespace {
-
-constexpr char kTrainerRole[] = "trainer";
 
 // yaml-cpp writes a node; multi-line strings (the job file, the keys) as literal blocks so the
 // manifests stay readable.

@@ -11,7 +11,7 @@ namespace rlforge {
 namespace {
 
 torch::nn::Sequential Mlp(int64_t in, const std::vector<int64_t>& hidden, int64_t out,
-                          const std::string& activation, bool ortho, double out_gain) {
+                          Activation activation, bool ortho, double out_gain) {
   torch::nn::Sequential seq;
   int64_t width = in;
   auto init = [&](torch::nn::Linear& l, double gain) {
@@ -25,7 +25,7 @@ torch::nn::Sequential Mlp(int64_t in, const std::vector<int64_t>& hidden, int64_
     torch::nn::Linear l(width, h);
     init(l, std::sqrt(2.0));
     seq->push_back(l);
-    if (activation == "relu") {
+    if (activation == Activation::kRelu) {
       seq->push_back(torch::nn::ReLU());
     } else {
       seq->push_back(torch::nn::Tanh());

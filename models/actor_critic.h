@@ -28,7 +28,7 @@ struct ActorCriticOptions {
   bool discrete = true;
   int64_t action_size = 1;  // Discrete: number of actions; Box: action dimensions
   std::vector<int64_t> hidden_sizes = {64, 64};
-  std::string activation = "tanh";
+  Activation activation = Activation::kTanh;
   double log_std_init = 0.0;
   bool ortho_init = true;
   bool normalize_obs = false;

@@ -229,14 +229,6 @@ bool MathVerify(const std::string& gold, const std::string& response, Extract ho
 
 std::unique_ptr<Reward> MakeMath(Extract extract) { return std::make_unique<MathReward>(extract); }
 
-absl::StatusOr<AnswerForm> ParseAnswerForm(const std::string& name) {
-  if (name == "text") return AnswerForm::kText;
-  if (name == "boxed") return AnswerForm::kBoxed;
-  if (name == "math") return AnswerForm::kMath;
-  return absl::InvalidArgumentError(
-      absl::StrCat("answer_form '", name, "' is not one of text, boxed or math"));
-}
-
 std::unique_ptr<Reward> MakeThinkFormat(const std::string& tag, AnswerForm answer) {
   return std::make_unique<ThinkFormat>(tag, answer);
 }

@@ -32,12 +32,8 @@ bool MathVerify(const std::string& gold, const std::string& response, Extract ho
 std::unique_ptr<Reward> MakeMath(Extract extract);
 
 // What must follow the reasoning block of a format reward.
-enum class AnswerForm {
-  kText,   // any non-blank text
-  kBoxed,  // a \boxed{...}
-  kMath,   // an answer FindFinalAnswer finds and that parses as a number
-};
-absl::StatusOr<AnswerForm> ParseAnswerForm(const std::string& name);
+// What follows a format reward's reasoning block (params.answer_form; config/choices.h).
+using AnswerForm = ::rlforge::AnswerForm;
 
 // 1 when the response is <tag>reasoning</tag> followed by the answer form (leading and trailing
 // whitespace allowed; exactly one opening and one closing tag; non-blank reasoning), else 0.

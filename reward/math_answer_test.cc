@@ -67,7 +67,7 @@ TEST(MathAnswerTest, ThinkFormat) {
   EXPECT_EQ(score(*boxed, "<think>3+4</think> so 7"), 0.0);
   EXPECT_EQ(score(*math, "<reason>3+4</reason> it is seven"), 0.0);
   EXPECT_EQ(score(*math, "<reason>3+4</reason> it is 7 apples"), 1.0);
-  EXPECT_FALSE(ParseAnswerForm("boxy").ok());
+  EXPECT_FALSE(ParseChoice<AnswerForm>("boxy").ok());
 }
 
 }  // namespace

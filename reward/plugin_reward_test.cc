@@ -78,7 +78,7 @@ TEST(PluginRewardTest, RelativePathIsAFileInTheWorkingDirectory) {
   ASSERT_NE(relative.front(), '/');
   EXPECT_TRUE(LoadPluginReward(relative, {"keyword=x"}).ok());
   RewardSpec spec;
-  spec.kind = "plugin";
+  spec.kind = RewardKind::kPlugin;
   spec.params.path = relative;
   EXPECT_TRUE(CheckRewardSpec(spec).empty());
   spec.params.path = "libm.so.6";
@@ -94,7 +94,7 @@ TEST(PluginRewardTest, RegexCheckAgreesWithBuilding) {
   for (const char* pattern : {"^a+$", "(ab", "[z-a]", "\\p{L}+"}) {
     for (bool full : {false, true}) {
       RewardSpec spec;
-      spec.kind = "regex_format";
+      spec.kind = RewardKind::kRegexFormat;
       spec.params.pattern = pattern;
       spec.params.full_match = full;
       const auto problems = CheckRewardSpec(spec);

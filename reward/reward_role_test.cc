@@ -188,7 +188,7 @@ TEST(RewardRoleTest, RejectsOtherTasksAndBadConfigs) {
   EXPECT_FALSE((*role)->Handle(echo, {}).ok());
 
   JobConfig bad = c;
-  bad.reward.rewards[0].kind = "plugin";
+  bad.reward.rewards[0].kind = RewardKind::kPlugin;
   bad.reward.rewards[0].params.path = "/nonexistent.so";
   auto s = RewardRole::Create(bad, {}).status();
   EXPECT_NE(s.message().find("reward.rewards[0] (c): reward plugin /nonexistent.so"),
@@ -208,7 +208,7 @@ reward:
   const JobConfig again = LoadConfig(text);
   EXPECT_EQ(ResolvedYaml(again), text);
   ASSERT_EQ(again.reward.rewards.size(), 2u);
-  EXPECT_EQ(again.reward.rewards[0].params.extract, "boxed");
+  EXPECT_EQ(again.reward.rewards[0].params.extract, AnswerExtract::kBoxed);
   EXPECT_EQ(again.reward.rewards[1].params.args[1], "b=two words");
 }
 

@@ -177,48 +177,48 @@ std::map<std::string, double> BatchScores::Metrics() const {
 absl::StatusOr<std::shared_ptr<const Reward>> BuildReward(const RewardSpec& spec,
                                                           double timeout_s) {
   const RewardParams& p = spec.params;
-  if (spec.kind == "exact_answer" || spec.kind == "numeric" || spec.kind == "math") {
-    ASSIGN_OR_RETURN(Extract extract, ParseExtract(p.extract));
-    if (spec.kind == "numeric") return MakeNumeric(extract, p.abs_tol, p.rel_tol);
-    if (spec.kind == "math") return MakeMath(extract);
-    return MakeExactAnswer(extract, p.case_sensitive);
-  }
-  if (spec.kind == "format") {
-    ASSIGN_OR_RETURN(AnswerForm form, ParseAnswerForm(p.answer_form));
-    return MakeThinkFormat(p.tag, form);
-  }
-  if (spec.kind == "regex_format") {
-    auto r = MakeRegexFormat(p.pattern, p.full_match, timeout_s);
-    if (!r.ok()) return Annotate(r.status(), "params.pattern");
-    return std::shared_ptr<const Reward>(*std::move(r));
-  }
-  if (spec.kind == "length_penalty") {
-    if (p.max_length < 1 || p.buffer < 0 || p.buffer > p.max_length) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("params: need 1 <= max_length and 0 <= buffer <= max_length, got ",
-                       p.max_length, " and ", p.buffer));
+  switch (spec.kind) {
+    case RewardKind::kExactAnswer:
+      return MakeExactAnswer(p.extract, p.case_sensitive);
+    case RewardKind::kNumeric:
+      return MakeNumeric(p.extract, p.abs_tol, p.rel_tol);
+    case RewardKind::kMath:
+      return MakeMath(p.extract);
+    case RewardKind::kFormat:
+      return MakeThinkFormat(p.tag, p.answer_form);
+    case RewardKind::kRegexFormat: {
+      auto r = MakeRegexFormat(p.pattern, p.full_match, timeout_s);
+      if (!r.ok()) return Annotate(r.status(), "params.pattern");
+      return std::shared_ptr<const Reward>(*std::move(r));
     }
-    return MakeLengthPenalty(p.max_length, p.buffer, p.unit == "tokens");
+    case RewardKind::kLengthPenalty:
+      if (p.max_length < 1 || p.buffer < 0 || p.buffer > p.max_length) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("params: need 1 <= max_length and 0 <= buffer <= max_length, got ",
+                         p.max_length, " and ", p.buffer));
+      }
+      return MakeLengthPenalty(p.max_length, p.buffer, p.unit == LengthUnit::kTokens);
+    case RewardKind::kPlugin: {
+      auto r = LoadPluginReward(p.path, p.args);
+      if (!r.ok()) return r.status();
+      return std::shared_ptr<const Reward>(*std::move(r));
+    }
   }
-  if (spec.kind == "plugin") {
-    auto r = LoadPluginReward(p.path, p.args);
-    if (!r.ok()) return r.status();
-    return std::shared_ptr<const Reward>(*std::move(r));
-  }
-  return absl::InvalidArgumentError(absl::StrCat("kind '", spec.kind, "' is not a reward kind"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("kind ", static_cast<int>(spec.kind), " is not a reward kind"));
 }
 
 std::vector<RewardSpecProblem> CheckRewardSpec(const RewardSpec& spec) {
   const RewardParams& p = spec.params;
   std::vector<RewardSpecProblem> out;
-  if (spec.kind == "regex_format" && !p.pattern.empty()) {
+  if (spec.kind == RewardKind::kRegexFormat && !p.pattern.empty()) {
     // As written first (the message shows the user's pattern), then as built. The matcher's
     // time limit plays no part in compiling.
     auto r = MakeRegexFormat(p.pattern, /*full_match=*/false, /*time_limit_s=*/1);
     if (r.ok() && p.full_match) r = MakeRegexFormat(p.pattern, /*full_match=*/true, 1);
     if (!r.ok()) out.push_back({"params.pattern", std::string(r.status().message())});
   }
-  if (spec.kind == "plugin" && !p.path.empty()) {
+  if (spec.kind == RewardKind::kPlugin && !p.path.empty()) {
     const std::string file = PluginFile(p.path);
     std::error_code ec;
     if (!std::filesystem::is_regular_file(file, ec)) {

@@ -101,10 +101,10 @@ TEST(RewardSetTest, CreateFromOptionsNamesTheBadReward) {
   EXPECT_NE(RewardSet::Create(o).status().message().find("no rewards"), std::string::npos);
   RewardSpec good;
   good.name = "correct";
-  good.kind = "exact_answer";
+  good.kind = RewardKind::kExactAnswer;
   RewardSpec bad;
   bad.name = "format";
-  bad.kind = "regex_format";
+  bad.kind = RewardKind::kRegexFormat;
   bad.params.pattern = "(";
   o.rewards = {good, bad};
   auto s = RewardSet::Create(o).status();

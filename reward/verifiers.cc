@@ -25,16 +25,6 @@ const char* ScoreStatusName(ScoreStatus s) {
   return "?";
 }
 
-absl::StatusOr<Extract> ParseExtract(const std::string& name) {
-  if (name == "auto") return Extract::kAuto;
-  if (name == "answer_is") return Extract::kAnswerIs;
-  if (name == "boxed") return Extract::kBoxed;
-  if (name == "last_number") return Extract::kLastNumber;
-  if (name == "full") return Extract::kFull;
-  return absl::InvalidArgumentError(absl::StrCat(
-      "extract '", name, "' is not one of auto, answer_is, boxed, last_number or full"));
-}
-
 namespace {
 
 std::optional<std::string> Boxed(const std::string& s) {

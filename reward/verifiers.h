@@ -11,20 +11,14 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "config/choices.h"
 #include "config/reward_options.h"
 #include "reward/reward.h"
 
 namespace rlforge::reward {
 
-// Where the answer is in a response.
-enum class Extract {
-  kAuto,      // \boxed{X}, else "answer is X", else (exact) the whole text / (numeric) last number
-  kAnswerIs,  // the text after the last "answer is" / "answer:" (case-insensitive)
-  kBoxed,     // the content of the last \boxed{...} (nested braces allowed)
-  kLastNumber,  // the last number in the text
-  kFull,        // the whole response
-};
-absl::StatusOr<Extract> ParseExtract(const std::string& name);
+// How the answer is found in a response (reward.rewards[].params.extract; config/choices.h).
+using Extract = AnswerExtract;
 
 // The answer found in `response`, or nullopt when the method finds none.
 std::optional<std::string> ExtractAnswer(const std::string& response, Extract how, bool numeric);

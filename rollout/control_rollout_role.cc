@@ -151,8 +151,8 @@ void ControlRolloutRole::Sample(const ActorCriticImpl::Output& out, std::vector<
 }
 
 bool ControlRolloutRole::Pipelined() const {
-  if (envs_->num_groups() < 2 || config_.sim.pipeline == "false") return false;
-  if (config_.sim.pipeline == "true") return true;
+  if (envs_->num_groups() < 2 || config_.sim.pipeline == SimPipeline::kOff) return false;
+  if (config_.sim.pipeline == SimPipeline::kOn) return true;
   // auto: the 1st rollout warms up (as one batch), the 2nd is timed
   // pipelined, the 3rd as one batch; then the faster stays.
   if (rollouts_ == 0) return false;
@@ -163,7 +163,8 @@ bool ControlRolloutRole::Pipelined() const {
 
 void ControlRolloutRole::TimePipeline(int64_t steps, double seconds) {
   ++rollouts_;
-  if (config_.sim.pipeline != "auto" || envs_->num_groups() < 2 || rollouts_ > 3) return;
+  if (config_.sim.pipeline != SimPipeline::kAuto || envs_->num_groups() < 2 || rollouts_ > 3)
+    return;
   if (rollouts_ == 2) pipelined_step_s_ = seconds / static_cast<double>(steps);
   if (rollouts_ == 3) {
     batch_step_s_ = seconds / static_cast<double>(steps);

@@ -72,7 +72,7 @@ absl::StatusOr<std::unique_ptr<Role>> LmRolloutRole::Create(const JobConfig& con
     // into host memory, then copied to the device (in_place: while the engine pauses; staged:
     // before). The device transports need no host copy.
     if (!IsDeviceWeightTransport(ResolveWeightTransport(config)) &&
-        (config.weights.apply == "staged" || !device.is_cpu())) {
+        (config.weights.apply == WeightApply::kStaged || !device.is_cpu())) {
       role->staged_.resize(static_cast<size_t>(FlatSize(*model)));
     }
     role->engine_ = std::make_unique<LlmEngine>(model, s, 0);
@@ -274,7 +274,7 @@ absl::Status LmRolloutRole::LoadOnDevice(const proto::LoadWeights& load, ReadSta
   const proto::WeightsReady& w = load.weights();
   const std::string& who = assignment_.actor_id();
   ASSIGN_OR_RETURN(DeviceBucketSource * source, DeviceSourceFor(load));
-  if (config_->weights.apply == "staged") {
+  if (config_->weights.apply == WeightApply::kStaged) {
     torch::NoGradGuard ng;
     if (device_staged_.empty()) {  // a device copy of the parameters, kept for every version
       for (const auto& p : engine_->model()->parameters()) device_staged_.push_back(p.clone());
@@ -369,10 +369,10 @@ absl::StatusOr<WorkReply> LmRolloutRole::Load(const proto::LoadWeights& load,
   ReadStats stats;
   if (OnDeviceLocation(w.location())) {
     RETURN_IF_ERROR(LoadOnDevice(load, &stats));
-  } else if (config_->weights.apply == "mapped") {
+  } else if (config_->weights.apply == WeightApply::kMapped) {
     // Whole and verified in the segment before the engine sees it, like staged.
     ASSIGN_OR_RETURN(stats, LoadMapped(w));
-  } else if (config_->weights.apply == "staged") {
+  } else if (config_->weights.apply == WeightApply::kStaged) {
     ASSIGN_OR_RETURN(BucketSource * source, SourceFor(load, tensors));
     // Whole and verified before the engine sees it: a failure leaves the previous version.
     ASSIGN_OR_RETURN(
@@ -399,7 +399,7 @@ absl::StatusOr<WorkReply> LmRolloutRole::Load(const proto::LoadWeights& load,
   // groups on the old weights first (they stay queued for the next lm_generate).
   while (engine_->weight_update_pending()) {
     absl::Status s = engine_->Step();
-    if (!s.ok() && config_->weights.apply == "in_place" && !engine_->torn().empty()) {
+    if (!s.ok() && config_->weights.apply == WeightApply::kInPlace && !engine_->torn().empty()) {
       return absl::Status(s.code(), absl::StrCat(s.message(), "; ", assignment_.actor_id(),
                                                  "'s weights are torn (weights.apply: in_place): "
                                                  "it serves nothing until a whole version loads"));

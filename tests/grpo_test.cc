@@ -354,7 +354,8 @@ TEST_P(GrpoVariantTest, CommittedConfigRunsWithTwoRewardWorkers) {
       LoadJobFile(SourceDir() + "/configs/" + name + "_arith.yaml", {"model.path=" + base});
   ASSERT_TRUE(committed.ok()) << config::FormatErrors(committed.errors);
   const std::string resolved = ReadFile(root + "/v/config.resolved.yaml");
-  EXPECT_NE(resolved.find("loss_aggregation: " + committed.config.grpo.loss_aggregation),
+  EXPECT_NE(resolved.find(std::string("loss_aggregation: ") +
+                          ChoiceName(*committed.config.grpo.loss_aggregation)),
             std::string::npos);
   EXPECT_NE(resolved.find("policy_loss: " + PolicyLossOf(*committed.config.grpo.policy_loss).name),
             std::string::npos);

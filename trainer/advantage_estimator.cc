@@ -77,8 +77,8 @@ class CriticEstimator final : public AdvantageEstimator {
                      ShardingOptions(config.trainer, comm->rank(), /*trainable=*/true));
     ASSIGN_OR_RETURN(e->critic_,
                      LoadShardedModel(config.model.path, comm, options, /*value_head=*/true));
-    ASSIGN_OR_RETURN(e->loss_aggregation_, ParseLossAggregation(config.grpo.loss_aggregation));
-    ASSIGN_OR_RETURN(e->kl_estimator_, ParseKlEstimator(config.grpo.kl_estimator));
+    ASSIGN_OR_RETURN(e->loss_aggregation_, LossAggregationOf(config.grpo));
+    e->kl_estimator_ = config.grpo.kl_estimator;
     e->optimizer_ = std::make_unique<FlatAdamW>(e->critic_->shard_data(), e->critic_->shard_grad(),
                                                 AdamWOptions(config.trainer, config.critic.lr));
     return std::unique_ptr<AdvantageEstimator>(std::move(e));

@@ -17,13 +17,6 @@ absl::StatusOr<torch::Tensor> SequenceLogprobs(const torch::Tensor& token_logp,
   return sum / m.sum(1).clamp_min(1.0);
 }
 
-absl::StatusOr<DpoLossType> ParseDpoLossType(std::string_view name) {
-  if (name == "sigmoid") return DpoLossType::kSigmoid;
-  if (name == "ipo") return DpoLossType::kIpo;
-  return absl::InvalidArgumentError(
-      absl::StrCat("DPO loss type: expected sigmoid or ipo, got '", std::string(name), "'"));
-}
-
 absl::StatusOr<DpoLoss> ComputeDpoLoss(const DpoInput& in, const DpoOptions& options) {
   if (!in.chosen_logp.defined() || in.chosen_logp.dim() != 1) {
     return absl::InvalidArgumentError("chosen_logp: expected a [B] tensor");

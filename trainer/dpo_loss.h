@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
+#include "config/choices.h"
 
 namespace rlforge {
 
@@ -20,12 +21,7 @@ namespace rlforge {
 absl::StatusOr<torch::Tensor> SequenceLogprobs(const torch::Tensor& token_logp,
                                                const torch::Tensor& mask, bool average = false);
 
-enum class DpoLossType {
-  kSigmoid,  // -(1 - ls) log sigmoid(beta h) - ls log sigmoid(-beta h)  (Rafailov et al. 2023;
-             // label smoothing ls is conservative DPO, Mitchell 2023)
-  kIpo,      // (h - 1 / (2 beta))^2  (Azar et al. 2023)
-};
-absl::StatusOr<DpoLossType> ParseDpoLossType(std::string_view name);  // "sigmoid", "ipo"
+// DpoLossType (config/choices.h, dpo.loss_type): sigmoid or ipo.
 
 struct DpoOptions {
   DpoLossType type = DpoLossType::kSigmoid;

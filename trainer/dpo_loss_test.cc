@@ -63,11 +63,11 @@ TEST(DpoLossTest, LabelSmoothingMixesBothDirections) {
 // IPO with beta 0.5: target margin 1 / (2 beta) = 1 -> (2 - 1)^2 and (-1 - 1)^2.
 TEST(DpoLossTest, IpoLossIsSquaredDistanceToTheTargetMargin) {
   DpoOptions opt;
-  opt.type = ParseDpoLossType("ipo").value();
+  opt.type = ParseChoice<DpoLossType>("ipo").value();
   opt.beta = 0.5;
   auto l = ComputeDpoLoss(Pairs(), opt).value();
   EXPECT_NEAR(l.loss.item<double>(), 2.5, 1e-12);
-  EXPECT_FALSE(ParseDpoLossType("hinge").ok());
+  EXPECT_FALSE(ParseChoice<DpoLossType>("hinge").ok());
 }
 
 TEST(DpoLossTest, InvalidOptionsAndShapesAreErrors) {

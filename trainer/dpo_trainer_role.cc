@@ -90,7 +90,7 @@ absl::StatusOr<WorkReply> DpoTrainerRole::Train(const std::vector<TensorFrame>& 
     std::tie(in.ref_chosen_logp, in.ref_rejected_logp) = SplitPairs(ref_seq);
   }
   DpoOptions o;
-  ASSIGN_OR_RETURN(o.type, ParseDpoLossType(d.loss_type));
+  o.type = d.loss_type;
   o.beta = d.beta;
   o.label_smoothing = d.label_smoothing;
 

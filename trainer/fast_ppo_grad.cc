@@ -46,12 +46,8 @@ inline void MaxShares(double a, double b, double* wa, double* wb) {
 
 absl::StatusOr<FastPpoGrad> FastPpoGrad::Create(ActorCritic& model) {
   const ActorCriticOptions& o = model->options();
-  if (o.activation != "tanh" && o.activation != "relu") {
-    return absl::UnimplementedError(
-        absl::StrCat("no fast PPO gradient for activation ", o.activation));
-  }
   FastPpoGrad f;
-  f.relu_ = o.activation == "relu";
+  f.relu_ = o.activation == Activation::kRelu;
   f.discrete_ = o.discrete;
   f.obs_size_ = o.obs_size;
   f.action_size_ = o.action_size;

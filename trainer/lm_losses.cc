@@ -12,31 +12,6 @@ absl::StatusOr<torch::Tensor> TokenAdvantages(const torch::Tensor& adv, int64_t 
                                                  "], got ", DescribeShape(adv)));
 }
 
-absl::StatusOr<LossAggregation> ParseLossAggregation(std::string_view name) {
-  for (auto agg : {LossAggregation::kTokenMean, LossAggregation::kSeqMeanTokenSum,
-                   LossAggregation::kSeqMeanTokenMean, LossAggregation::kSeqMeanTokenSumNorm}) {
-    if (name == LossAggregationName(agg)) return agg;
-  }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "loss aggregation: expected one of token-mean, seq-mean-token-sum, seq-mean-token-mean, "
-      "seq-mean-token-sum-norm, got '",
-      std::string(name), "'"));
-}
-
-std::string_view LossAggregationName(LossAggregation agg) {
-  switch (agg) {
-    case LossAggregation::kTokenMean:
-      return "token-mean";
-    case LossAggregation::kSeqMeanTokenSum:
-      return "seq-mean-token-sum";
-    case LossAggregation::kSeqMeanTokenMean:
-      return "seq-mean-token-mean";
-    case LossAggregation::kSeqMeanTokenSumNorm:
-      return "seq-mean-token-sum-norm";
-  }
-  return "?";
-}
-
 absl::StatusOr<torch::Tensor> AggregateLoss(const torch::Tensor& per_token,
                                             const torch::Tensor& mask, LossAggregation agg,
                                             double norm_length) {
@@ -63,26 +38,6 @@ absl::StatusOr<torch::Tensor> AggregateLoss(const torch::Tensor& per_token,
     }
   }
   return absl::InternalError("AggregateLoss: unknown aggregation");
-}
-
-absl::StatusOr<KlEstimator> ParseKlEstimator(std::string_view name) {
-  for (auto k : {KlEstimator::kK1, KlEstimator::kK2, KlEstimator::kK3}) {
-    if (name == KlEstimatorName(k)) return k;
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("KL estimator: expected one of k1, k2, k3, got '", std::string(name), "'"));
-}
-
-std::string_view KlEstimatorName(KlEstimator k) {
-  switch (k) {
-    case KlEstimator::kK1:
-      return "k1";
-    case KlEstimator::kK2:
-      return "k2";
-    case KlEstimator::kK3:
-      return "k3";
-  }
-  return "?";
 }
 
 absl::StatusOr<torch::Tensor> KlPenalty(const torch::Tensor& logp, const torch::Tensor& ref_logp,
@@ -148,16 +103,6 @@ absl::StatusOr<GroupAdvantages> ComputeGroupAdvantages(const torch::Tensor& rewa
   auto keep = (~out.degenerate).unsqueeze(1).expand({B / G, G}).reshape({B});
   out.kept_indices = keep.nonzero().reshape({-1});
   return out;
-}
-
-absl::StatusOr<OffPolicyCorrection> ParseOffPolicyCorrection(std::string_view name) {
-  if (name == "none") return OffPolicyCorrection::kNone;
-  if (name == "decoupled") return OffPolicyCorrection::kDecoupled;
-  if (name == "tis") return OffPolicyCorrection::kTruncatedIs;
-  if (name == "mask") return OffPolicyCorrection::kMask;
-  return absl::InvalidArgumentError(
-      absl::StrCat("off-policy correction: expected none, decoupled, tis or mask, got '",
-                   std::string(name), "'"));
 }
 
 namespace {

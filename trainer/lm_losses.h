@@ -18,20 +18,12 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
+#include "config/choices.h"
 
 namespace rlforge {
 
-// How per-token losses [B, T] are reduced to a scalar over the response mask.
-enum class LossAggregation {
-  kTokenMean,           // sum(l * m) / sum(m): every token weighs the same (DAPO)
-  kSeqMeanTokenSum,     // mean_i sum_t(l * m): long answers weigh more
-  kSeqMeanTokenMean,    // mean_i (sum_t(l * m) / sum_t m): original GRPO
-  kSeqMeanTokenSumNorm  // sum(l * m) / (B * norm_length): Dr.GRPO's constant normaliser
-};
-
-// "token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm".
-absl::StatusOr<LossAggregation> ParseLossAggregation(std::string_view name);
-std::string_view LossAggregationName(LossAggregation agg);
+// How per-token losses [B, T] are reduced to a scalar over the response mask: LossAggregation
+// (config/choices.h, lm_rl.loss_aggregation).
 
 // Reduces per_token [B, T] over mask [B, T]. Denominators are clamped to at least 1, so an
 // empty mask (or an empty row in seq-mean-token-mean) contributes 0 instead of NaN.
@@ -45,9 +37,7 @@ absl::StatusOr<torch::Tensor> AggregateLoss(const torch::Tensor& per_token,
 //   k1 = -d            (unbiased, high variance, can be negative)
 //   k2 = d^2 / 2       (biased, low variance)
 //   k3 = exp(d) - d - 1 (unbiased, low variance, >= 0; Schulman's estimator, TRL's GRPO KL)
-enum class KlEstimator { kK1, kK2, kK3 };
-absl::StatusOr<KlEstimator> ParseKlEstimator(std::string_view name);  // "k1", "k2", "k3"
-std::string_view KlEstimatorName(KlEstimator k);
+// (KlEstimator: config/choices.h, lm_rl.kl_estimator.)
 
 // Per-token KL estimate [B, T] (not masked). Gradient flows to logp.
 absl::StatusOr<torch::Tensor> KlPenalty(const torch::Tensor& logp, const torch::Tensor& ref_logp,
@@ -93,15 +83,7 @@ struct ClipOptions {
 // or one whose numerics differ) are corrected, per token, with w = pi_prox / pi_behav:
 // pi_behav the rollout's logprob (`behaviour_logp`), pi_prox the trainer's own logprob of the
 // sampled token at the start of the step, before any update (`old_logp`, recomputed), around
-// which the ratio is clipped.
-enum class OffPolicyCorrection {
-  kNone,         // clip around the rollout's logprobs; no weight (the synchronous default)
-  kDecoupled,    // AReaL's decoupled PPO: pg * w, and weight 0 where w > cap
-  kTruncatedIs,  // truncated IS: pg * min(w, cap)
-  kMask,         // pg, and weight 0 where w is outside [1/cap, cap]
-};               // A token of weight 0 stays in the aggregation's token count (AReaL's normaliser).
-// "none", "decoupled", "tis", "mask".
-absl::StatusOr<OffPolicyCorrection> ParseOffPolicyCorrection(std::string_view name);
+// which the ratio is clipped: OffPolicyCorrection (config/choices.h, lm_rl.off_policy).
 
 struct LmPolicyLossOptions {
   ClipOptions clip;

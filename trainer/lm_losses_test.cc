@@ -32,20 +32,20 @@ TEST(LmLossesTest, EmptyMaskAndInfinitePaddingGiveFiniteZero) {
   auto l = D2({1, INFINITY, -INFINITY, 2}, 2), m = D2({0, 0, 0, 0}, 2);
   for (auto agg : {LossAggregation::kTokenMean, LossAggregation::kSeqMeanTokenSum,
                    LossAggregation::kSeqMeanTokenMean, LossAggregation::kSeqMeanTokenSumNorm}) {
-    EXPECT_EQ(Scalar(AggregateLoss(l, m, agg)), 0.0) << LossAggregationName(agg);
+    EXPECT_EQ(Scalar(AggregateLoss(l, m, agg)), 0.0) << ChoiceName(agg);
   }
 }
 
 TEST(LmLossesTest, AggregationNamesRoundTripAndUnknownNamesAreErrors) {
   for (auto agg : {LossAggregation::kTokenMean, LossAggregation::kSeqMeanTokenSum,
                    LossAggregation::kSeqMeanTokenMean, LossAggregation::kSeqMeanTokenSumNorm}) {
-    EXPECT_EQ(ParseLossAggregation(LossAggregationName(agg)).value(), agg);
+    EXPECT_EQ(ParseChoice<LossAggregation>(ChoiceName(agg)).value(), agg);
   }
-  auto bad = ParseLossAggregation("token_mean");
+  auto bad = ParseChoice<LossAggregation>("token_mean");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("'token_mean'"), std::string::npos);
-  EXPECT_EQ(ParseKlEstimator("k2").value(), KlEstimator::kK2);
-  EXPECT_FALSE(ParseKlEstimator("k4").ok());
+  EXPECT_EQ(ParseChoice<KlEstimator>("k2").value(), KlEstimator::kK2);
+  EXPECT_FALSE(ParseChoice<KlEstimator>("k4").ok());
 }
 
 TEST(LmLossesTest, ShapeMismatchNamesTheArgument) {
@@ -219,11 +219,11 @@ TEST(LmLossesTest, ImportanceWeightsAreExactlyOneWhenRolloutAndTrainerAgree) {
 }
 
 TEST(LmLossesTest, OffPolicyCorrectionNamesAndErrors) {
-  EXPECT_EQ(ParseOffPolicyCorrection("tis").value(), OffPolicyCorrection::kTruncatedIs);
-  EXPECT_EQ(ParseOffPolicyCorrection("decoupled").value(), OffPolicyCorrection::kDecoupled);
-  EXPECT_EQ(ParseOffPolicyCorrection("mask").value(), OffPolicyCorrection::kMask);
-  EXPECT_EQ(ParseOffPolicyCorrection("none").value(), OffPolicyCorrection::kNone);
-  EXPECT_FALSE(ParseOffPolicyCorrection("is").ok());
+  EXPECT_EQ(ParseChoice<OffPolicyCorrection>("tis").value(), OffPolicyCorrection::kTruncatedIs);
+  EXPECT_EQ(ParseChoice<OffPolicyCorrection>("decoupled").value(), OffPolicyCorrection::kDecoupled);
+  EXPECT_EQ(ParseChoice<OffPolicyCorrection>("mask").value(), OffPolicyCorrection::kMask);
+  EXPECT_EQ(ParseChoice<OffPolicyCorrection>("none").value(), OffPolicyCorrection::kNone);
+  EXPECT_FALSE(ParseChoice<OffPolicyCorrection>("is").ok());
   auto in = ClipCase();
   LmPolicyLossOptions opt;
   opt.correction = OffPolicyCorrection::kTruncatedIs;
@@ -323,7 +323,7 @@ TEST(LmLossesTest, DocExampleGrpoStep) {
   opt.clip.clip_high = 0.28;  // clip-higher
   opt.kl_beta = 0.04;
   opt.kl_estimator = KlEstimator::kK3;
-  opt.aggregation = ParseLossAggregation("token-mean").value();
+  opt.aggregation = ParseChoice<LossAggregation>("token-mean").value();
   auto logp = TokenLogprobs(logits, tokens).value();
   LmPolicyLossInput in{logp.index_select(0, keep),           old_logp.index_select(0, keep),
                        adv.advantages.index_select(0, keep), mask.index_select(0, keep),

@@ -158,7 +158,7 @@ absl::StatusOr<std::unique_ptr<LmPolicyState>> LmPolicyState::Create(
       for (const ShardedParam& p : u.params) specs.push_back({p.name, p.shape});
     }
     const WeightsOptions& w = config.weights;
-    s->manifest_ = MakeManifest(specs, w.dtype, WeightBucketBytes(w));
+    s->manifest_ = MakeManifest(specs, std::string(ChoiceName(w.dtype)), WeightBucketBytes(w));
     s->store_address_ = assignment.store_address();
     const WeightTransport transport = ResolveWeightTransport(config);
     if (transport == WeightTransport::kZmq) {
@@ -170,7 +170,7 @@ absl::StatusOr<std::unique_ptr<LmPolicyState>> LmPolicyState::Create(
       if (transport == WeightTransport::kCudaIpc) {
         ASSIGN_OR_RETURN(s->ipc_, CudaIpcSink::Create(name, s->manifest_, s->policy_->device()));
         s->location_ = s->ipc_->location();
-      } else if (w.apply == "mapped") {
+      } else if (w.apply == WeightApply::kMapped) {
         ASSIGN_OR_RETURN(s->mapped_, MappedSink::Create(name, s->manifest_, w.timeout_s));
         s->location_ = s->mapped_->location();
       } else {
@@ -367,7 +367,8 @@ absl::StatusOr<WorkReply> LmPolicyState::Stream(const proto::PublishWeights& pub
   const Stopwatch timer;
   const bool leader = comm_->rank() == 0;
   const WeightTransport transport = ResolveWeightTransport(config_);
-  const bool mapped = config_.weights.apply == "mapped" && transport == WeightTransport::kShm;
+  const bool mapped =
+      config_.weights.apply == WeightApply::kMapped && transport == WeightTransport::kShm;
   // The segment keeps a version in its slot until the version after next is written
   // (shm_mapped.h): new engines read it from there.
   const bool written = mapped && segment_version_ == version_;

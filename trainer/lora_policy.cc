@@ -26,7 +26,8 @@ absl::StatusOr<std::unique_ptr<ShardedModel>> LoadPolicy(const JobConfig& config
 }
 
 absl::Status SavePolicy(const JobConfig& config, ShardedModel& policy, const std::string& dir) {
-  const torch::Dtype dtype = config.model.dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32;
+  const torch::Dtype dtype =
+      config.model.dtype == FloatDtype::kBfloat16 ? torch::kBFloat16 : torch::kFloat32;
   if (config.trainer.lora.rank == 0) return SaveHfConsolidated(dir, policy, dtype);
   if (policy.comm().rank() != 0) return absl::OkStatus();
   return CallCatching([&]() -> absl::Status {

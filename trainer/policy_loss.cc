@@ -165,14 +165,14 @@ absl::StatusOr<std::unique_ptr<PolicyLoss>> CreatePolicyLoss(const JobConfig& co
   }
   const GrpoOptions& g = config.grpo;
   LmPolicyLossOptions lo;
-  ASSIGN_OR_RETURN(lo.aggregation, ParseLossAggregation(g.loss_aggregation));
-  ASSIGN_OR_RETURN(lo.kl_estimator, ParseKlEstimator(g.kl_estimator));
+  ASSIGN_OR_RETURN(lo.aggregation, LossAggregationOf(g));
+  lo.kl_estimator = g.kl_estimator;
   lo.clip.clip_low = g.clip_low;
   lo.clip.clip_high = g.clip_high;
   lo.clip.dual_clip = g.dual_clip;
   lo.norm_length = static_cast<double>(g.max_new_tokens);
   lo.kl_beta = kl_in_loss ? g.kl_beta : 0;
-  ASSIGN_OR_RETURN(lo.correction, ParseOffPolicyCorrection(g.off_policy));
+  lo.correction = g.off_policy;
   lo.is_cap = g.is_cap;
   return CreatePolicyLoss(*kind, lo);
 }

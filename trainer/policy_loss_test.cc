@@ -159,7 +159,7 @@ TEST(PolicyLossTest, CispoConfigTakesClipLowOneAndRefusesPpoClipsOptions) {
   LoadedJob j =
       LoadJobText("job: {algorithm: grpo}\ngrpo: {policy_loss: cispo, clip_low: 1}\n", "t.yaml");
   ASSERT_TRUE(j.ok()) << config::FormatErrors(j.errors);
-  EXPECT_EQ(j.config.grpo.loss_aggregation, "token-mean");
+  EXPECT_EQ(j.config.grpo.loss_aggregation, LossAggregation::kTokenMean);
   LoadedJob tis = LoadJobText(
       "job: {algorithm: grpo}\ngrpo: {policy_loss: cispo, off_policy: tis}\n", "t.yaml");
   ASSERT_EQ(tis.errors.size(), 1u) << config::FormatErrors(tis.errors);
@@ -201,7 +201,7 @@ TEST(PolicyLossTest, ZeroAdvantageGivesZeroLossAndGradient) {
     for (LossAggregation agg :
          {LossAggregation::kTokenMean, LossAggregation::kSeqMeanTokenMean,
           LossAggregation::kSeqMeanTokenSum, LossAggregation::kSeqMeanTokenSumNorm}) {
-      SCOPED_TRACE(spec.name + " " + std::string(LossAggregationName(agg)));
+      SCOPED_TRACE(spec.name + " " + std::string(ChoiceName(agg)));
       auto in = SequenceCase();
       in.logp = D2({0.1, 0.3, 0.0, -0.2, 0.0, -0.4}, 2).requires_grad_(true);
       in.advantages = torch::zeros({2}, torch::kFloat64);
@@ -258,8 +258,8 @@ TEST(PolicyLossTest, JobConfigChoosesTheLoss) {
     auto loss = CreatePolicyLoss(j.config, /*kl_in_loss=*/true);
     ASSERT_TRUE(loss.ok()) << loss.status();
     EXPECT_EQ((*loss)->options().clip.clip_high, 0.2);
-    EXPECT_EQ(LossAggregationName((*loss)->options().aggregation),
-              spec.default_loss_aggregation.empty() ? "token-mean" : spec.default_loss_aggregation);
+    EXPECT_EQ((*loss)->options().aggregation,
+              spec.default_loss_aggregation.value_or(LossAggregation::kTokenMean));
     auto in = SequenceCase();
     in.logp = D2({0.1, 0.3, 0.0, -0.2, 0.0, -0.4}, 2);
     auto got = (*loss)->Compute(in);
@@ -271,10 +271,10 @@ TEST(PolicyLossTest, JobConfigChoosesTheLoss) {
     EXPECT_EQ(got->loss.item<double>(), want->loss.item<double>());
   }
   // GSPO averages each sequence's token terms, then the sequences.
-  EXPECT_EQ(FindPolicyLoss("gspo")->default_loss_aggregation, "seq-mean-token-mean");
+  EXPECT_EQ(FindPolicyLoss("gspo")->default_loss_aggregation, LossAggregation::kSeqMeanTokenMean);
   JobConfig c;
   c.job.algorithm = FindAlgorithm("grpo");
-  c.grpo.loss_aggregation = "token-mean";
+  c.grpo.loss_aggregation = LossAggregation::kTokenMean;
   auto ppo = CreatePolicyLoss(c, true);  // policy_loss unset: grpo's default, ppo_clip
   ASSERT_TRUE(ppo.ok()) << ppo.status();
   auto in = SequenceCase();

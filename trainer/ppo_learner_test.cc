@@ -71,7 +71,7 @@ TEST(PpoLearnerTest, SameSeedSameUpdates) {
 
 TEST(PpoLearnerTest, LinearScheduleAnnealsTheLearningRate) {
   JobConfig c = Config();
-  c.trainer.lr_schedule = "linear";
+  c.trainer.lr_schedule = LrSchedule::kLinear;
   PpoLearner l(c, BanditSpec());
   EXPECT_DOUBLE_EQ(l.Update(MakeBatch(l), 1, 4)["lr"], 3e-3);
   EXPECT_DOUBLE_EQ(l.Update(MakeBatch(l), 3, 4)["lr"], 3e-3 * 0.5);

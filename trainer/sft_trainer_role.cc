@@ -80,7 +80,7 @@ absl::StatusOr<std::vector<PromptExample>> SftTrainerRole::TrainExamples(int64_t
   const DataOptions& d = config_.data;
   const uint64_t seed = static_cast<uint64_t>(config_.job.seed);
   std::vector<PromptExample> out;
-  if (d.source == "jsonl") {
+  if (d.source == DataSource::kJsonl) {
     out = file_train_;
   } else {
     out = task_->Examples(seed, Split::kTrain, static_cast<uint64_t>(epoch * d.train_examples),
@@ -93,7 +93,7 @@ absl::StatusOr<std::vector<PromptExample>> SftTrainerRole::TrainExamples(int64_t
 
 absl::Status SftTrainerRole::LoadData() {
   const DataOptions& d = config_.data;
-  if (d.source == "jsonl") {
+  if (d.source == DataSource::kJsonl) {
     ASSIGN_OR_RETURN(file_train_, ReadPromptJsonl(d.train_path, JsonlFormat::kSft));
     if (file_train_.empty()) {
       return absl::InvalidArgumentError(absl::StrCat(d.train_path, ": no examples"));
@@ -145,7 +145,7 @@ absl::StatusOr<std::unique_ptr<models::Tokenizer>> SftTrainerRole::ScratchTokeni
 absl::StatusOr<models::TransformerConfig> SftTrainerRole::ScratchModelConfig() const {
   const ModelOptions& m = config_.model;
   models::TransformerConfig c;
-  c.architecture = m.architecture;
+  c.architecture = std::string(ChoiceName(m.architecture));
   c.vocab_size = tokenizer_->vocab_size();
   c.hidden_size = m.hidden_size;
   c.intermediate_size = m.intermediate_size;
@@ -155,7 +155,7 @@ absl::StatusOr<models::TransformerConfig> SftTrainerRole::ScratchModelConfig() c
   c.head_dim = m.hidden_size / m.num_attention_heads;
   c.max_position_embeddings = m.max_position_embeddings;
   c.rope_theta = m.rope_theta;
-  c.attention_bias = m.architecture == "Qwen2ForCausalLM";
+  c.attention_bias = m.architecture == ModelArchitecture::kQwen2;
   c.tie_word_embeddings = m.tie_word_embeddings;
   c.bos_token_id = tokenizer_->bos_id();
   c.eos_token_id = tokenizer_->eos_id();

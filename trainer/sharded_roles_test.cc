@@ -466,7 +466,7 @@ TEST_F(ShardedRolesTest, ZeroAdvantageGroupsLeftOutGiveTheWholeBatchsLossAndGrad
     lo.clip.clip_low = g.clip_low;
     lo.clip.clip_high = g.clip_high;
     lo.norm_length = static_cast<double>(g.max_new_tokens);
-    lo.aggregation = *ParseLossAggregation(g.loss_aggregation);
+    lo.aggregation = *g.loss_aggregation;
     LmPolicyLossInput in;
     in.logp = *GroupTokenLogprobs(*model, *batch);
     in.old_logp = batch->old_logp;

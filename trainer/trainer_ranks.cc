@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/exceptions.h"
+#include "common/role_names.h"
 #include "common/status.h"
 #include "models/device.h"
 #include "models/hf_checkpoint.h"
@@ -19,7 +20,7 @@ absl::StatusOr<std::unique_ptr<dist::Communicator>> ConnectTrainerRanks(
                    models::TorchDevice("trainer.device", trainer.device, a.rank()));
   o.device = device.str();
   o.store_address = a.store_address();
-  o.name = "trainer";
+  o.name = kTrainerRole;
   o.rank = a.rank();
   o.size = std::max(1, a.world_size());
   if (a.collective_timeout_s() > 0) o.timeout_s = a.collective_timeout_s();
@@ -35,7 +36,7 @@ absl::StatusOr<ShardedModel::Options> ShardingOptions(const TrainerOptions& t, i
   ShardedModel::Options o;
   o.reshard_after_forward = t.reshard_after_forward;
   o.trainable = trainable;
-  o.compute_dtype = t.mixed_precision == "bf16" ? torch::kBFloat16 : torch::kFloat32;
+  o.compute_dtype = t.mixed_precision == MixedPrecision::kBf16 ? torch::kBFloat16 : torch::kFloat32;
   ASSIGN_OR_RETURN(o.device, models::TorchDevice("trainer.device", t.device, rank));
   return o;
 }

@@ -123,7 +123,7 @@ TEST(TrlCrosscheckTest, DpoLossesGradientAndMetricsMatchTrl) {
     const std::string name = c.at("name");
     SCOPED_TRACE(name);
     DpoOptions opt;
-    opt.type = ParseDpoLossType(name).value();
+    opt.type = ParseChoice<DpoLossType>(name).value();
     opt.beta = c.at("beta").get<double>();
     const bool ipo = opt.type == DpoLossType::kIpo;
     auto logits = logits0.clone().requires_grad_(true);

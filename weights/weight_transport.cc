@@ -1,6 +1,7 @@
 #include "weights/weight_transport.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/role_names.h"
 #include "config/build_info.h"
 #include "config/device.h"
 
@@ -8,18 +9,17 @@ namespace rlforge {
 
 namespace {
 
+// A job whose policy goes to simulator rollout workers (ppo), not to language-model engines.
 bool IsControlJob(const JobConfig& c) {
-  return c.job.algorithm != nullptr && c.job.algorithm->family == AlgorithmFamily::kControlPpo;
+  return c.job.algorithm != nullptr && c.job.algorithm->Starts(kRolloutRole) &&
+         !c.job.algorithm->lm_engines;
 }
 
-bool IsLmJob(const JobConfig& c) {
-  return c.job.algorithm != nullptr && (c.job.algorithm->family == AlgorithmFamily::kLmRl ||
-                                        c.job.algorithm->family == AlgorithmFamily::kDpo);
-}
+bool IsLmJob(const JobConfig& c) { return c.job.algorithm != nullptr && c.job.algorithm->lm_engines; }
 
 // weights.apply mapped: the engines serve from a segment on the trainer's host.
 void CheckMappedTransport(const JobConfig& c, WeightTransport t, config::CheckContext& ctx) {
-  if (c.weights.apply != "mapped" || t == WeightTransport::kShm) return;
+  if (c.weights.apply != WeightApply::kMapped || t == WeightTransport::kShm) return;
   ctx.Error("weights.transport",
             absl::StrCat("weights.apply mapped needs the engines on the trainer's host, through "
                          "shared memory (shm); this job's transport is ",
@@ -53,7 +53,7 @@ void CheckDeviceTransport(const JobConfig& c, WeightTransport t, config::CheckCo
                                               : "launch.backend slurm runs engines on other nodes",
                            " (use nccl)"));
   }
-  if (c.weights.apply == "mapped") {
+  if (c.weights.apply == WeightApply::kMapped) {
     ctx.Error("weights.apply",
               absl::StrCat("mapped serves the engines from host shared memory; ", why,
                            " into the engines' own parameters (use in_place or staged)"));
