@@ -119,7 +119,7 @@ void CheckSlurm(const JobConfig& c, config::CheckContext& ctx) {
               "memory or a Unix socket; Slurm steps run on other nodes (use inprocess, or "
               "external with addresses the nodes reach)");
   }
-  if (c.weights.transport == "shm") {
+  if (c.weights.transport == WeightTransport::kShm) {
     ctx.Error("weights.transport",
               "shm reaches only processes on the trainer's host; Slurm steps run on other "
               "nodes (use auto, zmq or gloo)");
@@ -136,7 +136,7 @@ void CheckEveryRoleJoins(const JobConfig& c, config::CheckContext& ctx) {
       ctx.Error(section + ".external", why + "false cannot hold (leave it out: it is implied)");
     }
   }
-  if (c.weights.transport == "shm") {
+  if (c.weights.transport == WeightTransport::kShm) {
     ctx.Error("weights.transport",
               why + "shm reaches engines on this host only (use auto, gloo or zmq)");
   }

@@ -20,7 +20,7 @@ std::string FreshRunDir(const std::string& name) {
 ControllerOptions Controller(const std::string& host, const std::string& security) {
   ControllerOptions c;
   c.host = host;
-  c.security = security;
+  c.security = *ParseChoice<Security>(security);
   return c;
 }
 

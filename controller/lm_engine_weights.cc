@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/role_names.h"
 #include "common/status.h"
 #include "common/timing_keys.h"
 #include "controller/lm_loop.h"
@@ -192,8 +193,8 @@ absl::StatusOr<std::vector<size_t>> LmLoop::CurrentEngines() {
     // While the trainer trains nothing is waited for here: the caller's groups wait for a
     // call made once it is idle (RolloutDispatcher::Refill).
     if (TrainerBusy()) return std::vector<size_t>();
-    if (ctx_.controller().actors().LiveOfRole("rollout").empty()) {
-      RETURN_IF_ERROR(ctx_.controller().AwaitLive("rollout"));
+    if (ctx_.controller().actors().LiveOfRole(kRolloutRole).empty()) {
+      RETURN_IF_ERROR(ctx_.controller().AwaitLive(kRolloutRole));
     } else if (!ReplacementArrived()) {
       // Live engines that were given the weights serve another version.
       return current;

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
 #include "common/logging.h"
+#include "common/role_names.h"
 #include "common/status.h"
 #include "common/timing_keys.h"
 #include "controller/rollout_dispatcher.h"
@@ -17,8 +18,8 @@
 namespace rlforge {
 
 LmLoop::LmLoop(JobContext& ctx, const TaskText& text)
-    : ctx_(ctx), text_(text), fleet_(ctx.controller().actors().IdsOfRole("rollout")) {
-  for (const std::string& id : ctx.controller().actors().IdsOfRole("rollout")) {
+    : ctx_(ctx), text_(text), fleet_(ctx.controller().actors().IdsOfRole(kRolloutRole)) {
+  for (const std::string& id : ctx.controller().actors().IdsOfRole(kRolloutRole)) {
     incarnation_.push_back(ctx.controller().actors().Find(id)->incarnation);
     unloaded_.push_back(false);
   }
@@ -89,10 +90,10 @@ absl::Status LmLoop::EvaluateStart(int64_t max_tokens, uint64_t seed, AnswerChec
 std::vector<RoleRequirement> LmRoles(const JobConfig& c) {
   // Engines on the gloo path too: the loop names a new weight group when they change. Joins
   // and leaves in synchronous and asynchronous runs alike (RolloutDispatcher deals to both).
-  return {{"trainer", static_cast<int>(c.trainer.ranks), false},
-          {"rollout", static_cast<int>(c.rollout.workers), c.rollout.external, true, true,
+  return {{kTrainerRole, static_cast<int>(c.trainer.ranks), false},
+          {kRolloutRole, static_cast<int>(c.rollout.workers), c.rollout.external, true, true,
            static_cast<int>(WorkerCap(c.rollout.workers, c.rollout.max_workers))},
-          {"reward", static_cast<int>(c.reward.workers), c.reward.external, true, true,
+          {kRewardRole, static_cast<int>(c.reward.workers), c.reward.external, true, true,
            static_cast<int>(WorkerCap(c.reward.workers, c.reward.max_workers))}};
 }
 

@@ -14,6 +14,7 @@
 #include "absl/strings/str_replace.h"
 #include "common/clock.h"
 #include "common/logging.h"
+#include "common/role_names.h"
 #include "common/status.h"
 #include "launch/process_launcher.h"
 
@@ -31,10 +32,10 @@ bool SameSpec(const proto::PolicySpec& a, const proto::PolicySpec& b) {
 std::vector<RoleRequirement> PpoAlgorithm::Roles() const {
   // Joins and leaves in the synchronous loop (the pipeline deals to a fixed fleet).
   const bool elastic = config_.rollout.max_staleness == 0;
-  return {{"rollout", static_cast<int>(config_.rollout.workers), config_.rollout.external,
+  return {{kRolloutRole, static_cast<int>(config_.rollout.workers), config_.rollout.external,
            /*recoverable=*/true, elastic,
            static_cast<int>(WorkerCap(config_.rollout.workers, config_.rollout.max_workers))},
-          {"trainer", static_cast<int>(config_.trainer.ranks), false}};
+          {kTrainerRole, static_cast<int>(config_.trainer.ranks), false}};
 }
 
 // A pinned shm server spins this long for the next request: longer than a
@@ -283,7 +284,7 @@ absl::StatusOr<std::vector<WorkOutcome>> PpoAlgorithm::CollectRollouts(
       it = queue.erase(it);
     }
     if (in_flight.empty()) {  // every worker lost: wait for a replacement
-      RETURN_IF_ERROR(c.AwaitLive("rollout"));
+      RETURN_IF_ERROR(c.AwaitLive(kRolloutRole));
       RETURN_IF_ERROR(c.Pump(0));
       continue;
     }
@@ -320,7 +321,7 @@ absl::StatusOr<proto::PolicySpec> PpoAlgorithm::SetUpWorkers(Controller& c) {
   // replacement up. Only when every setup was lost does the job wait for one to set up now.
   std::vector<WorkOutcome> setups;
   while (setups.empty()) {
-    RETURN_IF_ERROR(c.AwaitLive("rollout"));
+    RETURN_IF_ERROR(c.AwaitLive(kRolloutRole));
     std::vector<uint64_t> ids;
     std::vector<size_t> slots;
     for (size_t w = 0; w < workers_.size(); ++w) {
@@ -363,7 +364,7 @@ WeightTransport PpoAlgorithm::WeightsTransport(const Controller& c,
 
 absl::Status PpoAlgorithm::Run(JobContext& ctx) {
   Controller& c = ctx.controller();
-  workers_ = c.actors().IdsOfRole("rollout");  // elastic slots (vacant at first) after the rest
+  workers_ = c.actors().IdsOfRole(kRolloutRole);  // elastic slots (vacant at first) after the rest
   ASSIGN_OR_RETURN(const std::string trainer, LeadTrainer(c));
   const int64_t N = config_.env.num_envs, T = config_.rollout.steps_per_iteration;
   const int64_t batch = static_cast<int64_t>(Units()) * N * T;
@@ -409,7 +410,7 @@ absl::Status PpoAlgorithm::RunIteration(JobContext& ctx, const std::string& trai
                                         int64_t iterations, Progress* progress) {
   Controller& c = ctx.controller();
   RETURN_IF_ERROR(
-      c.AwaitLive("rollout", static_cast<int>(config_.rollout.min_workers), "rollout.min_workers"));
+      c.AwaitLive(kRolloutRole, static_cast<int>(config_.rollout.min_workers), "rollout.min_workers"));
   const int64_t T = config_.rollout.steps_per_iteration;
   const Stopwatch t_iter;
   IterationRecord rec;

@@ -23,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
 #include "common/logging.h"
+#include "common/role_names.h"
 #include "common/status.h"
 #include "controller/ppo_algorithm.h"
 
@@ -164,7 +165,7 @@ absl::StatusOr<bool> PpoPipeline::Next(std::optional<uint64_t> also, WorkOutcome
   for (const auto& [id, f] : in_flight_) ids.push_back(id);
   if (also) ids.push_back(*also);
   if (ids.empty()) {  // every worker lost: wait for a replacement
-    RETURN_IF_ERROR(c_.AwaitLive("rollout"));
+    RETURN_IF_ERROR(c_.AwaitLive(kRolloutRole));
     RETURN_IF_ERROR(c_.Pump(0));
     return false;
   }

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/role_names.h"
 #include "common/status.h"
 #include "reward/reward_role.h"
 
@@ -34,15 +35,15 @@ absl::Status RolloutDispatcher::Dispatch(int64_t batch, const std::vector<Prompt
     return absl::InternalError(absl::StrCat("batch ", batch, ": ", examples.size(), " examples, ",
                                             request_ids.size(), " request ids"));
   }
-  if (ctl_.actors().IdsOfRole("reward").empty()) {
+  if (ctl_.actors().IdsOfRole(kRewardRole).empty()) {
     return absl::FailedPreconditionError("the job has no reward worker");
   }
   // Below a role's minimum the batch waits (joins, replacements) rather than starting.
   const JobConfig& c = loop_.ctx().config();
   RETURN_IF_ERROR(
-      ctl_.AwaitLive("rollout", static_cast<int>(c.rollout.min_workers), "rollout.min_workers"));
+      ctl_.AwaitLive(kRolloutRole, static_cast<int>(c.rollout.min_workers), "rollout.min_workers"));
   RETURN_IF_ERROR(
-      ctl_.AwaitLive("reward", static_cast<int>(c.reward.min_workers), "reward.min_workers"));
+      ctl_.AwaitLive(kRewardRole, static_cast<int>(c.reward.min_workers), "reward.min_workers"));
   for (int64_t id : request_ids) {
     if (where_.count(id)) {
       return absl::InternalError(absl::StrCat("request id ", id, " is in flight"));
@@ -274,10 +275,10 @@ absl::StatusOr<RolloutDispatcher::Scoring> RolloutDispatcher::Route(size_t engin
 }
 
 absl::Status RolloutDispatcher::Score(Scoring s) {
-  std::vector<std::string> live = ctl_.actors().LiveOfRole("reward");
+  std::vector<std::string> live = ctl_.actors().LiveOfRole(kRewardRole);
   if (live.empty()) {
-    RETURN_IF_ERROR(ctl_.AwaitLive("reward"));
-    live = ctl_.actors().LiveOfRole("reward");
+    RETURN_IF_ERROR(ctl_.AwaitLive(kRewardRole));
+    live = ctl_.actors().LiveOfRole(kRewardRole);
   }
   // Round-robin: every chunk is about the same work, so this balances the load.
   s.worker = live[next_rewarder_++ % live.size()];

@@ -16,8 +16,7 @@ on a line that names a role (`IdsOfRole("reward")`, `role == "trainer"`), waits 
 (`AwaitLive("rollout")`) or lists a loop's roles (`{"rollout", static_cast<int>(...)`). The same
 words as job-file sections (config/) or as tensor and metric names are not roles.
 
-Tests (*_test.cc, tests/) and benches are not checked. TEMPORARY lists sites in files other
-helpers own right now; they are converted when those files merge.
+Tests (*_test.cc, tests/) and benches are not checked.
 
 Usage: check_config_strings.py SOURCE_ROOT      (exit 0: clean; 1: every site listed)
        check_config_strings.py --self-test       (the checks against bad and good snippets)
@@ -32,18 +31,6 @@ ROLES = ("trainer", "rollout", "reward", "echo")
 QUALIFY = {"architecture": ("model",), "dtype": ("weights", "model"),
            "transport": ("weights", "sim"), "backend": ("sim", "launch")}
 
-# TEMPORARY: sites in files other helpers own while this check landed (file, line regex). The
-# integrator converts them after merging; each entry goes with its site.
-TEMPORARY = [
-    # helper `weights` turns weights.transport into an enum in weights/ (LmWeightTransport).
-    ("controller/ppo_algorithm.cc", r'weights\.transport != "auto"'),
-    # helper `dispatch` owns the LM loops: role literals in their dealing and waiting.
-    ("controller/lm_loop.cc", r'"(rollout|reward|trainer)"'),
-    ("controller/async_rollout.cc", r'"(rollout|reward)"'),
-    # helper `weights` owns the control PPO loop.
-    ("controller/ppo_algorithm.cc", r'"(rollout|trainer)"'),
-    ("controller/ppo_pipeline.cc", r'"rollout"'),
-]
 
 SOURCE = re.compile(r"\.(cc|h|inc)$")
 
@@ -107,10 +94,6 @@ def strip_comment(line):
     return line if cut < 0 else line[:cut]
 
 
-def exempt(rel, line):
-    return any(rel == f and re.search(p, line) for f, p in TEMPORARY)
-
-
 def problems(files):
     """Every offending site in `files` (path relative to the root -> text)."""
     words_of = choice_words(files.get("config/choices.h", ""))
@@ -123,8 +106,6 @@ def problems(files):
             continue
         for n, raw in enumerate(text.split("\n"), 1):
             line = strip_comment(raw)
-            if exempt(rel, line):
-                continue
             if top != "config":
                 for member, pat in pats:
                     if pat.search(line):

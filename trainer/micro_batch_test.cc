@@ -222,7 +222,7 @@ TEST(MicroBatchTest, EveryPolicyLossGetsTheOnePassGradient) {
        {PolicyLossKind::kPpoClip, PolicyLossKind::kGspo, PolicyLossKind::kCispo}) {
     for (LossAggregation agg : {LossAggregation::kTokenMean, LossAggregation::kSeqMeanTokenMean,
                                 LossAggregation::kSeqMeanTokenSumNorm}) {
-      SCOPED_TRACE(PolicyLossOf(kind).name + " " + std::string(LossAggregationName(agg)));
+      SCOPED_TRACE(PolicyLossOf(kind).name + " " + std::string(ChoiceName(agg)));
       CheckLoss(PolicyLossFn(kind, agg, false), 5, 3, 3);
     }
   }
