@@ -14,7 +14,8 @@ install(TARGETS rlforge_keyword_reward LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDI
 set(RLFORGE_SHARE ${CMAKE_INSTALL_DATADIR}/rlforge)
 install(DIRECTORY configs DESTINATION ${RLFORGE_SHARE})
 install(DIRECTORY data/word_problems DESTINATION ${RLFORGE_SHARE}/data)
-install(FILES reward/examples/keyword_reward.c sim_bridge/python/examples/cartpole_py.py
+install(FILES reward/examples/keyword_reward.c reward/examples/arith_reward.py
+              sim_bridge/python/examples/cartpole_py.py
         DESTINATION ${RLFORGE_SHARE}/examples)
 install(PROGRAMS tools/chaos.py DESTINATION ${RLFORGE_SHARE}/tools)
 install(DIRECTORY docs/ DESTINATION ${CMAKE_INSTALL_DOCDIR})

@@ -66,6 +66,8 @@ enum class RewardKind {
   kFormat,
   kLengthPenalty,
   kPlugin,
+  kPython,  // a function in the user's Python file (reward/python_reward.h)
+  kCode,    // the response's program against the sample's tests, sandboxed (reward/code_reward.h)
 };
 // reward.rewards[].params.extract: how the answer is found in a response.
 enum class AnswerExtract {
@@ -152,7 +154,9 @@ RLFORGE_CHOICE_WORDS(RewardKind, {{RewardKind::kExactAnswer, "exact_answer"},
                                   {RewardKind::kRegexFormat, "regex_format"},
                                   {RewardKind::kFormat, "format"},
                                   {RewardKind::kLengthPenalty, "length_penalty"},
-                                  {RewardKind::kPlugin, "plugin"}});
+                                  {RewardKind::kPlugin, "plugin"},
+                                  {RewardKind::kPython, "python"},
+                                  {RewardKind::kCode, "code"}});
 RLFORGE_CHOICE_WORDS(AnswerExtract, {{AnswerExtract::kAuto, "auto"},
                                      {AnswerExtract::kAnswerIs, "answer_is"},
                                      {AnswerExtract::kBoxed, "boxed"},

@@ -48,9 +48,29 @@ std::shared_ptr<const Schema> ParamsSection() {
          "length_penalty: measure responses in tokens (when the sample carries its token "
          "count, else chars) or in Unicode characters.");
   b.String("path", &RewardParams::path,
-           "plugin: shared library implementing reward/plugin_abi.h (relative to the working "
-           "directory).");
+           "plugin: shared library implementing reward/plugin_abi.h; python: the .py file "
+           "(relative to the working directory).");
   b.StringList("args", &RewardParams::args, "plugin: \"key=value\" strings for its create().");
+  b.String("function", &RewardParams::function,
+           "python: the function in `path`, with verl's signature (data_source, solution_str, "
+           "ground_truth, extra_info) or TRL's (prompts, completions, **kwargs).");
+  b.String("interpreter", &RewardParams::interpreter,
+           "python, code: the Python that runs the function or the program (e.g. a venv's "
+           "bin/python).");
+  b.Int("processes", &RewardParams::processes,
+        "python: Python processes in each reward worker's pool; a batch's samples are scored "
+        "on them in parallel.")
+      .Min(1)
+      .Max(256);
+  b.Int("memory_mb", &RewardParams::memory_mb, "code: each test's address-space limit, MiB.")
+      .Min(16);
+  b.Int("cpu_s", &RewardParams::cpu_s, "code: each test's CPU-time limit, seconds.").Min(1);
+  b.Double("test_timeout_s", &RewardParams::test_timeout_s,
+           "code: each test's wall-time limit, seconds (then its sandbox is killed).")
+      .Min(0, false);
+  b.Int("max_processes", &RewardParams::max_processes,
+        "code: processes (and threads) a test may run at once.")
+      .Min(1);
   return b.Build();
 }
 
@@ -88,8 +108,21 @@ std::shared_ptr<const Schema> RewardItem() {
     only(p.max_length != d.max_length, "max_length", {K::kLengthPenalty});
     only(p.buffer != d.buffer, "buffer", {K::kLengthPenalty});
     only(p.unit != d.unit, "unit", {K::kLengthPenalty});
-    only(p.path != d.path, "path", {K::kPlugin});
+    only(p.path != d.path, "path", {K::kPlugin, K::kPython});
     only(p.args != d.args, "args", {K::kPlugin});
+    only(p.function != d.function, "function", {K::kPython});
+    only(p.interpreter != d.interpreter, "interpreter", {K::kPython, K::kCode});
+    only(p.processes != d.processes, "processes", {K::kPython});
+    only(p.memory_mb != d.memory_mb, "memory_mb", {K::kCode});
+    only(p.cpu_s != d.cpu_s, "cpu_s", {K::kCode});
+    only(p.test_timeout_s != d.test_timeout_s, "test_timeout_s", {K::kCode});
+    only(p.max_processes != d.max_processes, "max_processes", {K::kCode});
+    if (r.kind == K::kPython && p.path.empty()) {
+      ctx.Error("params.path", "kind python needs the path of its .py file");
+    }
+    if (r.kind == K::kPython && p.function.empty()) {
+      ctx.Error("params.function", "kind python needs the name of its function");
+    }
     if (r.kind == K::kRegexFormat && p.pattern.empty()) {
       ctx.Error("params.pattern", "kind regex_format needs a pattern");
     }

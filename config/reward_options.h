@@ -24,8 +24,15 @@ struct RewardParams {
   LengthUnit unit = LengthUnit::kTokens;  // length_penalty: tokens (when the sample has them)
   std::string tag = "think";    // format: the reasoning block is <tag>...</tag>
   AnswerForm answer_form = AnswerForm::kText;  // format: what follows the block
-  std::string path;                  // plugin: the shared library
+  std::string path;                  // plugin: the shared library; python: the .py file
   std::vector<std::string> args;     // plugin: "key=value" strings passed to its create()
+  std::string function;              // python: the function in `path`
+  std::string interpreter = "/usr/bin/python3";  // python, code: the Python that runs it
+  int64_t processes = 2;             // python: processes in the reward worker's pool
+  int64_t memory_mb = 256;           // code: each test's address-space limit
+  int64_t cpu_s = 2;                 // code: each test's CPU seconds
+  double test_timeout_s = 5;         // code: each test's wall time
+  int64_t max_processes = 16;        // code: processes a test may run at once
 };
 
 struct RewardSpec {

@@ -244,6 +244,36 @@ reward:
   EXPECT_NE(errors.find("job.yaml:"), std::string::npos) << errors;
 }
 
+// The python and code kinds: their keys, what each needs, and what applies to neither.
+TEST(RewardConfigTest, PythonAndCodeKindsNameWhatTheyNeed) {
+  LoadedJob ok = LoadJobText(R"(job: {algorithm: grpo}
+reward:
+  rewards:
+    - {name: py, kind: python, params: {path: r.py, function: compute_score, processes: 3}}
+    - {name: tests, kind: code, params: {memory_mb: 128, cpu_s: 1, test_timeout_s: 2}}
+)",
+                             "job.yaml");
+  ASSERT_TRUE(ok.ok()) << config::FormatErrors(ok.errors);
+  EXPECT_EQ(ok.config.reward.rewards[0].kind, RewardKind::kPython);
+  EXPECT_EQ(ok.config.reward.rewards[0].params.processes, 3);
+  EXPECT_EQ(ok.config.reward.rewards[1].kind, RewardKind::kCode);
+  EXPECT_EQ(ok.config.reward.rewards[1].params.memory_mb, 128);
+  LoadedJob bad = LoadJobText(R"(job: {algorithm: grpo}
+reward:
+  rewards:
+    - {name: py, kind: python}
+    - {name: tests, kind: code, params: {function: f, processes: 2}}
+)",
+                              "job.yaml");
+  const std::string errors = config::FormatErrors(bad.errors);
+  for (const char* want : {"reward.rewards[0].params.path: kind python needs the path",
+                           "reward.rewards[0].params.function: kind python needs the name",
+                           "reward.rewards[1].params.function: does not apply to kind code",
+                           "reward.rewards[1].params.processes: does not apply to kind code"}) {
+    EXPECT_NE(errors.find(want), std::string::npos) << want << "\n" << errors;
+  }
+}
+
 TEST(RewardConfigTest, MathAndFormatKeysAreChecked) {
   LoadedJob j = LoadJobText(R"(job: {algorithm: grpo}
 reward:

@@ -11,8 +11,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "reward/code_reward.h"
 #include "reward/math_answer.h"
 #include "reward/plugin_reward.h"
+#include "reward/python_reward.h"
 #include "reward/verifiers.h"
 
 namespace rlforge::reward {
@@ -203,6 +205,21 @@ absl::StatusOr<std::shared_ptr<const Reward>> BuildReward(const RewardSpec& spec
       if (!r.ok()) return r.status();
       return std::shared_ptr<const Reward>(*std::move(r));
     }
+    case RewardKind::kPython:
+      return MakePythonReward({.path = PluginFile(p.path),
+                               .function = p.function,
+                               .python = p.interpreter,
+                               .workers = static_cast<int>(p.processes),
+                               .timeout_s = timeout_s});
+    case RewardKind::kCode: {
+      CodeRewardOptions o;
+      o.interpreter = p.interpreter;
+      o.limits.memory_bytes = p.memory_mb << 20;
+      o.limits.cpu_s = static_cast<int>(p.cpu_s);
+      o.limits.wall_s = p.test_timeout_s;
+      o.limits.processes = static_cast<int>(p.max_processes);
+      return std::shared_ptr<const Reward>(MakeCodeReward(std::move(o)));
+    }
   }
   return absl::InvalidArgumentError(
       absl::StrCat("kind ", static_cast<int>(spec.kind), " is not a reward kind"));
@@ -218,7 +235,7 @@ std::vector<RewardSpecProblem> CheckRewardSpec(const RewardSpec& spec) {
     if (r.ok() && p.full_match) r = MakeRegexFormat(p.pattern, /*full_match=*/true, 1);
     if (!r.ok()) out.push_back({"params.pattern", std::string(r.status().message())});
   }
-  if (spec.kind == RewardKind::kPlugin && !p.path.empty()) {
+  if ((spec.kind == RewardKind::kPlugin || spec.kind == RewardKind::kPython) && !p.path.empty()) {
     const std::string file = PluginFile(p.path);
     std::error_code ec;
     if (!std::filesystem::is_regular_file(file, ec)) {
