@@ -478,10 +478,13 @@ TEST(JobConfigTest, LoraAndMicroBatchKeys) {
   ASSERT_EQ(negative.errors.size(), 1u) << config::FormatErrors(negative.errors);
   EXPECT_EQ(negative.errors[0].key, "trainer.lora.rank");
   EXPECT_EQ(negative.errors[0].loc.line, 4);
+  // The resolved config states every key, target_modules with rank 0 included: it loads.
   LoadedJob zero =
       LoadJobText(head + "trainer:\n  lora: {rank: 0, target_modules: [q_proj]}\n", "t.yaml");
-  ASSERT_EQ(zero.errors.size(), 1u) << config::FormatErrors(zero.errors);
-  EXPECT_EQ(zero.errors[0].key, "trainer.lora.rank");
+  ASSERT_TRUE(zero.ok()) << config::FormatErrors(zero.errors);
+  LoadedJob resolved = LoadJobText(ResolvedYaml(ok.config), "resolved");
+  ASSERT_TRUE(resolved.ok()) << config::FormatErrors(resolved.errors);
+  EXPECT_EQ(resolved.config.trainer.lora.rank, 8);
   LoadedJob sharded = LoadJobText(head + "trainer:\n  ranks: 2\n  lora: {rank: 4}\n", "t.yaml");
   ASSERT_EQ(sharded.errors.size(), 1u) << config::FormatErrors(sharded.errors);
   EXPECT_EQ(sharded.errors[0].key, "trainer.ranks");

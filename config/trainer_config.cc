@@ -63,9 +63,6 @@ std::shared_ptr<const Schema> LoraSection() {
   b.Check([](const LoraOptions& l, config::CheckContext& ctx) {
     static const std::vector<std::string> kModules = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
                                                       "gate_proj", "up_proj", "down_proj"};
-    if (ctx.Written("target_modules") && l.rank == 0) {
-      ctx.Error("rank", "target_modules is set but rank is 0 (LoRA off): set rank > 0");
-    }
     if (l.target_modules.empty()) ctx.Error("target_modules", "expected at least one module");
     for (const std::string& m : l.target_modules) {
       if (std::find(kModules.begin(), kModules.end(), m) == kModules.end()) {

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Makes the LoRA cross-check fixture under tests/data/lora/ with transformers and peft.
 
-Run by hand (needs torch, transformers, peft, safetensors; a tooling venv, e.g.
-    python3 -m venv /tmp/venv && /tmp/venv/bin/pip install torch transformers peft safetensors):
-    /tmp/venv/bin/python tools/make_lora_fixtures.py
-    /tmp/venv/bin/python tools/make_lora_fixtures.py --check-saved DIR [--base DIR]
+Run by hand, in the bench environment (bench/bench_env.py: torch, transformers, peft,
+safetensors):
+    $(python3 bench/bench_env.py) tools/make_lora_fixtures.py
+    $(python3 bench/bench_env.py) tools/make_lora_fixtures.py --check-saved DIR [--base DIR]
 
 It writes a tiny Llama (tied embeddings, as SmolLM2) as an HF checkpoint (base/), a peft LoRA
 adapter on it (adapter/: rank 4, alpha 8, q/v/o/gate/down projections, lora_B random so the
