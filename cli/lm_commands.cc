@@ -11,6 +11,8 @@
 #include "common/status.h"
 #include "data/heldout_set.h"
 #include "data/jsonl_dataset.h"
+#include "models/lora.h"
+#include "models/tokenizer.h"
 #include "nlohmann/json.hpp"
 #include "reward/answer_check.h"
 
@@ -211,5 +213,23 @@ int RunEval(const JobConfig& config, const EvalOptions& o) {
   PrintSummary(o, Summary(o, data, totals, examples->size()));
   return 0;
 }
+
+// rlforge merge-lora: the merged weights and config, then the base's tokenizer beside them.
+int RunMergeLora(const std::string& adapter_dir, const std::string& base_dir,
+                 const std::string& out_dir) {
+  absl::StatusOr<std::string> base = models::MergeLoraCheckpoint(adapter_dir, base_dir, out_dir);
+  absl::Status s = base.status();
+  if (s.ok()) {
+    absl::StatusOr<std::unique_ptr<models::Tokenizer>> tok = models::LoadTokenizer(*base);
+    s = tok.ok() ? models::SaveTokenizer(**tok, out_dir) : tok.status();
+  }
+  if (!s.ok()) {
+    std::fprintf(stderr, "error: merge-lora: %s\n", std::string(s.message()).c_str());
+    return s.code() == absl::StatusCode::kInternal ? 1 : 2;
+  }
+  std::printf("%s\n", out_dir.c_str());
+  return 0;
+}
+
 
 }  // namespace rlforge

@@ -49,5 +49,10 @@ struct EvalOptions {
 // file or line).
 int RunGenerate(const JobConfig& config, const GenerateOptions& o);
 int RunEval(const JobConfig& config, const EvalOptions& o);
+// `rlforge merge-lora`: the adapter merged into its base (base_dir, or the adapter config's
+// base_model_name_or_path), written to out_dir as an ordinary HF checkpoint with the base's
+// tokenizer. Exit status 0, 2 for bad input, 1 otherwise.
+int RunMergeLora(const std::string& adapter_dir, const std::string& base_dir,
+                 const std::string& out_dir);
 
 }  // namespace rlforge

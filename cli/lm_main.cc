@@ -25,7 +25,6 @@
 #include "common/logging.h"
 #include "config/loader.h"
 #include "models/gguf_import.h"
-#include "models/lora.h"
 #include "models/tokenizer.h"
 
 namespace {
@@ -132,25 +131,6 @@ struct EvalFlags {
   }
 };
 
-// rlforge merge-lora: the merged weights and config, then the base's tokenizer beside them.
-int MergeLora(const std::string& adapter_dir, const std::string& base_dir,
-              const std::string& out_dir) {
-  absl::StatusOr<std::string> base =
-      rlforge::models::MergeLoraCheckpoint(adapter_dir, base_dir, out_dir);
-  absl::Status s = base.status();
-  if (s.ok()) {
-    absl::StatusOr<std::unique_ptr<rlforge::models::Tokenizer>> tok =
-        rlforge::models::LoadTokenizer(*base);
-    s = tok.ok() ? rlforge::models::SaveTokenizer(**tok, out_dir) : tok.status();
-  }
-  if (!s.ok()) {
-    std::fprintf(stderr, "error: merge-lora: %s\n", std::string(s.message()).c_str());
-    return s.code() == absl::StatusCode::kInternal ? 1 : 2;
-  }
-  std::printf("%s\n", out_dir.c_str());
-  return 0;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -210,7 +190,7 @@ int main(int argc, char** argv) {
     std::printf("%s\n", out_dir.c_str());
     return 0;
   }
-  if (*merge) return MergeLora(adapter_dir, base_dir, merged_dir);
+  if (*merge) return rlforge::RunMergeLora(adapter_dir, base_dir, merged_dir);
   JobConfig config;
   if (*gen) {
     if (g.sampling.top_p <= 0) {

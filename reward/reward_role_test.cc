@@ -262,7 +262,7 @@ reward:
 reward:
   rewards:
     - {name: py, kind: python}
-    - {name: tests, kind: code, params: {function: f, processes: 2}}
+    - {name: tests, kind: code, params: {function: f, processes: 3}}
 )",
                               "job.yaml");
   const std::string errors = config::FormatErrors(bad.errors);

@@ -244,6 +244,7 @@ absl::StatusOr<SandboxRun> Run(Prepared& p, Pipes& pipes, const SandboxLimits& l
   if (outer == 0) Outer(p);
   pipes.CloseWriteEnds();
   SandboxRun run;
+  run.uid = p.uid;
   std::vector<Report> reports;
   const auto start = std::chrono::steady_clock::now();
   const auto deadline = start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(

@@ -39,6 +39,7 @@ struct SandboxRun {
   int signal = 0;          // the signal that ended it, 0 if it exited
   bool timed_out = false;  // killed at limits.wall_s
   std::string out, err;    // truncated at limits.output_bytes
+  int64_t uid = -1;        // the uid it ran as (its own: no other run of this process uses it)
   bool Passed() const { return !timed_out && signal == 0 && exit_code == 0; }
   std::string Describe() const;  // "exit 1", "killed by SIGKILL", "wall time 5 s"
 };

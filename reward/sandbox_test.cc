@@ -34,15 +34,15 @@ class SandboxTest : public ::testing::Test {
   }
 };
 
-// Processes whose real uid is in the sandbox's range (200000 and up), on the host.
-int SandboxProcessesLeft() {
+// Processes on the host whose real uid is `uid` (a run's own).
+int ProcessesOf(int64_t uid) {
   int n = 0;
   for (const auto& e : std::filesystem::directory_iterator("/proc")) {
     std::ifstream status(e.path() / "status");
     std::string line;
     while (std::getline(status, line)) {
       if (line.rfind("Uid:", 0) == 0) {
-        n += std::stol(line.substr(4)) >= 200000 ? 1 : 0;
+        n += std::stol(line.substr(4)) == uid ? 1 : 0;
         break;
       }
     }
@@ -79,7 +79,7 @@ TEST_F(SandboxTest, SleeperIsKilledAtItsWallTime) {
   SandboxRun run = Python("import time\ntime.sleep(1000)\n", l);
   EXPECT_TRUE(run.timed_out);
   EXPECT_EQ(run.signal, SIGKILL);
-  EXPECT_EQ(SandboxProcessesLeft(), 0);
+  EXPECT_EQ(ProcessesOf(run.uid), 0);
 }
 
 TEST_F(SandboxTest, ForkBombIsContainedAndLeavesNoProcess) {
@@ -93,7 +93,7 @@ TEST_F(SandboxTest, ForkBombIsContainedAndLeavesNoProcess) {
       "time.sleep(1000)\n",
       l);
   EXPECT_FALSE(run.Passed());
-  EXPECT_EQ(SandboxProcessesLeft(), 0);  // killing the namespace's init killed every fork
+  EXPECT_EQ(ProcessesOf(run.uid), 0);  // killing the namespace's init killed every fork
 }
 
 TEST_F(SandboxTest, MemoryHogGetsNoMoreThanItsLimit) {
